@@ -1,0 +1,279 @@
+//! The admin listener: Prometheus metrics, health, readiness, and key inspection for a
+//! human resolving an unknown outcome. Never served on the public port.
+//!
+//! `/healthz` and `/readyz` need no token (probes cannot carry secrets); `/metrics` and
+//! `/keys/...` need `Authorization: Bearer <token>` when `[admin] token` is set.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::key::{self, RequestPart, RequestView};
+use crate::problem::GatewayError;
+use crate::proxy::Gateway;
+use crate::record::{StoredBody, StoredResponse};
+use crate::store::RecordState;
+use crate::{full, Body};
+
+/// Handles one admin request.
+pub async fn handle(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    route(&gateway, req.method(), req.uri(), req.headers())
+        .await
+        .unwrap_or_else(|e| e.to_response())
+}
+
+async fn route(
+    gateway: &Gateway,
+    method: &Method,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, GatewayError> {
+    let path = uri.path();
+    match (method, path) {
+        (&Method::GET, "/healthz") => return Ok(text(StatusCode::OK, "ok\n")),
+        (&Method::GET, "/readyz") => {
+            return match gateway.store().ping().await {
+                Ok(()) => Ok(text(StatusCode::OK, "ready\n")),
+                Err(e) => {
+                    warn!(error = %e, "readiness: store does not answer");
+                    Err(GatewayError::StoreUnavailable)
+                }
+            };
+        }
+        _ => {}
+    }
+    authorize(gateway, headers)?;
+    match (method, path) {
+        (&Method::GET, "/metrics") => {
+            let mut resp = Response::new(full(gateway.metrics().encode()));
+            resp.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            Ok(resp)
+        }
+        (&Method::GET | &Method::DELETE, p) if p.starts_with("/keys/") => {
+            keys(gateway, method, p, uri.query()).await
+        }
+        _ => Err(GatewayError::NotFound),
+    }
+}
+
+fn authorize(gateway: &Gateway, headers: &HeaderMap) -> Result<(), GatewayError> {
+    let live = gateway.live();
+    let Some(token) = live.config.admin.as_ref().and_then(|a| a.token.as_deref()) else {
+        return Ok(());
+    };
+    let given = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(GatewayError::Unauthorized)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Serialize)]
+struct KeyView<'a> {
+    route: &'a str,
+    key: &'a str,
+    scope: &'a str,
+    store_key: &'a str,
+    state: &'static str,
+    fence: u64,
+    lease_left_ms: Option<u128>,
+    expires_in_ms: Option<u128>,
+    status: Option<u16>,
+    body_stored: Option<bool>,
+    size: Option<usize>,
+}
+
+async fn keys(
+    gateway: &Gateway,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
+    let rest = &path["/keys/".len()..];
+    let (route_name, raw_key) = rest.split_once('/').ok_or(GatewayError::NotFound)?;
+    let key = percent_encoding::percent_decode_str(raw_key)
+        .decode_utf8()
+        .map_err(|_| GatewayError::BadAdminRequest("the key is not valid UTF-8".into()))?;
+    if key.is_empty() || key.len() > key::MAX_KEY_LEN.max(64) {
+        return Err(GatewayError::BadAdminRequest(
+            "the key must be 1 to 255 characters".into(),
+        ));
+    }
+    let live = gateway.live();
+    let route = live
+        .config
+        .routes
+        .iter()
+        .find(|r| &*r.name == route_name)
+        .ok_or(GatewayError::NotFound)?;
+    let scope = scope_from_query(&route.scope, query)?;
+    let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+    let store_failed = |e| {
+        warn!(error = %e, "admin: store operation failed");
+        GatewayError::StoreUnavailable
+    };
+
+    if method == Method::DELETE {
+        let existed = gateway
+            .store()
+            .forget(&store_key)
+            .await
+            .map_err(store_failed)?;
+        if !existed {
+            return Err(GatewayError::NotFound);
+        }
+        info!(route = route_name, key = %key, scope, "admin: record forgotten; the next request with this key executes again");
+        let mut resp = Response::new(full(Bytes::new()));
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+        return Ok(resp);
+    }
+
+    let info = gateway
+        .store()
+        .inspect(&store_key)
+        .await
+        .map_err(store_failed)?
+        .ok_or(GatewayError::NotFound)?;
+    let stored = info
+        .response
+        .as_ref()
+        .and_then(|r| StoredResponse::decode(r, &store_key).ok());
+    let view = KeyView {
+        route: route_name,
+        key: &key,
+        scope: &scope,
+        store_key: &store_key,
+        state: info.state.as_str(),
+        fence: info.fence,
+        lease_left_ms: info.lease_left.map(|d| d.as_millis()),
+        expires_in_ms: info.expires_in.map(|d| d.as_millis()),
+        status: stored.as_ref().map(|s| s.status.as_u16()),
+        body_stored: (info.state == RecordState::Completed).then(|| {
+            matches!(
+                stored.as_ref().map(|s| &s.body),
+                Some(StoredBody::Stored(_))
+            )
+        }),
+        size: info.response.as_ref().map(Bytes::len),
+    };
+    // A struct of strings and numbers always serialises.
+    let body = serde_json::to_vec_pretty(&view).unwrap_or_default();
+    let mut resp = Response::new(full(body));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+/// The scope comes either as `scope=<hash>` (as printed in the access log) or as the
+/// route's scope inputs, one query parameter per `header:NAME` part.
+fn scope_from_query(parts: &[RequestPart], query: Option<&str>) -> Result<String, GatewayError> {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect();
+    if let Some((_, scope)) = pairs.iter().find(|(k, _)| k == "scope") {
+        let valid =
+            scope == "-" || (scope.len() == 32 && scope.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !valid {
+            return Err(GatewayError::BadAdminRequest(
+                "scope must be the 32-hex-digit hash from the access log, or -".into(),
+            ));
+        }
+        return Ok(scope.to_ascii_lowercase());
+    }
+    let mut headers = HeaderMap::new();
+    for part in parts {
+        let RequestPart::Header(name) = part else {
+            return Err(GatewayError::BadAdminRequest(format!(
+                "this route's scope includes {part}: pass ?scope=<hash from the access log>"
+            )));
+        };
+        let wanted = format!("header:{name}");
+        for (_, v) in pairs
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(&wanted))
+        {
+            let v = HeaderValue::from_str(v).map_err(|_| {
+                GatewayError::BadAdminRequest(format!("{wanted} is not a header value"))
+            })?;
+            headers.append(name.clone(), v);
+        }
+        if !headers.contains_key(name) {
+            return Err(GatewayError::BadAdminRequest(format!(
+                "this route is scoped: pass ?{wanted}=<value> or ?scope=<hash from the access log>"
+            )));
+        }
+    }
+    let view = RequestView {
+        method: &Method::GET,
+        path: "/",
+        query: None,
+        headers: &headers,
+        body: &[],
+    };
+    key::scope_hash(parts, &view).map_err(|e| GatewayError::BadAdminRequest(e.to_string()))
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut resp = Response::new(full(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_from_header_params_matches_the_request_path() {
+        let parts = vec![RequestPart::parse("header:Authorization").unwrap()];
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_static("Bearer a"));
+        let view = RequestView {
+            method: &Method::POST,
+            path: "/v1/payments/1",
+            query: None,
+            headers: &h,
+            body: b"{}",
+        };
+        let expected = key::scope_hash(&parts, &view).unwrap();
+        let got = scope_from_query(&parts, Some("header:Authorization=Bearer%20a")).unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(
+            scope_from_query(&parts, Some(&format!("scope={expected}"))).unwrap(),
+            expected
+        );
+        assert!(scope_from_query(&parts, None).is_err());
+        assert!(scope_from_query(&parts, Some("scope=xyz")).is_err());
+        assert_eq!(scope_from_query(&[], None).unwrap(), "-");
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}

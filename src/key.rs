@@ -1,0 +1,500 @@
+//! Key derivation, fingerprinting, request hashing and key namespacing. Pure functions
+//! over a [`RequestView`]; unit-tested here.
+//!
+//! A wrong key poisons the dedupe store: two different operations sharing a key means the
+//! second client silently gets the first one's response. So every digest here length-prefixes
+//! each part (no two different inputs can concatenate to the same bytes) and carries a
+//! domain tag (a fingerprint can never equal a request hash or a scope hash).
+
+use http::header::HeaderName;
+use http::{HeaderMap, Method};
+use sha2::{Digest, Sha256};
+
+/// The request as key derivation sees it: borrowed, already buffered.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// Method.
+    pub method: &'a Method,
+    /// Path, without query.
+    pub path: &'a str,
+    /// Query string, without `?`.
+    pub query: Option<&'a str>,
+    /// Headers.
+    pub headers: &'a HeaderMap,
+    /// The whole body.
+    pub body: &'a [u8],
+}
+
+/// A part of a request that can be hashed into a fingerprint or a scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestPart {
+    /// `method`
+    Method,
+    /// `path`
+    Path,
+    /// `query`
+    Query,
+    /// `body`: the raw bytes.
+    Body,
+    /// `header:Name`: every value of the header, in order; absence is hashed as absence.
+    Header(HeaderName),
+    /// `json:/pointer`: the JSON value at an RFC 6901 pointer in the body.
+    Json(String),
+}
+
+impl RequestPart {
+    /// Parses `method`, `path`, `query`, `body`, `header:Name` or `json:/pointer`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "method" => return Ok(Self::Method),
+            "path" => return Ok(Self::Path),
+            "query" => return Ok(Self::Query),
+            "body" => return Ok(Self::Body),
+            _ => {}
+        }
+        if let Some(name) = s.strip_prefix("header:") {
+            return HeaderName::from_bytes(name.as_bytes())
+                .map(Self::Header)
+                .map_err(|_| format!("{s:?}: {name:?} is not a header name"));
+        }
+        if let Some(pointer) = s.strip_prefix("json:") {
+            if !pointer.is_empty() && !pointer.starts_with('/') {
+                return Err(format!(
+                    "{s:?}: {pointer:?} is not a JSON pointer (RFC 6901: \"\" or starting with '/')"
+                ));
+            }
+            return Ok(Self::Json(pointer.to_owned()));
+        }
+        Err(format!(
+            "{s:?} is not a request part (method, path, query, body, header:NAME, json:/POINTER)"
+        ))
+    }
+
+    fn tag(&self) -> u8 {
+        match self {
+            Self::Method => 1,
+            Self::Path => 2,
+            Self::Query => 3,
+            Self::Body => 4,
+            Self::Header(_) => 5,
+            Self::Json(_) => 6,
+        }
+    }
+}
+
+impl std::fmt::Display for RequestPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Method => f.write_str("method"),
+            Self::Path => f.write_str("path"),
+            Self::Query => f.write_str("query"),
+            Self::Body => f.write_str("body"),
+            Self::Header(h) => write!(f, "header:{h}"),
+            Self::Json(p) => write!(f, "json:{p}"),
+        }
+    }
+}
+
+/// Where a route's idempotency key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRule {
+    /// A client-supplied header.
+    Header {
+        /// Which header.
+        name: HeaderName,
+        /// Refuse (400) a request without it, or pass it through undeduped.
+        required: bool,
+    },
+    /// The SHA-256 of the listed request parts.
+    Fingerprint(Vec<RequestPart>),
+}
+
+/// Why no key could be derived. Each maps to a 400 for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A required key header is absent.
+    #[error("the {header} header is required on this route")]
+    Missing {
+        /// The header.
+        header: HeaderName,
+    },
+    /// The key header is present but unusable.
+    #[error("the {header} header {reason}")]
+    Invalid {
+        /// The header.
+        header: HeaderName,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The body is not JSON but a `json:` part needs it.
+    #[error("the request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    /// A `json:` pointer names nothing in the body.
+    #[error("the request body has no value at {0}")]
+    MissingPart(String),
+}
+
+/// Longest client key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+
+impl KeyRule {
+    /// Derives the key for a request. `Ok(None)` means an optional header is absent:
+    /// the request is forwarded without dedupe.
+    pub fn derive(&self, req: &RequestView<'_>) -> Result<Option<String>, KeyError> {
+        match self {
+            Self::Header { name, required } => {
+                let mut values = req.headers.get_all(name).iter();
+                let Some(value) = values.next() else {
+                    return if *required {
+                        Err(KeyError::Missing {
+                            header: name.clone(),
+                        })
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let invalid = |reason| KeyError::Invalid {
+                    header: name.clone(),
+                    reason,
+                };
+                if values.next().is_some() {
+                    return Err(invalid("must appear once"));
+                }
+                let bytes = value.as_bytes();
+                if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
+                    return Err(invalid("must be 1 to 255 characters long"));
+                }
+                if !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+                    return Err(invalid(
+                        "must be visible ASCII characters only (no spaces or control characters)",
+                    ));
+                }
+                // Checked above: every byte is visible ASCII, so this is valid UTF-8.
+                Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+            }
+            Self::Fingerprint(parts) => {
+                let digest = digest_parts(b"dedupe-gateway/fingerprint/v1", parts, req)?;
+                Ok(Some(hex::encode(digest)))
+            }
+        }
+    }
+}
+
+/// Hash of the scope parts that namespaces a key (tenant isolation): 32 hex characters,
+/// or `-` for a route without scope.
+pub fn scope_hash(parts: &[RequestPart], req: &RequestView<'_>) -> Result<String, KeyError> {
+    if parts.is_empty() {
+        return Ok("-".to_owned());
+    }
+    let digest = digest_parts(b"dedupe-gateway/scope/v1", parts, req)?;
+    Ok(hex::encode(&digest[..16]))
+}
+
+/// SHA-256 over method, path, query, body and the route's `hash_headers`: what makes
+/// "the same request". Same key with a different hash is a 422.
+pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"dedupe-gateway/request/v1");
+    field(&mut h, Some(req.method.as_str().as_bytes()));
+    field(&mut h, Some(req.path.as_bytes()));
+    field(&mut h, req.query.map(str::as_bytes));
+    field(&mut h, Some(req.body));
+    for name in hash_headers {
+        field(&mut h, Some(name.as_str().as_bytes()));
+        header_values(&mut h, req.headers, name);
+    }
+    h.finalize().into()
+}
+
+/// The store key of a record: `prefix:{tag}:route:scope:key`.
+///
+/// The `{tag}` is a Redis Cluster hash tag derived from the whole key, so a hostile client
+/// cannot steer many keys into one slot by putting braces in its key, and the rest stays
+/// readable for an operator in `redis-cli`.
+pub fn store_key(prefix: &str, route: &str, scope: &str, key: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"dedupe-gateway/slot/v1");
+    for part in [route, scope, key] {
+        field(&mut h, Some(part.as_bytes()));
+    }
+    let tag = hex::encode(&h.finalize()[..6]);
+    format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}")
+}
+
+fn digest_parts(
+    domain: &[u8],
+    parts: &[RequestPart],
+    req: &RequestView<'_>,
+) -> Result<[u8; 32], KeyError> {
+    let mut json: Option<serde_json::Value> = None;
+    let mut h = Sha256::new();
+    h.update(domain);
+    for part in parts {
+        h.update([part.tag()]);
+        match part {
+            RequestPart::Method => field(&mut h, Some(req.method.as_str().as_bytes())),
+            RequestPart::Path => field(&mut h, Some(req.path.as_bytes())),
+            RequestPart::Query => field(&mut h, req.query.map(str::as_bytes)),
+            RequestPart::Body => field(&mut h, Some(req.body)),
+            RequestPart::Header(name) => header_values(&mut h, req.headers, name),
+            RequestPart::Json(pointer) => {
+                if json.is_none() {
+                    json = Some(
+                        serde_json::from_slice(req.body)
+                            .map_err(|e| KeyError::MalformedJson(e.to_string()))?,
+                    );
+                }
+                let value = json
+                    .as_ref()
+                    .and_then(|j| j.pointer(pointer))
+                    .ok_or_else(|| KeyError::MissingPart(part.to_string()))?;
+                // serde_json's map is ordered by key, so an object hashes the same however
+                // its keys were ordered on the wire; "42" and 42 stay distinct.
+                let canonical = serde_json::to_vec(value)
+                    .map_err(|e| KeyError::MalformedJson(e.to_string()))?;
+                field(&mut h, Some(&canonical));
+            }
+        }
+    }
+    Ok(h.finalize().into())
+}
+
+fn header_values(h: &mut Sha256, headers: &HeaderMap, name: &HeaderName) {
+    let values = headers.get_all(name);
+    let count = values.iter().count() as u64;
+    h.update(count.to_be_bytes());
+    for v in values {
+        field(h, Some(v.as_bytes()));
+    }
+}
+
+/// Absent and empty are different; every present value carries its length.
+fn field(h: &mut Sha256, value: Option<&[u8]>) {
+    match value {
+        None => h.update([0u8]),
+        Some(v) => {
+            h.update([1u8]);
+            h.update((v.len() as u64).to_be_bytes());
+            h.update(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    struct Req {
+        method: Method,
+        path: String,
+        query: Option<String>,
+        headers: HeaderMap,
+        body: Vec<u8>,
+    }
+
+    impl Req {
+        fn new(body: &str) -> Self {
+            Self {
+                method: Method::POST,
+                path: "/webhooks/x".into(),
+                query: None,
+                headers: HeaderMap::new(),
+                body: body.as_bytes().to_vec(),
+            }
+        }
+        fn header(mut self, k: &'static str, v: &str) -> Self {
+            self.headers.append(k, HeaderValue::from_str(v).unwrap());
+            self
+        }
+        fn view(&self) -> RequestView<'_> {
+            RequestView {
+                method: &self.method,
+                path: &self.path,
+                query: self.query.as_deref(),
+                headers: &self.headers,
+                body: &self.body,
+            }
+        }
+    }
+
+    fn header_rule(required: bool) -> KeyRule {
+        KeyRule::Header {
+            name: HeaderName::from_static("idempotency-key"),
+            required,
+        }
+    }
+
+    fn fp(parts: &[&str]) -> KeyRule {
+        KeyRule::Fingerprint(
+            parts
+                .iter()
+                .map(|p| RequestPart::parse(p).unwrap())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn header_keys_are_validated() {
+        let ok = Req::new("").header("Idempotency-Key", "abc-123");
+        assert_eq!(
+            header_rule(true).derive(&ok.view()).unwrap().as_deref(),
+            Some("abc-123")
+        );
+        let missing = Req::new("");
+        assert!(matches!(
+            header_rule(true).derive(&missing.view()),
+            Err(KeyError::Missing { .. })
+        ));
+        assert_eq!(header_rule(false).derive(&missing.view()).unwrap(), None);
+        for bad in ["", "has space", &"x".repeat(256), "tab\there"] {
+            let r = Req::new("").header("Idempotency-Key", bad);
+            assert!(
+                matches!(
+                    header_rule(true).derive(&r.view()),
+                    Err(KeyError::Invalid { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        let long = Req::new("").header("Idempotency-Key", &"x".repeat(255));
+        assert!(header_rule(true).derive(&long.view()).is_ok());
+        let twice = Req::new("")
+            .header("Idempotency-Key", "a")
+            .header("Idempotency-Key", "b");
+        assert!(header_rule(true).derive(&twice.view()).is_err());
+    }
+
+    #[test]
+    fn fingerprint_is_stable_and_ignores_unlisted_fields() {
+        let rule = fp(&[
+            "method",
+            "path",
+            "json:/order_id",
+            "json:/event_type",
+            "header:X-Source",
+        ]);
+        let a = Req::new(r#"{"order_id": 7, "event_type": "paid", "sent_at": 1}"#)
+            .header("X-Source", "shop");
+        let b = Req::new(r#"{"sent_at": 2, "event_type": "paid", "order_id": 7}"#)
+            .header("X-Source", "shop");
+        let ka = rule.derive(&a.view()).unwrap().unwrap();
+        assert_eq!(ka.len(), 64);
+        assert_eq!(ka, rule.derive(&b.view()).unwrap().unwrap());
+        let other = Req::new(r#"{"order_id": 8, "event_type": "paid"}"#).header("X-Source", "shop");
+        assert_ne!(ka, rule.derive(&other.view()).unwrap().unwrap());
+        let no_source = Req::new(r#"{"order_id": 7, "event_type": "paid"}"#);
+        assert_ne!(ka, rule.derive(&no_source.view()).unwrap().unwrap());
+    }
+
+    #[test]
+    fn fingerprint_parts_cannot_be_shifted_into_each_other() {
+        let rule = fp(&["json:/a", "json:/b"]);
+        let x = Req::new(r#"{"a": "ab", "b": "c"}"#);
+        let y = Req::new(r#"{"a": "a", "b": "bc"}"#);
+        assert_ne!(
+            rule.derive(&x.view()).unwrap(),
+            rule.derive(&y.view()).unwrap()
+        );
+        let typed = fp(&["json:/a"]);
+        let s = Req::new(r#"{"a": "42"}"#);
+        let n = Req::new(r#"{"a": 42}"#);
+        assert_ne!(
+            typed.derive(&s.view()).unwrap(),
+            typed.derive(&n.view()).unwrap()
+        );
+        // An absent header and an empty header differ.
+        let h = fp(&["header:X-A"]);
+        assert_ne!(
+            h.derive(&Req::new("").view()).unwrap(),
+            h.derive(&Req::new("").header("X-A", "").view()).unwrap()
+        );
+    }
+
+    #[test]
+    fn fingerprint_errors_name_the_part() {
+        let rule = fp(&["json:/order_id"]);
+        assert!(matches!(
+            rule.derive(&Req::new("{not json").view()),
+            Err(KeyError::MalformedJson(_))
+        ));
+        let e = rule.derive(&Req::new(r#"{"id": 1}"#).view()).unwrap_err();
+        assert_eq!(e, KeyError::MissingPart("json:/order_id".into()));
+        assert!(e.to_string().contains("json:/order_id"));
+    }
+
+    #[test]
+    fn request_hash_covers_method_path_query_body_and_listed_headers() {
+        let base = Req::new("{}");
+        let h = request_hash(&base.view(), &[]);
+        let mut q = Req::new("{}");
+        q.query = Some("a=1".into());
+        assert_ne!(h, request_hash(&q.view(), &[]));
+        let mut empty_q = Req::new("{}");
+        empty_q.query = Some(String::new());
+        assert_ne!(h, request_hash(&empty_q.view(), &[]));
+        assert_ne!(h, request_hash(&Req::new("{} ").view(), &[]));
+        let mut m = Req::new("{}");
+        m.method = Method::PATCH;
+        assert_ne!(h, request_hash(&m.view(), &[]));
+        let name = HeaderName::from_static("x-amount");
+        let with = Req::new("{}").header("X-Amount", "5");
+        assert_eq!(
+            h,
+            request_hash(&with.view(), &[]),
+            "unlisted headers are ignored"
+        );
+        assert_ne!(
+            request_hash(&with.view(), &[name.clone()]),
+            request_hash(&base.view(), &[name])
+        );
+    }
+
+    #[test]
+    fn scopes_isolate_tenants() {
+        let parts = vec![RequestPart::parse("header:Authorization").unwrap()];
+        let a = Req::new("").header("Authorization", "Bearer a");
+        let b = Req::new("").header("Authorization", "Bearer b");
+        let sa = scope_hash(&parts, &a.view()).unwrap();
+        assert_eq!(sa.len(), 32);
+        assert_ne!(sa, scope_hash(&parts, &b.view()).unwrap());
+        assert_eq!(scope_hash(&[], &a.view()).unwrap(), "-");
+        let ka = store_key("dedupe", "payments", &sa, "k1");
+        let kb = store_key(
+            "dedupe",
+            "payments",
+            &scope_hash(&parts, &b.view()).unwrap(),
+            "k1",
+        );
+        assert_ne!(ka, kb);
+        assert!(ka.starts_with("dedupe:{"), "{ka}");
+        assert!(ka.ends_with(&format!(":payments:{sa}:k1")), "{ka}");
+    }
+
+    #[test]
+    fn store_keys_hash_tag_ignores_braces_in_client_keys() {
+        let k = store_key("p", "r", "-", "{evil}x");
+        let open = k.find('{').unwrap();
+        let close = k[open..].find('}').unwrap() + open;
+        assert_eq!(
+            close - open - 1,
+            12,
+            "the tag is ours, not the client's: {k}"
+        );
+    }
+
+    #[test]
+    fn parts_parse_and_print() {
+        for s in [
+            "method",
+            "path",
+            "query",
+            "body",
+            "header:x-source",
+            "json:/a/0",
+        ] {
+            assert_eq!(RequestPart::parse(s).unwrap().to_string(), s);
+        }
+        assert!(RequestPart::parse("cookie:a").is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! The `dedupe-gateway` binary: parses the command line, sets up logging, loads the
+//! configuration and hands over to the library.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use dedupe_gateway::config::Config;
+use dedupe_gateway::key::KeyRule;
+
+/// Exit status for an unusable configuration (EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(version, about = "A reverse proxy that makes retried HTTP writes safe")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format; default: text on a terminal, json otherwise.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// Configuration file.
+        #[arg(long, env = "DEDUPE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Validate a configuration file and print the routes it defines.
+    Check {
+        /// Configuration file.
+        #[arg(long, env = "DEDUPE_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match load(&config) {
+            Ok(c) => {
+                print_routes(&c);
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        },
+        Command::Run { config: path } => {
+            init_tracing(cli.log_format);
+            let config = match load(&path) {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            match run(config, path) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("dedupe-gateway: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<Config, anyhow::Error> {
+    Config::load(path, |k| std::env::var(k).ok())
+        .with_context(|| format!("invalid configuration {}", path.display()))
+}
+
+fn config_error(e: &anyhow::Error) -> ExitCode {
+    eprintln!("dedupe-gateway: {e:#}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(dedupe_gateway::server::run(config, Some(path)))?;
+    Ok(())
+}
+
+fn init_tracing(format: Option<LogFormat>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let format = format.unwrap_or(if std::io::stderr().is_terminal() {
+        LogFormat::Text
+    } else {
+        LogFormat::Json
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn print_routes(c: &Config) {
+    println!(
+        "configuration ok: listen {}, upstream {}://{}{}, store {:?}",
+        c.server.listen,
+        c.server.upstream.scheme,
+        c.server.upstream.authority,
+        c.server.upstream.base_path,
+        c.store.backend,
+    );
+    if c.routes.is_empty() {
+        println!("no routes: every request is proxied without dedupe");
+    }
+    for r in &c.routes {
+        let methods: Vec<&str> = r.methods.iter().map(|m| m.as_str()).collect();
+        let key = match &r.key {
+            KeyRule::Header { name, required } => format!(
+                "header {name}{}",
+                if *required {
+                    " (required)"
+                } else {
+                    " (optional)"
+                }
+            ),
+            KeyRule::Fingerprint(parts) => {
+                let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
+                format!("fingerprint [{}]", parts.join(", "))
+            }
+        };
+        println!(
+            "route {}: {} {} key={} lease={} window={}",
+            r.name,
+            methods.join(","),
+            r.path.as_str(),
+            key,
+            humantime::format_duration(r.lease),
+            humantime::format_duration(r.window),
+        );
+    }
+}

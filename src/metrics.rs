@@ -1,0 +1,233 @@
+//! Prometheus metrics: counters per route and key outcome, store and upstream figures.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// What the gateway did with one request's key: the label of every request metric and
+/// the `outcome` field of every access-log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    /// Claimed the key and forwarded.
+    won,
+    /// Answered from the stored response.
+    replayed,
+    /// 409: in flight elsewhere.
+    conflict,
+    /// 422: same key, different request.
+    mismatch,
+    /// Took over an expired lease and forwarded.
+    takeover,
+    /// A completion refused because its fence was stale.
+    fenced_out,
+    /// The claim was released after a failure without effect.
+    released,
+    /// The upstream may have acted but did not answer: the claim is kept.
+    outcome_unknown,
+    /// A required key header was absent.
+    missing_key,
+    /// The key header or fingerprint input was unusable.
+    invalid_key,
+    /// The store failed; the route failed closed (503).
+    store_error,
+    /// The store failed; the route failed open and forwarded without dedupe.
+    fail_open,
+    /// Matched a route but carried no optional key: forwarded without dedupe.
+    no_key,
+    /// Matched no route: proxied untouched.
+    passthrough,
+    /// Refused before any key was looked at (framing, size).
+    rejected,
+}
+
+impl Outcome {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::won => "won",
+            Outcome::replayed => "replayed",
+            Outcome::conflict => "conflict",
+            Outcome::mismatch => "mismatch",
+            Outcome::takeover => "takeover",
+            Outcome::fenced_out => "fenced_out",
+            Outcome::released => "released",
+            Outcome::outcome_unknown => "outcome_unknown",
+            Outcome::missing_key => "missing_key",
+            Outcome::invalid_key => "invalid_key",
+            Outcome::store_error => "store_error",
+            Outcome::fail_open => "fail_open",
+            Outcome::no_key => "no_key",
+            Outcome::passthrough => "passthrough",
+            Outcome::rejected => "rejected",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteOutcome {
+    route: String,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteClass {
+    route: String,
+    class: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Every metric the gateway exports, registered once.
+pub struct Metrics {
+    registry: Registry,
+    outcomes: Family<RouteOutcome, Counter>,
+    store_errors: Family<OpLabel, Counter>,
+    upstream_responses: Family<RouteClass, Counter>,
+    upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    store_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
+    inflight: Gauge<i64, AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("dedupe");
+        let outcomes = Family::<RouteOutcome, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests by route and key outcome",
+            outcomes.clone(),
+        );
+        let store_errors = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store operations that failed or timed out",
+            store_errors.clone(),
+        );
+        let upstream_responses = Family::<RouteClass, Counter>::default();
+        registry.register(
+            "upstream_responses",
+            "Upstream responses by route and status class",
+            upstream_responses.clone(),
+        );
+        let upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "upstream_latency_seconds",
+            "Time until the upstream's response head",
+            upstream_latency.clone(),
+        );
+        let store_latency: Family<OpLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "store_latency_seconds",
+            "Store operation latency",
+            store_latency.clone(),
+        );
+        let inflight = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "inflight_claims",
+            "Claims this process holds while their upstream call runs",
+            inflight.clone(),
+        );
+        Self {
+            registry,
+            outcomes,
+            store_errors,
+            upstream_responses,
+            upstream_latency,
+            store_latency,
+            inflight,
+        }
+    }
+
+    /// Counts one key outcome on a route (`-` for no route).
+    pub fn outcome(&self, route: &str, outcome: Outcome) {
+        self.outcomes
+            .get_or_create(&RouteOutcome {
+                route: route.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Records a store operation's latency, and counts it when it failed.
+    pub fn store_op(&self, op: &'static str, took: Duration, ok: bool) {
+        self.store_latency
+            .get_or_create(&OpLabel { op })
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.store_errors.get_or_create(&OpLabel { op }).inc();
+        }
+    }
+
+    /// Records an upstream response head.
+    pub fn upstream(&self, route: &str, status: u16, took: Duration) {
+        let class = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.upstream_responses
+            .get_or_create(&RouteClass {
+                route: route.to_owned(),
+                class,
+            })
+            .inc();
+        self.upstream_latency
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A claim is now held by this process.
+    pub fn claim_held(&self) -> InflightGuard<'_> {
+        self.inflight.inc();
+        InflightGuard(&self.inflight)
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Decrements the in-flight gauge when the claim's work ends, however it ends.
+pub struct InflightGuard<'a>(&'a Gauge<i64, AtomicI64>);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

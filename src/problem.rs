@@ -1,0 +1,292 @@
+//! The one place an error becomes a response: RFC 9457 `application/problem+json` with a
+//! stable `type` and `title`. The client gets a short, stable message; the cause goes to
+//! the log at the point the error is made.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
+use serde::Serialize;
+
+use crate::key::KeyError;
+use crate::record::StoredBody;
+use crate::{full, Body, REPLAYED};
+
+/// Every error the gateway answers itself.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Both `Content-Length` and `Transfer-Encoding` (request smuggling risk).
+    #[error("request has both Content-Length and Transfer-Encoding")]
+    AmbiguousFraming,
+    /// The request body exceeds `server.max_body`.
+    #[error("request body exceeds {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// The request body could not be read.
+    #[error("request body could not be read")]
+    BodyUnreadable,
+    /// The request body did not arrive within `server.body_read_timeout`.
+    #[error("request body timed out")]
+    BodyTimeout,
+    /// Admin: missing or wrong bearer token.
+    #[error("admin token missing or wrong")]
+    Unauthorized,
+    /// Admin: no such route, record or endpoint.
+    #[error("not found")]
+    NotFound,
+    /// Admin: a request the admin API cannot use.
+    #[error("{0}")]
+    BadAdminRequest(String),
+    /// No usable idempotency key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// Same key, different request.
+    #[error("idempotency key reused with a different request")]
+    Mismatch,
+    /// The first request with this key is still in flight.
+    #[error("a request with this idempotency key is in flight")]
+    Conflict {
+        /// Lease time left.
+        retry_after: Duration,
+    },
+    /// The store failed and the route fails closed.
+    #[error("dedupe store unavailable")]
+    StoreUnavailable,
+    /// The upstream could not be reached; nothing was sent.
+    #[error("upstream unreachable")]
+    UpstreamConnect,
+    /// The upstream did not answer in time.
+    #[error("upstream timed out")]
+    UpstreamTimeout,
+    /// The upstream's connection broke, or its response broke off.
+    #[error("upstream response broken")]
+    UpstreamBroken,
+    /// The key completed, but its response body was not stored.
+    #[error("original response not stored")]
+    ReplayUnavailable {
+        /// The original status.
+        status: StatusCode,
+        /// Why the body is missing.
+        body: StoredBody,
+    },
+    /// A stored record could not be decoded or belongs to another key.
+    #[error("stored record unusable")]
+    CorruptRecord,
+    /// A bug: a task panicked.
+    #[error("internal error")]
+    Internal,
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    title: &'a str,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+impl GatewayError {
+    /// Status, problem type suffix and title: the stable part of the contract.
+    fn describe(&self) -> (StatusCode, &'static str, &'static str) {
+        use GatewayError::*;
+        match self {
+            AmbiguousFraming => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous-framing",
+                "Request has both Content-Length and Transfer-Encoding",
+            ),
+            BodyTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+            ),
+            BodyUnreadable => (
+                StatusCode::BAD_REQUEST,
+                "body-unreadable",
+                "Request body could not be read",
+            ),
+            BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body timed out",
+            ),
+            Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Admin token missing or wrong",
+            ),
+            NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            BadAdminRequest(_) => (
+                StatusCode::BAD_REQUEST,
+                "bad-admin-request",
+                "Bad admin request",
+            ),
+            Key(KeyError::Missing { .. }) => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-missing",
+                "Idempotency key missing",
+            ),
+            Key(KeyError::Invalid { .. }) => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-key-invalid",
+                "Idempotency key invalid",
+            ),
+            Key(KeyError::MalformedJson(_)) => (
+                StatusCode::BAD_REQUEST,
+                "malformed-json",
+                "Request body is not valid JSON",
+            ),
+            Key(KeyError::MissingPart(_)) => (
+                StatusCode::BAD_REQUEST,
+                "fingerprint-part-missing",
+                "Request lacks a fingerprint part",
+            ),
+            Mismatch => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused with a different request",
+            ),
+            Conflict { .. } => (
+                StatusCode::CONFLICT,
+                "request-in-flight",
+                "A request with this idempotency key is still in flight",
+            ),
+            StoreUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Dedupe store unavailable",
+            ),
+            UpstreamConnect => (
+                StatusCode::BAD_GATEWAY,
+                "upstream-unreachable",
+                "Upstream unreachable",
+            ),
+            UpstreamTimeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                "Upstream timed out",
+            ),
+            UpstreamBroken => (
+                StatusCode::BAD_GATEWAY,
+                "upstream-broken",
+                "Upstream response broken",
+            ),
+            ReplayUnavailable { status, .. } => (
+                *status,
+                "response-not-stored",
+                "Request already executed; its response was not stored",
+            ),
+            CorruptRecord => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "record-unusable",
+                "Stored response unusable",
+            ),
+            Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal gateway error",
+            ),
+        }
+    }
+
+    /// Client-safe detail: only for errors the client caused and can fix.
+    fn detail(&self) -> Option<String> {
+        match self {
+            GatewayError::Key(e) => Some(e.to_string()),
+            GatewayError::BadAdminRequest(e) => Some(e.clone()),
+            GatewayError::BodyTooLarge { limit } => {
+                Some(format!("this route buffers at most {limit} bytes"))
+            }
+            GatewayError::ReplayUnavailable { body, .. } => Some(
+                match body {
+                    StoredBody::TooLarge => "the original response body was larger than this route stores; the request was executed once and will not be executed again",
+                    _ => "the upstream's original response broke off; the request was executed once and will not be executed again",
+                }
+                .to_owned(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.describe().0
+    }
+
+    /// The problem+json response.
+    pub fn to_response(&self) -> Response<Body> {
+        let (status, kind, title) = self.describe();
+        let kind = format!("urn:dedupe-gateway:problem:{kind}");
+        let problem = Problem {
+            kind: &kind,
+            title,
+            status: status.as_u16(),
+            detail: self.detail(),
+        };
+        // Serialising a struct of strings and an integer cannot fail.
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut resp = Response::new(full(Bytes::from(body)));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match self {
+            GatewayError::Conflict { retry_after } => {
+                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                resp.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            }
+            GatewayError::StoreUnavailable => {
+                resp.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            GatewayError::Unauthorized => {
+                resp.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+            }
+            GatewayError::ReplayUnavailable { .. } => {
+                resp.headers_mut()
+                    .insert(REPLAYED.clone(), HeaderValue::from_static("true"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_rounds_retry_after_up() {
+        let r = GatewayError::Conflict {
+            retry_after: Duration::from_millis(1500),
+        }
+        .to_response();
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert_eq!(r.headers()[RETRY_AFTER], "2");
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        let r = GatewayError::Conflict {
+            retry_after: Duration::from_millis(10),
+        }
+        .to_response();
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn key_errors_name_the_part_to_the_client() {
+        let e = GatewayError::Key(KeyError::MissingPart("json:/order_id".into()));
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert!(e.detail().unwrap().contains("json:/order_id"));
+        assert!(GatewayError::UpstreamBroken.detail().is_none());
+    }
+}

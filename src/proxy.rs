@@ -1,0 +1,637 @@
+//! The request path: route, buffer, derive the key, claim it, then forward the one winner
+//! and store its outcome, or answer a duplicate from the store.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, SET_COOKIE, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use tracing::{error, info, warn, Instrument};
+
+use crate::config::{Config, OnError};
+use crate::key::{self, KeyError, RequestView};
+use crate::metrics::{Metrics, Outcome};
+use crate::problem::GatewayError;
+use crate::record::{StoredBody, StoredResponse};
+use crate::route::{self, Route};
+use crate::store::{Claim, ClaimRequest, Completion, Store};
+use crate::upstream::{strip_hop_by_hop, Upstream, UpstreamError};
+use crate::{full, Body, BoxError, REPLAYED};
+
+/// `Idempotency-Key`, forwarded to the upstream with the derived key.
+pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// `Idempotency-Fence`, forwarded to the upstream with the claim's fencing token.
+pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-fence");
+
+/// What a reload swaps: the configuration and the upstream client built from it.
+pub struct Live {
+    /// The validated configuration.
+    pub config: Config,
+    /// The pooled upstream client.
+    pub upstream: Upstream,
+}
+
+/// The gateway: reloadable configuration, the store, the metrics.
+pub struct Gateway {
+    live: RwLock<Arc<Live>>,
+    store: Store,
+    metrics: Metrics,
+}
+
+/// What one request did, for its access-log line and metrics.
+#[derive(Default)]
+struct Trace {
+    route: Option<Arc<str>>,
+    outcome: Option<Outcome>,
+    finish: Option<Outcome>,
+    fence: Option<u64>,
+    upstream: Option<Duration>,
+    key: Option<String>,
+    scope: Option<String>,
+}
+
+impl Gateway {
+    /// A gateway over a validated config and a store.
+    pub fn new(config: Config, store: Store) -> Arc<Self> {
+        let upstream = Upstream::new(&config.server);
+        Arc::new(Self {
+            live: RwLock::new(Arc::new(Live { config, upstream })),
+            store,
+            metrics: Metrics::new(),
+        })
+    }
+
+    /// The configuration in force now.
+    pub fn live(&self) -> Arc<Live> {
+        // A panic cannot happen while the lock is held (it only swaps an Arc).
+        self.live
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies a new configuration to new requests. Returns the settings that changed but
+    /// only take effect after a restart (listeners and store).
+    pub fn reload(&self, config: Config) -> Vec<&'static str> {
+        let old = self.live();
+        let mut restart = Vec::new();
+        if old.config.server.listen != config.server.listen {
+            restart.push("server.listen");
+        }
+        if old.config.admin.as_ref().map(|a| a.listen) != config.admin.as_ref().map(|a| a.listen) {
+            restart.push("admin.listen");
+        }
+        if old.config.store != config.store {
+            restart.push("store");
+        }
+        if old.config.server.max_header_bytes != config.server.max_header_bytes
+            || old.config.server.header_read_timeout != config.server.header_read_timeout
+        {
+            restart.push("server.max_header_bytes / server.header_read_timeout");
+        }
+        let upstream = Upstream::new(&config.server);
+        let mut config = config;
+        // Keep what needs a restart as it is, so the admin port and metrics tell the truth.
+        config.server.listen = old.config.server.listen;
+        config.store = old.config.store.clone();
+        if let (Some(new), Some(old)) = (config.admin.as_mut(), old.config.admin.as_ref()) {
+            new.listen = old.listen;
+        }
+        *self
+            .live
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(Live { config, upstream });
+        restart
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Handles one client request. Never fails: errors become problem+json responses.
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+    ) -> Response<Body> {
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+            route = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let mut t = Trace::default();
+        let result = self
+            .dispatch(self.live(), req, remote, &mut t)
+            .instrument(span.clone())
+            .await;
+        let resp = result.unwrap_or_else(|e| e.to_response());
+        let route = t.route.as_deref().unwrap_or("-");
+        let outcome = t.outcome.unwrap_or(Outcome::rejected);
+        self.metrics.outcome(route, outcome);
+        if let Some(finish) = t.finish {
+            self.metrics.outcome(route, finish);
+        }
+        span.record("route", route);
+        span.record("outcome", outcome.as_str());
+        span.in_scope(|| {
+            info!(
+                target: "dedupe_gateway::access",
+                route,
+                outcome = outcome.as_str(),
+                finish = t.finish.map(Outcome::as_str),
+                status = resp.status().as_u16(),
+                fence = t.fence,
+                upstream_ms = t.upstream.map(|d| d.as_secs_f64() * 1000.0),
+                total_ms = started.elapsed().as_secs_f64() * 1000.0,
+                key = t.key.as_deref(),
+                scope = t.scope.as_deref(),
+                "request"
+            )
+        });
+        resp
+    }
+
+    async fn dispatch(
+        self: &Arc<Self>,
+        live: Arc<Live>,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+        t: &mut Trace,
+    ) -> Result<Response<Body>, GatewayError> {
+        if req.headers().contains_key(CONTENT_LENGTH)
+            && req.headers().contains_key(TRANSFER_ENCODING)
+        {
+            t.outcome = Some(Outcome::rejected);
+            return Err(GatewayError::AmbiguousFraming);
+        }
+        let Some(route_idx) = route::find(&live.config.routes, req.method(), req.uri().path())
+        else {
+            t.outcome = Some(Outcome::passthrough);
+            let req = req.map(|b| b.map_err(BoxError::from).boxed());
+            return self.forward(&live, req, remote, "-", t).await;
+        };
+        let route = &live.config.routes[route_idx];
+        t.route = Some(route.name.clone());
+        let (parts, body) = req.into_parts();
+        let body = read_body(body, &parts, &live.config)
+            .await
+            .inspect_err(|_| {
+                t.outcome = Some(Outcome::rejected);
+            })?;
+        let view = RequestView {
+            method: &parts.method,
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body: &body,
+        };
+        let derived = route
+            .key
+            .derive(&view)
+            .and_then(|key| Ok((key, key::scope_hash(&route.scope, &view)?)));
+        let (key, scope) = match derived {
+            Ok((Some(key), scope)) => (key, scope),
+            Ok((None, _)) => {
+                t.outcome = Some(Outcome::no_key);
+                let req = Request::from_parts(parts, full(body));
+                return self.forward(&live, req, remote, &route.name, t).await;
+            }
+            Err(e) => {
+                t.outcome = Some(match e {
+                    KeyError::Missing { .. } => Outcome::missing_key,
+                    _ => Outcome::invalid_key,
+                });
+                return Err(e.into());
+            }
+        };
+        let request_hash = key::request_hash(&view, &route.hash_headers);
+        let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+        t.key = Some(key.clone());
+        t.scope = Some(scope);
+
+        let started = Instant::now();
+        let claim = self
+            .store
+            .claim(ClaimRequest {
+                key: &store_key,
+                request_hash: &request_hash,
+                lease: route.lease,
+                window: route.window,
+            })
+            .await;
+        self.metrics
+            .store_op("claim", started.elapsed(), claim.is_ok());
+        match claim {
+            Err(e) => match route.on_error {
+                OnError::FailClosed => {
+                    error!(error = %e, key, "store claim failed; failing closed (503)");
+                    t.outcome = Some(Outcome::store_error);
+                    Err(GatewayError::StoreUnavailable)
+                }
+                OnError::FailOpen => {
+                    warn!(error = %e, key, "store claim failed; failing open: forwarding without dedupe");
+                    t.outcome = Some(Outcome::fail_open);
+                    let req = Request::from_parts(parts, full(body));
+                    self.forward(&live, req, remote, &route.name, t).await
+                }
+            },
+            Ok(Claim::Replay(record)) => {
+                t.outcome = Some(Outcome::replayed);
+                replay(&record, &store_key)
+            }
+            Ok(Claim::Conflict { retry_after }) => {
+                t.outcome = Some(Outcome::conflict);
+                Err(GatewayError::Conflict { retry_after })
+            }
+            Ok(Claim::Mismatch) => {
+                t.outcome = Some(Outcome::mismatch);
+                Err(GatewayError::Mismatch)
+            }
+            Ok(Claim::Won { fence, takeover }) => {
+                t.outcome = Some(if takeover {
+                    Outcome::takeover
+                } else {
+                    Outcome::won
+                });
+                t.fence = Some(fence);
+                if takeover {
+                    info!(
+                        key,
+                        fence, "previous lease expired without an outcome; taking over"
+                    );
+                }
+                let winner = Winner {
+                    gateway: self.clone(),
+                    live: live.clone(),
+                    route: route_idx,
+                    key,
+                    store_key,
+                    fence,
+                    remote,
+                };
+                // The winner runs in its own task: a client that hangs up must not abandon a
+                // claim whose upstream call is under way, or the outcome would be lost.
+                let task = tokio::spawn(winner.run(parts, body).in_current_span());
+                match task.await {
+                    Ok((result, report)) => {
+                        t.finish = report.finish;
+                        t.upstream = report.upstream;
+                        result
+                    }
+                    Err(e) => {
+                        error!(error = %e, "winner task failed");
+                        Err(GatewayError::Internal)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forwards without dedupe, streaming both ways.
+    async fn forward(
+        &self,
+        live: &Live,
+        req: Request<Body>,
+        remote: SocketAddr,
+        route: &str,
+        t: &mut Trace,
+    ) -> Result<Response<Body>, GatewayError> {
+        let req = live.upstream.prepare(req, remote);
+        let started = Instant::now();
+        let sent =
+            tokio::time::timeout(live.config.server.upstream_timeout, live.upstream.send(req))
+                .await;
+        match sent {
+            Err(_) => {
+                warn!("upstream timed out");
+                Err(GatewayError::UpstreamTimeout)
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "upstream request failed");
+                Err(match e {
+                    UpstreamError::Connect(_) => GatewayError::UpstreamConnect,
+                    UpstreamError::Broken(_) => GatewayError::UpstreamBroken,
+                })
+            }
+            Ok(Ok(resp)) => {
+                t.upstream = Some(started.elapsed());
+                self.metrics
+                    .upstream(route, resp.status().as_u16(), started.elapsed());
+                Ok(stream_response(resp))
+            }
+        }
+    }
+}
+
+/// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
+async fn read_body(body: Incoming, parts: &Parts, config: &Config) -> Result<Bytes, GatewayError> {
+    let limit = config.server.max_body;
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(GatewayError::BodyTooLarge { limit });
+    }
+    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+    match tokio::time::timeout(config.server.body_read_timeout, limited.collect()).await {
+        Err(_) => Err(GatewayError::BodyTimeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(GatewayError::BodyTooLarge { limit })
+        }
+        Ok(Err(e)) => {
+            warn!(error = %e, "request body could not be read");
+            Err(GatewayError::BodyUnreadable)
+        }
+    }
+}
+
+/// Answers from a stored record, after checking it was stored under this very key.
+fn replay(record: &Bytes, store_key: &str) -> Result<Response<Body>, GatewayError> {
+    let stored = StoredResponse::decode(record, store_key).map_err(|e| {
+        error!(error = %e, store_key, "stored record unusable; refusing to replay it");
+        GatewayError::CorruptRecord
+    })?;
+    match stored.body {
+        StoredBody::Stored(body) => {
+            let mut resp = Response::new(full(body));
+            *resp.status_mut() = stored.status;
+            *resp.headers_mut() = stored.headers;
+            resp.headers_mut()
+                .insert(REPLAYED.clone(), HeaderValue::from_static("true"));
+            Ok(resp)
+        }
+        body => Err(GatewayError::ReplayUnavailable {
+            status: stored.status,
+            body,
+        }),
+    }
+}
+
+fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+    let (mut head, body) = resp.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    Response::from_parts(head, body.map_err(BoxError::from).boxed())
+}
+
+/// The request that owns a key, running in its own task.
+struct Winner {
+    gateway: Arc<Gateway>,
+    live: Arc<Live>,
+    route: usize,
+    key: String,
+    store_key: String,
+    fence: u64,
+    remote: SocketAddr,
+}
+
+#[derive(Default)]
+struct Report {
+    finish: Option<Outcome>,
+    upstream: Option<Duration>,
+}
+
+enum Captured {
+    Whole(Bytes),
+    TooLarge(Bytes, Incoming),
+    Broken(String),
+}
+
+impl Winner {
+    /// The route, from the configuration pinned when the request arrived.
+    fn route(&self) -> &Route {
+        &self.live.config.routes[self.route]
+    }
+
+    async fn run(
+        self,
+        parts: Parts,
+        body: Bytes,
+    ) -> (Result<Response<Body>, GatewayError>, Report) {
+        let mut report = Report::default();
+        let result = self.execute(parts, body, &mut report).await;
+        (result, report)
+    }
+
+    async fn execute(
+        &self,
+        parts: Parts,
+        body: Bytes,
+        report: &mut Report,
+    ) -> Result<Response<Body>, GatewayError> {
+        let metrics = &self.gateway.metrics;
+        let _held = metrics.claim_held();
+        let server = &self.live.config.server;
+        let mut req = Request::from_parts(parts, full(body));
+        // A header key is visible ASCII and a fingerprint is hex: both are valid values.
+        if let Ok(v) = HeaderValue::from_str(&self.key) {
+            req.headers_mut().insert(IDEMPOTENCY_KEY.clone(), v);
+        }
+        req.headers_mut()
+            .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(self.fence));
+        let req = self.live.upstream.prepare(req, self.remote);
+
+        let deadline = tokio::time::Instant::now() + server.upstream_timeout;
+        let started = Instant::now();
+        let sent = tokio::time::timeout_at(deadline, self.live.upstream.send(req)).await;
+        let resp = match sent {
+            Err(_) => {
+                warn!(key = %self.key, fence = self.fence,
+                    "upstream did not answer in time: outcome unknown, the claim is kept until its lease expires");
+                report.finish = Some(Outcome::outcome_unknown);
+                return Err(GatewayError::UpstreamTimeout);
+            }
+            Ok(Err(UpstreamError::Connect(e))) => {
+                warn!(error = %e, "upstream unreachable: nothing was sent, releasing the claim");
+                self.release(report).await;
+                return Err(GatewayError::UpstreamConnect);
+            }
+            Ok(Err(UpstreamError::Broken(e))) => {
+                warn!(key = %self.key, fence = self.fence, error = %e,
+                    "upstream connection broke before an answer: outcome unknown, the claim is kept until its lease expires");
+                report.finish = Some(Outcome::outcome_unknown);
+                return Err(GatewayError::UpstreamBroken);
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        report.upstream = Some(started.elapsed());
+        metrics.upstream(
+            &self.route().name,
+            resp.status().as_u16(),
+            started.elapsed(),
+        );
+
+        if resp.status().is_server_error() {
+            // The upstream says it failed: the next retry should execute again.
+            self.release(report).await;
+            return Ok(stream_response(resp));
+        }
+
+        let (mut head, body) = resp.into_parts();
+        strip_hop_by_hop(&mut head.headers);
+        let limit = self.route().max_cached_body;
+        let captured = capture(body, limit, deadline).await;
+        let mut stored_headers = head.headers.clone();
+        stored_headers.remove(SET_COOKIE);
+        let (stored_body, client_body) = match captured {
+            Captured::Whole(bytes) => (StoredBody::Stored(bytes.clone()), Some(full(bytes))),
+            Captured::TooLarge(prefix, rest) => {
+                info!(
+                    limit,
+                    "response body larger than max_cached_body: stored without its body"
+                );
+                (
+                    StoredBody::TooLarge,
+                    Some(
+                        Prefixed {
+                            prefix: Some(prefix),
+                            rest,
+                        }
+                        .map_err(BoxError::from)
+                        .boxed(),
+                    ),
+                )
+            }
+            Captured::Broken(reason) => {
+                warn!(key = %self.key, fence = self.fence, reason,
+                    "upstream answered but its body broke off: stored as executed without a replayable body");
+                (StoredBody::Incomplete, None)
+            }
+        };
+        let record = StoredResponse {
+            status: head.status,
+            headers: stored_headers,
+            body: stored_body,
+        }
+        .encode(&self.store_key);
+        self.complete(record, report).await;
+        match client_body {
+            Some(body) => Ok(Response::from_parts(head, body)),
+            None => Err(GatewayError::UpstreamBroken),
+        }
+    }
+
+    async fn complete(&self, record: Bytes, report: &mut Report) {
+        let started = Instant::now();
+        let window = self.route().window;
+        let done = self
+            .gateway
+            .store
+            .complete(&self.store_key, self.fence, record, window)
+            .await;
+        self.gateway
+            .metrics
+            .store_op("complete", started.elapsed(), done.is_ok());
+        match done {
+            Ok(Completion::Completed) => {}
+            Ok(Completion::Fenced) => {
+                warn!(key = %self.key, fence = self.fence,
+                    "completion refused: the key was taken over under a newer fence; this response reached its client only");
+                report.finish = Some(Outcome::fenced_out);
+            }
+            Err(e) => {
+                error!(key = %self.key, fence = self.fence, error = %e,
+                    "could not store the response: a retry after the lease expires will execute again");
+                report.finish = Some(Outcome::store_error);
+            }
+        }
+    }
+
+    async fn release(&self, report: &mut Report) {
+        let started = Instant::now();
+        let window = self.route().window;
+        let released = self
+            .gateway
+            .store
+            .release(&self.store_key, self.fence, window)
+            .await;
+        self.gateway
+            .metrics
+            .store_op("release", started.elapsed(), released.is_ok());
+        match released {
+            Ok(true) => report.finish = Some(Outcome::released),
+            Ok(false) => {
+                warn!(key = %self.key, fence = self.fence, "release refused: the key was taken over under a newer fence");
+                report.finish = Some(Outcome::fenced_out);
+            }
+            Err(e) => {
+                error!(key = %self.key, fence = self.fence, error = %e,
+                    "could not release the claim: retries get 409 until its lease expires");
+                report.finish = Some(Outcome::store_error);
+            }
+        }
+    }
+}
+
+/// Reads the upstream body until it ends, passes `limit`, breaks, or the deadline passes.
+async fn capture(mut body: Incoming, limit: u64, deadline: tokio::time::Instant) -> Captured {
+    let mut buf = BytesMut::new();
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Captured::Broken("timed out reading the body".to_owned()),
+            Ok(None) => return Captured::Whole(buf.freeze()),
+            Ok(Some(Err(e))) => return Captured::Broken(e.to_string()),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                    if buf.len() as u64 > limit {
+                        return Captured::TooLarge(buf.freeze(), body);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A body that yields an already-read prefix, then the rest of the upstream's stream.
+struct Prefixed {
+    prefix: Option<Bytes>,
+    rest: Incoming,
+}
+
+impl HttpBody for Prefixed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        let n = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        hint.set_lower(hint.lower() + n);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + n);
+        }
+        hint
+    }
+}

@@ -1,0 +1,224 @@
+//! The encoding of stored responses: what a replay needs (status, headers, body) plus the
+//! key it was stored under, in a compact length-prefixed binary form. Pure; unit-tested here.
+//!
+//! Layout (all integers big-endian):
+//! `"DGR1"` | key: u16 len + bytes | status: u16 | body state: u8 |
+//! header count: u16 | per header: u16 name len + name + u32 value len + value |
+//! body: u32 len + bytes (only when the body state is "stored").
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
+
+const MAGIC: &[u8; 4] = b"DGR1";
+
+/// What happened to the upstream's body when the record was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// The whole body, replayed byte for byte.
+    Stored(Bytes),
+    /// Larger than the route's `max_cached_body`: delivered to the first client only.
+    TooLarge,
+    /// The upstream answered but its body broke off or timed out: the effect happened,
+    /// the response cannot be replayed.
+    Incomplete,
+}
+
+/// An upstream response as stored for replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// Upstream status.
+    pub status: StatusCode,
+    /// Upstream headers, minus hop-by-hop headers and `Set-Cookie`.
+    pub headers: HeaderMap,
+    /// Upstream body.
+    pub body: StoredBody,
+}
+
+/// Why a stored record could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Truncated, wrong magic, or a field out of range.
+    #[error("stored record is corrupt: {0}")]
+    Corrupt(&'static str),
+    /// The record belongs to another key: never replay it.
+    #[error("stored record belongs to another key")]
+    WrongKey,
+}
+
+impl StoredResponse {
+    /// Encodes the response under `key`.
+    pub fn encode(&self, key: &str) -> Bytes {
+        let body_len = match &self.body {
+            StoredBody::Stored(b) => b.len(),
+            _ => 0,
+        };
+        let headers_len: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| 6 + n.as_str().len() + v.len())
+            .sum();
+        let mut out = BytesMut::with_capacity(4 + 2 + key.len() + 5 + headers_len + 4 + body_len);
+        out.put_slice(MAGIC);
+        put_u16_bytes(&mut out, key.as_bytes());
+        out.put_u16(self.status.as_u16());
+        out.put_u8(match self.body {
+            StoredBody::Stored(_) => 0,
+            StoredBody::TooLarge => 1,
+            StoredBody::Incomplete => 2,
+        });
+        let count = self.headers.len().min(u16::MAX as usize);
+        out.put_u16(count as u16);
+        for (name, value) in self.headers.iter().take(count) {
+            put_u16_bytes(&mut out, name.as_str().as_bytes());
+            out.put_u32(value.len() as u32);
+            out.put_slice(value.as_bytes());
+        }
+        if let StoredBody::Stored(b) = &self.body {
+            out.put_u32(b.len() as u32);
+            out.put_slice(b);
+        }
+        out.freeze()
+    }
+
+    /// Decodes a record, refusing it unless it was stored under `expected_key`.
+    /// The body is a zero-copy slice of `bytes`.
+    pub fn decode(bytes: &Bytes, expected_key: &str) -> Result<Self, RecordError> {
+        let mut r = Reader { buf: bytes, pos: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(RecordError::Corrupt("bad magic"));
+        }
+        let key_len = r.u16()? as usize;
+        if r.take(key_len)? != expected_key.as_bytes() {
+            return Err(RecordError::WrongKey);
+        }
+        let status =
+            StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
+        let state = r.u8()?;
+        let count = r.u16()? as usize;
+        let mut headers = HeaderMap::with_capacity(count);
+        for _ in 0..count {
+            let name_len = r.u16()? as usize;
+            let name = HeaderName::from_bytes(r.take(name_len)?)
+                .map_err(|_| RecordError::Corrupt("bad header name"))?;
+            let value_len = r.u32()? as usize;
+            let value = HeaderValue::from_bytes(r.take(value_len)?)
+                .map_err(|_| RecordError::Corrupt("bad header value"))?;
+            headers.append(name, value);
+        }
+        let body = match state {
+            0 => {
+                let len = r.u32()? as usize;
+                let start = r.pos;
+                r.take(len)?;
+                StoredBody::Stored(bytes.slice(start..start + len))
+            }
+            1 => StoredBody::TooLarge,
+            2 => StoredBody::Incomplete,
+            _ => return Err(RecordError::Corrupt("bad body state")),
+        };
+        if r.pos != bytes.len() {
+            return Err(RecordError::Corrupt("trailing bytes"));
+        }
+        Ok(Self {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+fn put_u16_bytes(out: &mut BytesMut, b: &[u8]) {
+    // Keys are at most 255 bytes plus a bounded namespace; header names are short.
+    let len = b.len().min(u16::MAX as usize);
+    out.put_u16(len as u16);
+    out.put_slice(&b[..len]);
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(RecordError::Corrupt("truncated"))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, RecordError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, RecordError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(body: StoredBody) -> StoredResponse {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.append("x-multi", HeaderValue::from_static("1"));
+        headers.append("x-multi", HeaderValue::from_static("2"));
+        StoredResponse {
+            status: StatusCode::CREATED,
+            headers,
+            body,
+        }
+    }
+
+    #[test]
+    fn round_trips_every_body_state() {
+        for body in [
+            StoredBody::Stored(Bytes::from_static(b"{\"id\":1}")),
+            StoredBody::Stored(Bytes::new()),
+            StoredBody::TooLarge,
+            StoredBody::Incomplete,
+        ] {
+            let r = sample(body);
+            let enc = r.encode("dedupe:{x}:r:-:k");
+            assert_eq!(StoredResponse::decode(&enc, "dedupe:{x}:r:-:k").unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn refuses_a_record_of_another_key() {
+        let enc = sample(StoredBody::TooLarge).encode("k1");
+        assert_eq!(
+            StoredResponse::decode(&enc, "k2"),
+            Err(RecordError::WrongKey)
+        );
+        assert_eq!(
+            StoredResponse::decode(&enc, "k"),
+            Err(RecordError::WrongKey)
+        );
+    }
+
+    #[test]
+    fn refuses_corrupt_records_without_panicking() {
+        let enc = sample(StoredBody::Stored(Bytes::from_static(b"hello"))).encode("k");
+        for cut in 0..enc.len() {
+            assert!(
+                StoredResponse::decode(&enc.slice(..cut), "k").is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut extra = enc.to_vec();
+        extra.push(0);
+        assert!(StoredResponse::decode(&Bytes::from(extra), "k").is_err());
+        assert!(StoredResponse::decode(&Bytes::from_static(b"nope"), "k").is_err());
+    }
+}

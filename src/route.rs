@@ -1,0 +1,154 @@
+//! Routes and route matching: which requests are deduped, and with which rule.
+//! Pure: no I/O, unit-tested here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use globset::{Glob, GlobBuilder, GlobMatcher};
+use http::header::HeaderName;
+use http::Method;
+
+use crate::config::{OnConflict, OnError};
+use crate::key::{KeyRule, RequestPart};
+
+/// A path pattern: an exact path, or a glob where `*` matches any run of characters
+/// (slashes included), so `/v1/payments/*` is a prefix match.
+#[derive(Debug, Clone)]
+pub struct PathPattern {
+    source: String,
+    matcher: Option<GlobMatcher>,
+}
+
+impl PathPattern {
+    /// Compiles a pattern; it must start with `/`.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        if !pattern.starts_with('/') {
+            return Err(format!("{pattern:?} must start with '/'"));
+        }
+        let is_glob = pattern.contains(['*', '?', '[', '{']);
+        let matcher = if is_glob {
+            let glob: Glob = GlobBuilder::new(pattern)
+                .literal_separator(false)
+                .build()
+                .map_err(|e| format!("{pattern:?} is not a valid path pattern: {e}"))?;
+            Some(glob.compile_matcher())
+        } else {
+            None
+        };
+        Ok(Self {
+            source: pattern.to_owned(),
+            matcher,
+        })
+    }
+
+    /// Whether a request path (without query) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        match &self.matcher {
+            Some(m) => m.is_match(path),
+            None => self.source == path,
+        }
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+}
+
+/// One validated `[[routes]]` entry.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Unique name; part of every stored key and every metric label.
+    pub name: Arc<str>,
+    /// Methods deduped here; other methods on the path pass through.
+    pub methods: Vec<Method>,
+    /// Which paths.
+    pub path: PathPattern,
+    /// Where the idempotency key comes from.
+    pub key: KeyRule,
+    /// Request parts whose hash namespaces the key (tenant isolation).
+    pub scope: Vec<RequestPart>,
+    /// Extra headers folded into the request hash.
+    pub hash_headers: Vec<HeaderName>,
+    /// How long an in-flight claim is honoured.
+    pub lease: Duration,
+    /// How long a completed key is remembered.
+    pub window: Duration,
+    /// Largest upstream body stored for replay.
+    pub max_cached_body: u64,
+    /// What an in-flight duplicate gets.
+    pub on_conflict: OnConflict,
+    /// What happens when the store fails.
+    pub on_error: OnError,
+}
+
+/// The index of the first route (in file order) whose path matches, if its methods include
+/// the request's. A request matching a route's path but not its methods matches nothing:
+/// it passes through untouched rather than falling to a later route.
+pub fn find(routes: &[Route], method: &Method, path: &str) -> Option<usize> {
+    routes
+        .iter()
+        .position(|r| r.path.matches(path))
+        .filter(|&i| routes[i].methods.contains(method))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn routes() -> Vec<Route> {
+        Config::from_toml(include_str!("../config/example.toml"))
+            .unwrap()
+            .routes
+    }
+
+    fn name(method: Method, path: &str) -> Option<String> {
+        let routes = routes();
+        find(&routes, &method, path).map(|i| routes[i].name.to_string())
+    }
+
+    #[test]
+    fn exact_and_prefix_paths() {
+        assert_eq!(
+            name(Method::POST, "/v1/payments/42").as_deref(),
+            Some("payments")
+        );
+        assert_eq!(
+            name(Method::POST, "/v1/payments/42/refunds").as_deref(),
+            Some("payments")
+        );
+        assert_eq!(name(Method::POST, "/v1/payments"), None);
+        assert_eq!(name(Method::POST, "/v1/paymentsX"), None);
+        assert_eq!(
+            name(Method::POST, "/webhooks/shopify").as_deref(),
+            Some("shopify-orders")
+        );
+        assert_eq!(
+            name(Method::POST, "/webhooks/stripe").as_deref(),
+            Some("generic-webhooks")
+        );
+        assert_eq!(name(Method::POST, "/other"), None);
+    }
+
+    #[test]
+    fn first_match_wins_and_methods_filter_it() {
+        // `/webhooks/shopify` matches shopify-orders first; a GET there matches nothing
+        // rather than falling through to generic-webhooks.
+        assert_eq!(name(Method::GET, "/webhooks/shopify"), None);
+        assert_eq!(
+            name(Method::PATCH, "/v1/payments/1").as_deref(),
+            Some("payments")
+        );
+        assert_eq!(name(Method::GET, "/v1/payments/1"), None);
+    }
+
+    #[test]
+    fn patterns_must_be_absolute_and_valid() {
+        assert!(PathPattern::new("v1").is_err());
+        assert!(PathPattern::new("/a/[").is_err());
+        let p = PathPattern::new("/a/*/b").unwrap();
+        assert!(p.matches("/a/x/b"));
+        assert!(!p.matches("/a/x/c"));
+    }
+}

@@ -1,0 +1,209 @@
+//! Listeners, connections and the process lifecycle: serve until a signal, then drain.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, error, info, warn};
+
+use crate::config::{Config, ConfigError};
+use crate::proxy::Gateway;
+use crate::store::{Store, StoreError};
+
+/// Why the gateway could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The store could not be set up.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A signal handler could not be installed.
+    #[error("signal handler: {0}")]
+    Signal(io::Error),
+}
+
+/// The bound sockets.
+pub struct Listeners {
+    /// The public port.
+    pub public: TcpListener,
+    /// The admin port, when configured.
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds what the config asks for.
+    pub async fn bind(config: &Config) -> Result<Self, RunError> {
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::Bind { addr, source })
+        };
+        let public = bind(config.server.listen).await?;
+        let admin = match &config.admin {
+            Some(a) => Some(bind(a.listen).await?),
+            None => None,
+        };
+        Ok(Self { public, admin })
+    }
+}
+
+/// Runs the gateway as a process: binds, serves, reloads on SIGHUP, drains on
+/// SIGTERM/SIGINT. `config_path` is re-read on SIGHUP.
+pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
+    let listeners = Listeners::bind(&config).await?;
+    let store = Store::from_config(&config.store)?;
+    let gateway = Gateway::new(config, store);
+
+    if let Some(path) = config_path {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(RunError::Signal)?;
+        let gw = gateway.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                reload(&gw, &path);
+            }
+        });
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(RunError::Signal)?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: draining"),
+            _ = tokio::signal::ctrl_c() => info!("SIGINT: draining"),
+        }
+    };
+    serve(gateway, listeners, shutdown).await;
+    Ok(())
+}
+
+fn reload(gateway: &Gateway, path: &std::path::Path) {
+    match Config::load(path, |k| std::env::var(k).ok()) {
+        Ok(config) => {
+            let routes = config.routes.len();
+            let restart = gateway.reload(config);
+            info!(routes, "SIGHUP: configuration reloaded");
+            for setting in restart {
+                warn!(setting, "changed setting takes effect only after a restart");
+            }
+        }
+        Err(e) => report_reload_error(&e),
+    }
+}
+
+fn report_reload_error(e: &ConfigError) {
+    error!(error = %e, "SIGHUP: configuration refused; the old configuration stays in force");
+}
+
+/// Serves both listeners until `shutdown` resolves, then stops accepting and lets in-flight
+/// requests finish within `server.shutdown_grace`. Tests call this with port-0 listeners.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) {
+    let live = gateway.live();
+    let server = &live.config.server;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(server.header_read_timeout)
+        .max_buf_size(server.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(server.max_header_bytes as u32);
+    let grace = server.shutdown_grace;
+    drop(live);
+
+    if let Ok(addr) = listeners.public.local_addr() {
+        info!(addr = %addr, backend = gateway.store().backend_name(), "public listener ready");
+    }
+    if let Some(Ok(addr)) = listeners.admin.as_ref().map(TcpListener::local_addr) {
+        info!(addr = %addr, "admin listener ready");
+    }
+
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listeners.public.accept() => {
+                let Some((stream, remote)) = accepted_or_log(accepted).await else { continue };
+                let gw = gateway.clone();
+                let svc = service_fn(move |req| {
+                    let gw = gw.clone();
+                    async move { Ok::<_, Infallible>(gw.handle(req, remote).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(error = %e, %remote, "client connection ended with an error");
+                    }
+                });
+            }
+            accepted = accept_admin(listeners.admin.as_ref()) => {
+                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
+                let gw = gateway.clone();
+                let svc = service_fn(move |req| {
+                    let gw = gw.clone();
+                    async move { Ok::<_, Infallible>(crate::admin::handle(gw, req).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listeners);
+    let open = graceful.count();
+    info!(open, grace = ?grace, "stopped accepting; draining in-flight requests");
+    tokio::select! {
+        _ = graceful.shutdown() => info!("drained"),
+        _ = tokio::time::sleep(grace) => warn!(
+            "shutdown grace elapsed: cutting off requests still in flight; their claims stay until their leases expire"
+        ),
+    }
+}
+
+async fn accept_admin(admin: Option<&TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
+    match admin {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn accepted_or_log(
+    accepted: io::Result<(TcpStream, SocketAddr)>,
+) -> Option<(TcpStream, SocketAddr)> {
+    match accepted {
+        Ok((stream, remote)) => {
+            let _ = stream.set_nodelay(true);
+            Some((stream, remote))
+        }
+        Err(e) => {
+            // Out of file descriptors and similar: back off instead of spinning.
+            warn!(error = %e, "accept failed");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            None
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The embedded store: records in sharded maps behind short critical sections.
+//! Protects one gateway process; several replicas need Redis.
+
+use std::collections::hash_map::{DefaultHasher, Entry as MapEntry};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{Claim, ClaimRequest, Completion, RecordInfo, RecordState, StoreError};
+
+const SHARDS: usize = 32;
+/// A shard sweeps out expired records once it has grown past this many since its last sweep.
+const MIN_SWEEP: usize = 256;
+
+#[derive(Debug)]
+struct Record {
+    state: RecordState,
+    fence: u64,
+    request_hash: [u8; 32],
+    lease_until: Instant,
+    expires_at: Instant,
+    response: Option<Bytes>,
+}
+
+#[derive(Default)]
+struct Shard {
+    records: HashMap<String, Record>,
+    sweep_at: usize,
+}
+
+impl Shard {
+    /// Amortised expiry: a shard sweeps when it has doubled since its last sweep, so
+    /// unique keys cannot grow memory past twice the live records.
+    fn maybe_sweep(&mut self, now: Instant, live: &AtomicUsize) {
+        if self.records.len() < self.sweep_at.max(MIN_SWEEP) {
+            return;
+        }
+        self.sweep(now, live);
+    }
+
+    fn sweep(&mut self, now: Instant, live: &AtomicUsize) {
+        let before = self.records.len();
+        self.records.retain(|_, r| r.expires_at > now);
+        live.fetch_sub(before - self.records.len(), Ordering::Relaxed);
+        self.sweep_at = self.records.len() * 2;
+    }
+}
+
+/// In-process store with the same contract as the Redis backends.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shards: Vec<Mutex<Shard>>,
+    len: AtomicUsize,
+    max_records: usize,
+}
+
+impl MemoryStore {
+    /// A store that refuses new claims (as a store error) past `max_records` live records.
+    pub fn new(max_records: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+                len: AtomicUsize::new(0),
+                max_records,
+            }),
+        }
+    }
+
+    /// Records held, expired ones not yet swept included.
+    pub fn len(&self) -> usize {
+        self.inner.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        let i = (h.finish() as usize) % SHARDS;
+        // A panic while holding a shard lock cannot leave a record half-written (every
+        // critical section assigns whole fields), so a poisoned lock is still usable.
+        self.inner.shards[i]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if self.len() >= self.inner.max_records {
+            // Full: expired records may still be holding places; sweep before refusing.
+            self.sweep();
+        }
+        let now = Instant::now();
+        let mut shard = self.shard(req.key);
+        shard.maybe_sweep(now, &self.inner.len);
+        let lease_until = now + req.lease;
+        let expires_at = now + req.lease + req.window;
+        match shard.records.entry(req.key.to_owned()) {
+            MapEntry::Occupied(mut e) if e.get().expires_at > now => {
+                let r = e.get_mut();
+                if r.state == RecordState::Released {
+                    *r = Record {
+                        state: RecordState::InFlight,
+                        fence: r.fence + 1,
+                        request_hash: *req.request_hash,
+                        lease_until,
+                        expires_at,
+                        response: None,
+                    };
+                    return Ok(Claim::Won {
+                        fence: r.fence,
+                        takeover: false,
+                    });
+                }
+                if r.request_hash != *req.request_hash {
+                    return Ok(Claim::Mismatch);
+                }
+                if r.state == RecordState::Completed {
+                    return Ok(Claim::Replay(r.response.clone().unwrap_or_default()));
+                }
+                if now < r.lease_until {
+                    return Ok(Claim::Conflict {
+                        retry_after: r.lease_until - now,
+                    });
+                }
+                r.fence += 1;
+                r.lease_until = lease_until;
+                r.expires_at = expires_at;
+                Ok(Claim::Won {
+                    fence: r.fence,
+                    takeover: true,
+                })
+            }
+            MapEntry::Occupied(mut e) => {
+                // Expired but not yet swept: the key is new again.
+                e.insert(Record {
+                    state: RecordState::InFlight,
+                    fence: 1,
+                    request_hash: *req.request_hash,
+                    lease_until,
+                    expires_at,
+                    response: None,
+                });
+                Ok(Claim::Won {
+                    fence: 1,
+                    takeover: false,
+                })
+            }
+            MapEntry::Vacant(e) => {
+                if self.inner.len.load(Ordering::Relaxed) >= self.inner.max_records {
+                    return Err(StoreError::Full(self.inner.max_records));
+                }
+                self.inner.len.fetch_add(1, Ordering::Relaxed);
+                e.insert(Record {
+                    state: RecordState::InFlight,
+                    fence: 1,
+                    request_hash: *req.request_hash,
+                    lease_until,
+                    expires_at,
+                    response: None,
+                });
+                Ok(Claim::Won {
+                    fence: 1,
+                    takeover: false,
+                })
+            }
+        }
+    }
+
+    /// Applies `f` to the live in-flight record owned by `fence`, if there is one.
+    fn with_owned(&self, key: &str, fence: u64, f: impl FnOnce(&mut Record, Instant)) -> bool {
+        let now = Instant::now();
+        let mut shard = self.shard(key);
+        match shard.records.get_mut(key) {
+            Some(r)
+                if r.expires_at > now && r.state == RecordState::InFlight && r.fence == fence =>
+            {
+                f(r, now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) async fn complete(
+        &self,
+        key: &str,
+        fence: u64,
+        record: Bytes,
+        window: Duration,
+    ) -> Result<Completion, StoreError> {
+        let done = self.with_owned(key, fence, |r, now| {
+            r.state = RecordState::Completed;
+            r.response = Some(record);
+            r.expires_at = now + window;
+        });
+        Ok(if done {
+            Completion::Completed
+        } else {
+            Completion::Fenced
+        })
+    }
+
+    pub(super) async fn release(
+        &self,
+        key: &str,
+        fence: u64,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with_owned(key, fence, |r, now| {
+            r.state = RecordState::Released;
+            r.expires_at = now + window;
+        }))
+    }
+
+    pub(super) async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
+        let now = Instant::now();
+        let shard = self.shard(key);
+        Ok(shard
+            .records
+            .get(key)
+            .filter(|r| r.expires_at > now)
+            .map(|r| RecordInfo {
+                state: r.state,
+                fence: r.fence,
+                lease_left: (r.state == RecordState::InFlight)
+                    .then(|| r.lease_until.saturating_duration_since(now)),
+                expires_in: Some(r.expires_at - now),
+                response: r.response.clone(),
+            }))
+    }
+
+    pub(super) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut shard = self.shard(key);
+        match shard.records.remove(key) {
+            Some(r) => {
+                self.inner.len.fetch_sub(1, Ordering::Relaxed);
+                Ok(r.expires_at > now)
+            }
+            None => Ok(false),
+        }
+    }
+
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Sweeps every shard now (tests and shutdown; requests sweep as they go).
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        for shard in &self.inner.shards {
+            shard
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .sweep(now, &self.inner.len);
+        }
+    }
+}

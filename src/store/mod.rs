@@ -1,0 +1,226 @@
+//! The dedupe store: its contract, written once, and the backends that keep it.
+//!
+//! A record lives under one key and moves through these states:
+//!
+//! ```text
+//!            claim (absent)                complete(fence == current)
+//!   absent ─────────────────▶ in-flight ───────────────────────────▶ completed ──(window)──▶ absent
+//!                              │  ▲  │ release(fence == current)
+//!        claim after lease ────┘  │  └──────────────────────────────▶ released ──(window)──▶ absent
+//!        (takeover, fence + 1)    └──── claim (fence + 1) ◀──────────────┘
+//! ```
+//!
+//! Every transition is one atomic store operation (a Lua script in Redis, one critical
+//! section in memory): there is no read-then-write from the gateway. The fence grows on
+//! every takeover and every reclaim after a release, so a worker that froze past its
+//! lease can never complete a record that somebody else now owns.
+
+mod memory;
+mod redis;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::{Backend, StoreConfig};
+
+pub use self::memory::MemoryStore;
+pub use self::redis::{RedisClusterStore, RedisStore};
+
+/// A request to claim a key.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The namespaced store key.
+    pub key: &'a str,
+    /// SHA-256 of the request; a different hash under the same key is a mismatch.
+    pub request_hash: &'a [u8; 32],
+    /// How long the claim is honoured before a retry may take over.
+    pub lease: Duration,
+    /// How long a completed record is remembered.
+    pub window: Duration,
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This request owns the key: forward it upstream under `fence`.
+    Won {
+        /// The fencing token: forwarded upstream, required to complete or release.
+        fence: u64,
+        /// The previous owner's lease expired without an outcome.
+        takeover: bool,
+    },
+    /// Completed with the same request: the encoded [`crate::record::StoredResponse`].
+    Replay(Bytes),
+    /// Another request holds an unexpired lease.
+    Conflict {
+        /// Lease time left.
+        retry_after: Duration,
+    },
+    /// The key was used with a different request.
+    Mismatch,
+}
+
+/// The outcome of completing a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The record now holds the response.
+    Completed,
+    /// The fence is stale (a takeover happened) or the record is gone: nothing was written.
+    Fenced,
+}
+
+/// A record's state, as an operator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    /// Claimed, no outcome yet.
+    InFlight,
+    /// Holds a response for replay.
+    Completed,
+    /// Released after a failure; the next claim proceeds.
+    Released,
+}
+
+impl RecordState {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in-flight",
+            Self::Completed => "completed",
+            Self::Released => "released",
+        }
+    }
+}
+
+/// A record, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// State.
+    pub state: RecordState,
+    /// Current fencing token.
+    pub fence: u64,
+    /// Lease time left (in flight only; zero when expired and awaiting takeover).
+    pub lease_left: Option<Duration>,
+    /// Time until the record is forgotten.
+    pub expires_in: Option<Duration>,
+    /// The encoded response (completed only).
+    pub response: Option<Bytes>,
+}
+
+/// Why a store operation failed. The request then follows the route's `on_error`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No answer within `[store] timeout`.
+    #[error("store operation timed out after {0:?}")]
+    Timeout(Duration),
+    /// Connection or server error.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The server answered something the gateway does not understand.
+    #[error("unexpected store reply: {0}")]
+    Protocol(String),
+    /// The memory backend holds `max_records` live records.
+    #[error("store is full ({0} records)")]
+    Full(usize),
+}
+
+/// The configured backend. A closed set: every one passes the same contract suite.
+#[derive(Clone)]
+pub enum Store {
+    /// In-process.
+    Memory(MemoryStore),
+    /// One Redis server.
+    Redis(RedisStore),
+    /// A Redis Cluster.
+    Cluster(RedisClusterStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {{
+        let timeout = $self.timeout();
+        let fut = async {
+            match $self {
+                Store::Memory($s) => $call.await,
+                Store::Redis($s) => $call.await,
+                Store::Cluster($s) => $call.await,
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }};
+}
+
+impl Store {
+    /// Builds the configured backend. Redis connections are made lazily and re-made by
+    /// themselves, so a gateway starts (and reports not-ready) while Redis is down.
+    pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        Ok(match cfg.backend {
+            Backend::Memory => Store::Memory(MemoryStore::new(cfg.max_records)),
+            Backend::Redis => Store::Redis(RedisStore::new(&cfg.urls[0], cfg.timeout)?),
+            Backend::RedisCluster => {
+                Store::Cluster(RedisClusterStore::new(&cfg.urls, cfg.timeout)?)
+            }
+        })
+    }
+
+    fn timeout(&self) -> Duration {
+        match self {
+            Store::Memory(_) => Duration::from_secs(5),
+            Store::Redis(s) => s.timeout(),
+            Store::Cluster(s) => s.timeout(),
+        }
+    }
+
+    /// Claims a key: one atomic operation.
+    pub async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        dispatch!(self, s => s.claim(req))
+    }
+
+    /// Stores the response if `fence` still owns the in-flight record.
+    pub async fn complete(
+        &self,
+        key: &str,
+        fence: u64,
+        record: Bytes,
+        window: Duration,
+    ) -> Result<Completion, StoreError> {
+        dispatch!(self, s => s.complete(key, fence, record.clone(), window))
+    }
+
+    /// Gives the key up after a failure that had no effect, if `fence` still owns it.
+    /// The record keeps its fence so the next owner's token is higher.
+    pub async fn release(
+        &self,
+        key: &str,
+        fence: u64,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.release(key, fence, window))
+    }
+
+    /// Reads a record for an operator.
+    pub async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
+        dispatch!(self, s => s.inspect(key))
+    }
+
+    /// Deletes a record (an operator resolving an unknown outcome).
+    pub async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.forget(key))
+    }
+
+    /// Checks that the store answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.ping())
+    }
+
+    /// The backend's name, for logs.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+            Store::Cluster(_) => "redis-cluster",
+        }
+    }
+}

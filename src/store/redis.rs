@@ -1,0 +1,368 @@
+//! Redis and Redis Cluster backends.
+//!
+//! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
+//! server milliseconds, `r` encoded response), so every script touches exactly one key and
+//! runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
+//! trip: the scripts are the only place a record is read and written, and Redis runs a
+//! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
+//! skewed clocks agree on when a lease has expired.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Script, Value};
+use tokio::sync::OnceCell;
+
+use super::{Claim, ClaimRequest, Completion, RecordInfo, RecordState, StoreError};
+
+const CLAIM: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+local ttl = lease + tonumber(ARGV[3])
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l')
+local s = r[1]
+if not s then
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', 1, 'h', ARGV[1], 'l', now + lease)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {1, 1}
+end
+local f = tonumber(r[2])
+if s == 'r' then
+  f = f + 1
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {1, f}
+end
+if r[3] ~= ARGV[1] then
+  return {4}
+end
+if s == 'c' then
+  return {2, redis.call('HGET', KEYS[1], 'r')}
+end
+local l = tonumber(r[4])
+if now < l then
+  return {3, l - now}
+end
+f = f + 1
+redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {5, f}
+"#;
+
+/// ARGV: fence, new state (`c` or `r`), window ms, response (for `c`).
+const FINISH: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 's', 'f')
+if r[1] ~= 'i' or tonumber(r[2]) ~= tonumber(ARGV[1]) then
+  return 0
+end
+if ARGV[2] == 'c' then
+  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 's', 'r')
+end
+redis.call('HDEL', KEYS[1], 'l')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"#;
+
+const INSPECT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r')
+if not r[1] then
+  return 0
+end
+local left = -1
+if r[3] then
+  left = math.max(0, tonumber(r[3]) - now)
+end
+return {r[1], tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or ''}
+"#;
+
+struct Scripts {
+    claim: Script,
+    finish: Script,
+    inspect: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            claim: Script::new(CLAIM),
+            finish: Script::new(FINISH),
+            inspect: Script::new(INSPECT),
+        }
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn protocol(what: &str, v: &Value) -> StoreError {
+    StoreError::Protocol(format!("{what}: {v:?}"))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    // Redis rejects a zero PEXPIRE; config validation already refuses zero durations.
+    (d.as_millis() as u64).max(1)
+}
+
+async fn claim_on<C: ConnectionLike>(
+    con: &mut C,
+    scripts: &Scripts,
+    req: ClaimRequest<'_>,
+) -> Result<Claim, StoreError> {
+    let v: Value = scripts
+        .claim
+        .key(req.key)
+        .arg(&req.request_hash[..])
+        .arg(millis(req.lease))
+        .arg(millis(req.window))
+        .invoke_async(con)
+        .await
+        .map_err(unavailable)?;
+    let Value::Array(items) = &v else {
+        return Err(protocol("claim", &v));
+    };
+    let code = items.first().and_then(int);
+    let arg = items.get(1);
+    match (code, arg) {
+        (Some(1), Some(f)) | (Some(5), Some(f)) => Ok(Claim::Won {
+            fence: int(f).ok_or_else(|| protocol("claim fence", &v))? as u64,
+            takeover: code == Some(5),
+        }),
+        (Some(2), Some(Value::BulkString(b))) => Ok(Claim::Replay(Bytes::from(b.clone()))),
+        (Some(3), Some(ms)) => Ok(Claim::Conflict {
+            retry_after: Duration::from_millis(
+                int(ms).ok_or_else(|| protocol("claim lease", &v))?.max(0) as u64,
+            ),
+        }),
+        (Some(4), _) => Ok(Claim::Mismatch),
+        _ => Err(protocol("claim", &v)),
+    }
+}
+
+async fn finish_on<C: ConnectionLike>(
+    con: &mut C,
+    scripts: &Scripts,
+    key: &str,
+    fence: u64,
+    response: Option<&[u8]>,
+    window: Duration,
+) -> Result<bool, StoreError> {
+    let mut inv = scripts.finish.key(key);
+    inv.arg(fence)
+        .arg(if response.is_some() { "c" } else { "r" })
+        .arg(millis(window));
+    if let Some(r) = response {
+        inv.arg(r);
+    }
+    let v: Value = inv.invoke_async(con).await.map_err(unavailable)?;
+    match int(&v) {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(protocol("finish", &v)),
+    }
+}
+
+async fn inspect_on<C: ConnectionLike>(
+    con: &mut C,
+    scripts: &Scripts,
+    key: &str,
+) -> Result<Option<RecordInfo>, StoreError> {
+    let v: Value = scripts
+        .inspect
+        .key(key)
+        .invoke_async(con)
+        .await
+        .map_err(unavailable)?;
+    let items = match &v {
+        Value::Int(0) => return Ok(None),
+        Value::Array(items) if items.len() == 5 => items,
+        _ => return Err(protocol("inspect", &v)),
+    };
+    let state = match &items[0] {
+        Value::BulkString(s) if s == b"i" => RecordState::InFlight,
+        Value::BulkString(s) if s == b"c" => RecordState::Completed,
+        Value::BulkString(s) if s == b"r" => RecordState::Released,
+        _ => return Err(protocol("inspect state", &v)),
+    };
+    let fence = int(&items[1]).ok_or_else(|| protocol("inspect fence", &v))? as u64;
+    let left = int(&items[2]).ok_or_else(|| protocol("inspect lease", &v))?;
+    let pttl = int(&items[3]).ok_or_else(|| protocol("inspect ttl", &v))?;
+    let response = match &items[4] {
+        Value::BulkString(b) if !b.is_empty() => Some(Bytes::from(b.clone())),
+        _ => None,
+    };
+    Ok(Some(RecordInfo {
+        state,
+        fence,
+        lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
+        expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+        response,
+    }))
+}
+
+macro_rules! redis_backend {
+    ($name:ident) => {
+        impl $name {
+            /// Per-operation deadline.
+            pub fn timeout(&self) -> Duration {
+                self.timeout
+            }
+
+            pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                claim_on(&mut self.con().await?, &self.scripts, req).await
+            }
+
+            pub(super) async fn complete(
+                &self,
+                key: &str,
+                fence: u64,
+                record: Bytes,
+                window: Duration,
+            ) -> Result<Completion, StoreError> {
+                let done = finish_on(
+                    &mut self.con().await?,
+                    &self.scripts,
+                    key,
+                    fence,
+                    Some(&record),
+                    window,
+                )
+                .await?;
+                Ok(if done {
+                    Completion::Completed
+                } else {
+                    Completion::Fenced
+                })
+            }
+
+            pub(super) async fn release(
+                &self,
+                key: &str,
+                fence: u64,
+                window: Duration,
+            ) -> Result<bool, StoreError> {
+                finish_on(
+                    &mut self.con().await?,
+                    &self.scripts,
+                    key,
+                    fence,
+                    None,
+                    window,
+                )
+                .await
+            }
+
+            pub(super) async fn inspect(
+                &self,
+                key: &str,
+            ) -> Result<Option<RecordInfo>, StoreError> {
+                inspect_on(&mut self.con().await?, &self.scripts, key).await
+            }
+
+            pub(super) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+                let n: i64 = redis::cmd("DEL")
+                    .arg(key)
+                    .query_async(&mut self.con().await?)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(n > 0)
+            }
+
+            pub(super) async fn ping(&self) -> Result<(), StoreError> {
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut self.con().await?)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(())
+            }
+        }
+    };
+}
+
+/// One Redis server through a multiplexed, self-reconnecting [`ConnectionManager`]
+/// shared by every request.
+#[derive(Clone)]
+pub struct RedisStore {
+    con: ConnectionManager,
+    scripts: std::sync::Arc<Scripts>,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Prepares a lazy connection: nothing is dialled until the first operation.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(unavailable)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let con = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        Ok(Self {
+            con,
+            scripts: std::sync::Arc::new(Scripts::new()),
+            timeout,
+        })
+    }
+
+    async fn con(&self) -> Result<ConnectionManager, StoreError> {
+        Ok(self.con.clone())
+    }
+}
+
+redis_backend!(RedisStore);
+
+/// A Redis Cluster through the cluster-async client (slot routing, redirects and
+/// reconnects are the client's), connected on first use and shared by every request.
+#[derive(Clone)]
+pub struct RedisClusterStore {
+    client: ClusterClient,
+    con: std::sync::Arc<OnceCell<ClusterConnection>>,
+    scripts: std::sync::Arc<Scripts>,
+    timeout: Duration,
+}
+
+impl RedisClusterStore {
+    /// Prepares the client; the first operation connects.
+    pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        let client = ClusterClient::builder(urls.iter().map(String::as_str))
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(2)
+            .build()
+            .map_err(unavailable)?;
+        Ok(Self {
+            client,
+            con: std::sync::Arc::new(OnceCell::new()),
+            scripts: std::sync::Arc::new(Scripts::new()),
+            timeout,
+        })
+    }
+
+    async fn con(&self) -> Result<ClusterConnection, StoreError> {
+        self.con
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .cloned()
+            .map_err(unavailable)
+    }
+}
+
+redis_backend!(RedisClusterStore);

@@ -1,0 +1,175 @@
+//! The one pooled upstream client, and the header rules of a proxy hop.
+
+use std::net::SocketAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::config::{ServerConfig, UpstreamTarget};
+use crate::Body;
+
+/// Why a request to the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection could be made: the upstream never saw the request.
+    #[error("connect: {0}")]
+    Connect(String),
+    /// The connection broke after the request may have been sent.
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// The upstream: target URL and a connection pool, built once at start-up.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Body>,
+    target: UpstreamTarget,
+}
+
+/// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes hop-by-hop headers, including every header named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+impl Upstream {
+    /// Builds the pooled client. The connect timeout never exceeds the upstream timeout,
+    /// so "could not connect" (nothing sent, the claim is released) is told apart from
+    /// "no answer" (outcome unknown, the claim is kept).
+    pub fn new(cfg: &ServerConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(cfg.connect_timeout.min(cfg.upstream_timeout)));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(std::time::Duration::from_secs(60))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Self {
+            client,
+            target: cfg.upstream.clone(),
+        }
+    }
+
+    /// Rewrites a client request for the upstream: absolute URI under the base path,
+    /// HTTP/1.1, hop-by-hop headers stripped, `X-Forwarded-*` set.
+    pub fn prepare(&self, mut req: Request<Body>, remote: SocketAddr) -> Request<Body> {
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map(PathAndQuery::as_str)
+            .unwrap_or("/");
+        let pq = format!("{}{}", self.target.base_path, path_and_query);
+        let original_host = req.headers().get(header::HOST).cloned().or_else(|| {
+            req.uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        let uri = Uri::builder()
+            .scheme(self.target.scheme.clone())
+            .authority(self.target.authority.clone())
+            .path_and_query(pq)
+            .build();
+        // The parts are valid on their own (a path hyper accepted under a validated base);
+        // should the join still fail, the client's URI stays and the send fails cleanly.
+        if let Ok(uri) = uri {
+            *req.uri_mut() = uri;
+        }
+        *req.version_mut() = Version::HTTP_11;
+        let headers = req.headers_mut();
+        strip_hop_by_hop(headers);
+        headers.remove(header::HOST);
+        let xff = HeaderName::from_static("x-forwarded-for");
+        let ip = remote.ip().to_string();
+        let forwarded_for = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
+            Some(prior) => format!("{prior}, {ip}"),
+            None => ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+            headers.insert(xff, v);
+        }
+        headers
+            .entry(HeaderName::from_static("x-forwarded-proto"))
+            .or_insert(HeaderValue::from_static("http"));
+        if let Some(host) = original_host {
+            headers
+                .entry(HeaderName::from_static("x-forwarded-host"))
+                .or_insert(host);
+        }
+        req
+    }
+
+    /// Sends a prepared request and returns the response head with a streaming body.
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        self.client.request(req).await.map_err(|e| {
+            let msg = error_chain(&e);
+            if e.is_connect() {
+                UpstreamError::Connect(msg)
+            } else {
+                UpstreamError::Broken(msg)
+            }
+        })
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_listed_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, X-Secret"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("content-type"));
+    }
+}
