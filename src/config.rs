@@ -362,7 +362,7 @@ impl Config {
             .as_ref()
             .map(|a| {
                 let listen = parse_addr("admin.listen", &a.listen)?;
-                if listen == server.listen {
+                if listen == server.listen && listen.port() != 0 {
                     return Err(invalid(
                         "admin.listen",
                         "must differ from server.listen: the admin port is never the public port",

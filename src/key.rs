@@ -445,7 +445,7 @@ mod tests {
             "unlisted headers are ignored"
         );
         assert_ne!(
-            request_hash(&with.view(), &[name.clone()]),
+            request_hash(&with.view(), std::slice::from_ref(&name)),
             request_hash(&base.view(), &[name])
         );
     }

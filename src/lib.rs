@@ -22,6 +22,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod framing;
 pub mod key;
 pub mod metrics;
 pub mod problem;

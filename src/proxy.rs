@@ -30,6 +30,15 @@ pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-ke
 /// `Idempotency-Fence`, forwarded to the upstream with the claim's fencing token.
 pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-fence");
 
+/// What the gateway knows about the client connection a request came on.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// Raised when a request head on this connection had both framing headers.
+    pub framing: crate::framing::AmbiguousFraming,
+}
+
 /// What a reload swaps: the configuration and the upstream client built from it.
 pub struct Live {
     /// The validated configuration.
@@ -122,11 +131,7 @@ impl Gateway {
     }
 
     /// Handles one client request. Never fails: errors become problem+json responses.
-    pub async fn handle(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        remote: SocketAddr,
-    ) -> Response<Body> {
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
         let started = Instant::now();
         let span = tracing::info_span!(
             "request",
@@ -137,7 +142,7 @@ impl Gateway {
         );
         let mut t = Trace::default();
         let result = self
-            .dispatch(self.live(), req, remote, &mut t)
+            .dispatch(self.live(), req, &conn, &mut t)
             .instrument(span.clone())
             .await;
         let resp = result.unwrap_or_else(|e| e.to_response());
@@ -171,12 +176,12 @@ impl Gateway {
         self: &Arc<Self>,
         live: Arc<Live>,
         req: Request<Incoming>,
-        remote: SocketAddr,
+        conn: &ConnInfo,
         t: &mut Trace,
     ) -> Result<Response<Body>, GatewayError> {
-        if req.headers().contains_key(CONTENT_LENGTH)
-            && req.headers().contains_key(TRANSFER_ENCODING)
-        {
+        let remote = conn.remote;
+        let chunked = req.headers().contains_key(TRANSFER_ENCODING);
+        if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
             t.outcome = Some(Outcome::rejected);
             return Err(GatewayError::AmbiguousFraming);
         }
@@ -626,12 +631,13 @@ impl HttpBody for Prefixed {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.rest.size_hint();
+        let rest = self.rest.size_hint();
         let n = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
-        hint.set_lower(hint.lower() + n);
-        if let Some(upper) = hint.upper() {
+        let mut hint = SizeHint::new();
+        if let Some(upper) = rest.upper() {
             hint.set_upper(upper + n);
         }
+        hint.set_lower(rest.lower() + n);
         hint
     }
 }

@@ -15,7 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError};
-use crate::proxy::Gateway;
+use crate::framing::{AmbiguousFraming, Watched};
+use crate::proxy::{ConnInfo, Gateway};
 use crate::store::{Store, StoreError};
 
 /// Why the gateway could not run.
@@ -129,6 +130,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .max_header_list_size(server.max_header_bytes as u32);
     let grace = server.shutdown_grace;
+    let max_head = server.max_header_bytes;
     drop(live);
 
     if let Ok(addr) = listeners.public.local_addr() {
@@ -145,11 +147,15 @@ pub async fn serve(
             accepted = listeners.public.accept() => {
                 let Some((stream, remote)) = accepted_or_log(accepted).await else { continue };
                 let gw = gateway.clone();
+                let framing = AmbiguousFraming::default();
+                let conn_info = ConnInfo { remote, framing: framing.clone() };
                 let svc = service_fn(move |req| {
                     let gw = gw.clone();
-                    async move { Ok::<_, Infallible>(gw.handle(req, remote).await) }
+                    let conn_info = conn_info.clone();
+                    async move { Ok::<_, Infallible>(gw.handle(req, conn_info).await) }
                 });
-                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let io = TokioIo::new(Watched::new(stream, max_head, framing));
+                let conn = builder.serve_connection(io, svc).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

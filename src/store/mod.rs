@@ -131,8 +131,8 @@ pub enum Store {
     Memory(MemoryStore),
     /// One Redis server.
     Redis(RedisStore),
-    /// A Redis Cluster.
-    Cluster(RedisClusterStore),
+    /// A Redis Cluster (boxed: its client is much larger than the other handles).
+    Cluster(Box<RedisClusterStore>),
 }
 
 macro_rules! dispatch {
@@ -160,7 +160,7 @@ impl Store {
             Backend::Memory => Store::Memory(MemoryStore::new(cfg.max_records)),
             Backend::Redis => Store::Redis(RedisStore::new(&cfg.urls[0], cfg.timeout)?),
             Backend::RedisCluster => {
-                Store::Cluster(RedisClusterStore::new(&cfg.urls, cfg.timeout)?)
+                Store::Cluster(Box::new(RedisClusterStore::new(&cfg.urls, cfg.timeout)?))
             }
         })
     }

@@ -1,0 +1,229 @@
+//! Request smuggling guard: spots an HTTP/1 request head that carries both
+//! `Content-Length` and `Transfer-Encoding`.
+//!
+//! hyper resolves such a request the RFC 9112 §6.3 way (chunked wins, `Content-Length` is
+//! dropped, the connection closes afterwards), so by the time the request reaches the
+//! gateway the evidence is gone. This wrapper watches the bytes hyper reads, finds each
+//! request head with `httparse`, and raises a per-connection flag when a head has both;
+//! the gateway then refuses that request with 400. It follows heads across keep-alive
+//! requests framed by `Content-Length`; after a chunked request it stops watching, as
+//! following chunk framing would mean a second HTTP parser. Since hyper closes the
+//! connection after a request with both headers, the flag can only be about the last
+//! request on a connection.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Set when a request head on this connection had both framing headers.
+#[derive(Clone, Default, Debug)]
+pub struct AmbiguousFraming(Arc<AtomicBool>);
+
+impl AmbiguousFraming {
+    /// Whether an ambiguous head was seen.
+    pub fn seen(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+enum State {
+    Head(Vec<u8>),
+    Skip(u64),
+    Done,
+}
+
+/// Watches one connection's request heads. Pure over the bytes fed to it.
+pub struct HeadScanner {
+    state: State,
+    max_head: usize,
+    flag: AmbiguousFraming,
+}
+
+impl HeadScanner {
+    /// A scanner that gives up on a head longer than `max_head` (hyper refuses those).
+    pub fn new(max_head: usize, flag: AmbiguousFraming) -> Self {
+        Self {
+            state: State::Head(Vec::new()),
+            max_head,
+            flag,
+        }
+    }
+
+    /// Feeds bytes as hyper reads them.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            match &mut self.state {
+                State::Done => return,
+                State::Skip(n) => {
+                    let k = (*n).min(data.len() as u64) as usize;
+                    data = &data[k..];
+                    *n -= k as u64;
+                    if *n == 0 {
+                        self.state = State::Head(Vec::new());
+                    }
+                }
+                State::Head(buf) => {
+                    buf.extend_from_slice(data);
+                    data = &[];
+                    let mut headers = [httparse::EMPTY_HEADER; 128];
+                    let mut req = httparse::Request::new(&mut headers);
+                    match req.parse(buf) {
+                        Ok(httparse::Status::Complete(n)) => {
+                            let cl = req
+                                .headers
+                                .iter()
+                                .find(|h| h.name.eq_ignore_ascii_case("content-length"));
+                            let te = req
+                                .headers
+                                .iter()
+                                .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
+                            let len = cl
+                                .and_then(|h| std::str::from_utf8(h.value).ok())
+                                .and_then(|v| v.trim().parse::<u64>().ok());
+                            let has_cl = cl.is_some();
+                            let rest = buf.split_off(n);
+                            self.state = match (has_cl, te, len) {
+                                (true, true, _) => {
+                                    self.flag.0.store(true, Ordering::Relaxed);
+                                    State::Done
+                                }
+                                // Chunked: following chunk framing would be a second parser.
+                                (false, true, _) => State::Done,
+                                (false, false, _) | (true, false, Some(0)) => {
+                                    State::Head(Vec::new())
+                                }
+                                (true, false, Some(len)) => State::Skip(len),
+                                // An unparsable length: hyper refuses the request.
+                                (true, false, None) => State::Done,
+                            };
+                            // Bytes past this head belong to its body or the next head.
+                            if !rest.is_empty() {
+                                self.feed(&rest);
+                            }
+                            return;
+                        }
+                        Ok(httparse::Status::Partial) => {
+                            if buf.len() > self.max_head {
+                                self.state = State::Done;
+                            }
+                        }
+                        Err(_) => self.state = State::Done,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A connection whose reads pass through a [`HeadScanner`].
+pub struct Watched<S> {
+    inner: S,
+    scanner: HeadScanner,
+}
+
+impl<S> Watched<S> {
+    /// Wraps a connection.
+    pub fn new(inner: S, max_head: usize, flag: AmbiguousFraming) -> Self {
+        Self {
+            inner,
+            scanner: HeadScanner::new(max_head, flag),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = result {
+            this.scanner.feed(&buf.filled()[before..]);
+        }
+        result
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(chunks: &[&[u8]]) -> bool {
+        let flag = AmbiguousFraming::default();
+        let mut s = HeadScanner::new(65536, flag.clone());
+        for c in chunks {
+            s.feed(c);
+        }
+        flag.seen()
+    }
+
+    #[test]
+    fn spots_both_headers_in_either_order_and_split_reads() {
+        assert!(scan(&[
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ]));
+        assert!(scan(&[
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n",
+            b"content-length: 5\r\n\r\n"
+        ]));
+        assert!(!scan(&[
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        ]));
+        assert!(!scan(&[
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        ]));
+    }
+
+    #[test]
+    fn follows_keep_alive_requests_framed_by_content_length() {
+        let first = b"POST / HTTP/1.1\r\nContent-Length: 37\r\n\r\n";
+        // The body looks like a smuggled head but is only a body.
+        let body = b"X\r\nContent-Length: 1\r\nTransfer-Enc: 1";
+        assert_eq!(body.len(), 37);
+        let second = b"GET / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(!scan(&[first, body]));
+        assert!(scan(&[first, body, second]));
+        let mut all = Vec::new();
+        all.extend_from_slice(first);
+        all.extend_from_slice(body);
+        all.extend_from_slice(second);
+        assert!(scan(&[&all]));
+    }
+}

@@ -1,0 +1,572 @@
+//! The gateway's behaviour against a real counting upstream, on the embedded store and on
+//! a real redis-server. Every test counts the upstream's side effects: that is the truth.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{store_section, Backend, Http, RedisServer, TestGateway, Upstream};
+use http::StatusCode;
+
+const ROUTES: &str = r#"
+[defaults]
+lease = "5s"
+window = "1h"
+
+[[routes]]
+name = "payments"
+methods = ["POST", "PATCH"]
+path = "/v1/payments/*"
+key = { header = "Idempotency-Key", required = true }
+scope = ["header:Authorization"]
+
+[[routes]]
+name = "optional"
+methods = ["POST"]
+path = "/optional"
+key = { header = "Idempotency-Key", required = false }
+
+[[routes]]
+name = "webhooks"
+methods = ["POST"]
+path = "/webhooks/*"
+key = { fingerprint = ["method", "path", "json:/order_id", "json:/event_type", "header:X-Source"] }
+
+[[routes]]
+name = "short-lease"
+methods = ["POST"]
+path = "/short/*"
+key = { header = "Idempotency-Key" }
+lease = "300ms"
+
+[[routes]]
+name = "brief-window"
+methods = ["POST"]
+path = "/brief/*"
+key = { header = "Idempotency-Key" }
+window = "300ms"
+
+[[routes]]
+name = "small-cache"
+methods = ["POST"]
+path = "/small/*"
+key = { header = "Idempotency-Key" }
+max_cached_body = "1KiB"
+"#;
+
+struct Env {
+    up: Upstream,
+    gw: TestGateway,
+    http: Http,
+    _redis: Option<RedisServer>,
+}
+
+async fn env(backend: Backend) -> Env {
+    env_with(backend, "max_body = \"64KiB\"\nupstream_timeout = \"5s\"").await
+}
+
+async fn env_with(backend: Backend, server_extra: &str) -> Env {
+    let up = Upstream::start().await;
+    let (store, redis) = store_section(backend);
+    let gw = TestGateway::start(&up, server_extra, &format!("{store}{ROUTES}")).await;
+    Env {
+        up,
+        gw,
+        http: Http::new(),
+        _redis: redis,
+    }
+}
+
+/// Runs each behaviour on the embedded store and on Redis.
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::Memory).await })*
+        }
+        mod redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Backend::Redis).await })*
+        }
+    };
+}
+
+on_every_store!(
+    same_request_twice_is_one_effect_and_a_byte_identical_replay,
+    hundred_concurrent_requests_with_one_key_are_one_effect,
+    same_key_different_body_is_422_without_effect,
+    missing_or_invalid_required_key_is_400,
+    same_key_under_two_tenants_is_two_effects,
+    stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out,
+    upstream_5xx_releases_the_key,
+    window_expiry_makes_the_key_new,
+    fingerprint_route_dedupes_webhooks_without_a_key_header,
+    fingerprint_route_rejects_bad_json,
+    oversized_body_is_413,
+    unmatched_requests_are_proxied_untouched,
+    optional_key_absent_is_proxied_without_dedupe,
+    response_too_large_to_store_is_delivered_once_and_never_reexecuted,
+    connect_failure_releases_the_claim,
+    upstream_silence_keeps_the_claim_until_the_lease_expires,
+);
+
+const AUTH_A: (&str, &str) = ("Authorization", "Bearer tenant-a");
+const AUTH_B: (&str, &str) = ("Authorization", "Bearer tenant-b");
+
+async fn same_request_twice_is_one_effect_and_a_byte_identical_replay(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/charge?currency=eur");
+    let h = [
+        ("Idempotency-Key", "order-1"),
+        AUTH_A,
+        ("Content-Type", "application/json"),
+    ];
+    let first = e.http.post(&url, &h, r#"{"amount":100}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    assert!(!first.replayed());
+    let second = e.http.post(&url, &h, r#"{"amount":100}"#).await;
+    assert_eq!(e.up.effects(), 1);
+    assert!(second.replayed());
+    assert_eq!(second.status, first.status);
+    assert_eq!(second.body, first.body, "body replayed byte for byte");
+    let mut expected = first.headers.clone();
+    expected.remove("set-cookie");
+    expected.insert("idempotent-replayed", "true".parse().unwrap());
+    assert_eq!(
+        second.headers, expected,
+        "headers replayed, minus Set-Cookie"
+    );
+    assert!(
+        first.headers.contains_key("set-cookie"),
+        "the first client gets its cookie"
+    );
+
+    let seen = &e.up.seen()[0];
+    assert_eq!(seen.headers["idempotency-key"], "order-1");
+    assert_eq!(seen.fence(), Some(1));
+    assert_eq!(seen.path, "/v1/payments/charge?currency=eur");
+    assert_eq!(seen.body, r#"{"amount":100}"#);
+}
+
+async fn hundred_concurrent_requests_with_one_key_are_one_effect(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/storm");
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let http = e.http.clone();
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let h = [
+                ("Idempotency-Key", "storm"),
+                AUTH_A,
+                ("x-test-delay-ms", "200"),
+            ];
+            http.post(&url, &h, "{}").await
+        }));
+    }
+    let (mut created, mut replayed, mut conflicts) = (0, 0, 0);
+    for t in tasks {
+        let r = t.await.unwrap();
+        match r.status {
+            StatusCode::CREATED if r.replayed() => replayed += 1,
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => {
+                assert!(r.headers.contains_key("retry-after"));
+                assert_eq!(
+                    r.problem_type(),
+                    "urn:dedupe-gateway:problem:request-in-flight"
+                );
+                conflicts += 1
+            }
+            other => panic!("unexpected {other}: {}", r.text()),
+        }
+    }
+    assert_eq!(e.up.effects(), 1, "exactly one upstream effect");
+    assert_eq!(created, 1);
+    assert_eq!(created + replayed + conflicts, 100);
+}
+
+async fn same_key_different_body_is_422_without_effect(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/p");
+    let h = [("Idempotency-Key", "reused"), AUTH_A];
+    assert_eq!(
+        e.http.post(&url, &h, r#"{"amount":1}"#).await.status,
+        StatusCode::CREATED
+    );
+    let r = e.http.post(&url, &h, r#"{"amount":2}"#).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:idempotency-key-reused"
+    );
+    assert!(!r.replayed());
+    // Same body on another path under the same key is also a different request.
+    let r = e
+        .http
+        .post(&e.gw.url("/v1/payments/q"), &h, r#"{"amount":1}"#)
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(e.up.effects(), 1);
+}
+
+async fn missing_or_invalid_required_key_is_400(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/p");
+    let r = e.http.post(&url, &[AUTH_A], "{}").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:idempotency-key-missing"
+    );
+    assert!(r.text().contains("idempotency-key"), "{}", r.text());
+    let long = "k".repeat(256);
+    for bad in ["has space", long.as_str()] {
+        let r = e
+            .http
+            .post(&url, &[("Idempotency-Key", bad), AUTH_A], "{}")
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(
+            r.problem_type(),
+            "urn:dedupe-gateway:problem:idempotency-key-invalid"
+        );
+    }
+    assert_eq!(e.up.effects(), 0);
+}
+
+async fn same_key_under_two_tenants_is_two_effects(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/p");
+    let a = e
+        .http
+        .post(&url, &[("Idempotency-Key", "shared"), AUTH_A], "{}")
+        .await;
+    let bb = e
+        .http
+        .post(&url, &[("Idempotency-Key", "shared"), AUTH_B], "{}")
+        .await;
+    assert_eq!(e.up.effects(), 2);
+    assert!(!a.replayed() && !bb.replayed());
+    assert_ne!(a.body, bb.body, "tenant B never sees tenant A's response");
+    let again = e
+        .http
+        .post(&url, &[("Idempotency-Key", "shared"), AUTH_B], "{}")
+        .await;
+    assert!(again.replayed());
+    assert_eq!(again.body, bb.body);
+}
+
+async fn stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/short/zombie");
+    // The first winner's upstream call outlives its 300ms lease.
+    let http = e.http.clone();
+    let u = url.clone();
+    let zombie = tokio::spawn(async move {
+        http.post(
+            &u,
+            &[("Idempotency-Key", "z"), ("x-test-delay-ms", "1200")],
+            "{}",
+        )
+        .await
+    });
+    e.up.wait_for_effects(1).await;
+    let early = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "lease still held");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let takeover = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
+    assert_eq!(takeover.status, StatusCode::CREATED);
+    assert!(!takeover.replayed());
+    let fences: Vec<_> = e.up.seen().iter().map(|s| s.fence()).collect();
+    assert_eq!(
+        fences,
+        vec![Some(1), Some(2)],
+        "the takeover carries a higher fence"
+    );
+
+    // The zombie's client still gets its own response, but its completion is refused.
+    let z = zombie.await.unwrap();
+    assert_eq!(z.status, StatusCode::CREATED);
+    assert_eq!(z.headers["x-effect"], "1");
+    let replay = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
+    assert!(replay.replayed());
+    assert_eq!(
+        replay.body, takeover.body,
+        "the record holds the fence-2 response"
+    );
+    let metrics = e.gw.gateway.metrics().encode();
+    assert!(
+        metrics.contains(r#"dedupe_requests_total{route="short-lease",outcome="fenced_out"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"dedupe_requests_total{route="short-lease",outcome="takeover"} 1"#));
+    assert_eq!(e.up.effects(), 2);
+}
+
+async fn upstream_5xx_releases_the_key(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/p");
+    let h = [("Idempotency-Key", "flaky"), AUTH_A];
+    let failed = e
+        .http
+        .post(&url, &[h[0], h[1], ("x-test-status", "503")], "{}")
+        .await;
+    assert_eq!(
+        failed.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the upstream's own 503 passes through"
+    );
+    let retry = e.http.post(&url, &h, "{}").await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert!(!retry.replayed(), "the retry executed again");
+    assert_eq!(e.up.effects(), 2);
+    let fences: Vec<_> = e.up.seen().iter().map(|s| s.fence()).collect();
+    assert_eq!(fences, vec![Some(1), Some(2)]);
+    assert!(e.http.post(&url, &h, "{}").await.replayed());
+    assert_eq!(e.up.effects(), 2);
+}
+
+async fn window_expiry_makes_the_key_new(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/brief/w");
+    let h = [("Idempotency-Key", "w")];
+    e.http.post(&url, &h, "{}").await;
+    assert!(e.http.post(&url, &h, "{}").await.replayed());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = e.http.post(&url, &h, "{}").await;
+    assert!(!after.replayed());
+    assert_eq!(e.up.effects(), 2);
+}
+
+async fn fingerprint_route_dedupes_webhooks_without_a_key_header(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/webhooks/orders");
+    let body = r#"{"order_id": 42, "event_type": "paid", "total": "9.99"}"#;
+    let first = e.http.post(&url, &[("X-Source", "shop")], body).await;
+    let second = e.http.post(&url, &[("X-Source", "shop")], body).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(second.replayed());
+    assert_eq!(e.up.effects(), 1);
+    let fp = e.up.seen()[0].headers["idempotency-key"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(fp.len(), 64, "the fingerprint is forwarded as the key");
+    // Another event, or the same event from another source, is new work.
+    e.http
+        .post(
+            &url,
+            &[("X-Source", "shop")],
+            r#"{"order_id": 43, "event_type": "paid"}"#,
+        )
+        .await;
+    e.http.post(&url, &[("X-Source", "pos")], body).await;
+    assert_eq!(e.up.effects(), 3);
+}
+
+async fn fingerprint_route_rejects_bad_json(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/webhooks/orders");
+    let r = e.http.post(&url, &[], "{not json").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:malformed-json"
+    );
+    let r = e.http.post(&url, &[], r#"{"event_type": "paid"}"#).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text().contains("json:/order_id"), "{}", r.text());
+    assert_eq!(e.up.effects(), 0);
+}
+
+async fn oversized_body_is_413(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/p");
+    let big = "x".repeat(70 * 1024);
+    let r = e
+        .http
+        .post(&url, &[("Idempotency-Key", "big"), AUTH_A], &big)
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:body-too-large"
+    );
+    assert_eq!(e.up.effects(), 0);
+    // The key was never claimed: a right-sized retry proceeds.
+    let ok = e
+        .http
+        .post(&url, &[("Idempotency-Key", "big"), AUTH_A], "{}")
+        .await;
+    assert_eq!(ok.status, StatusCode::CREATED);
+}
+
+async fn unmatched_requests_are_proxied_untouched(b: Backend) {
+    let e = env(b).await;
+    // No route, and a route's path with a method it does not list.
+    let h = [
+        ("Connection", "X-Hop"),
+        ("X-Hop", "secret"),
+        ("X-Forwarded-For", "10.9.8.7"),
+    ];
+    for _ in 0..2 {
+        let r = e.http.post(&e.gw.url("/other?x=1"), &h, "body").await;
+        assert_eq!(r.status, StatusCode::CREATED);
+        assert!(!r.replayed());
+    }
+    let r = e.http.get(&e.gw.url("/v1/payments/p"), &[]).await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(e.up.effects(), 3);
+    let seen = e.up.seen();
+    assert_eq!(seen[0].path, "/other?x=1");
+    assert_eq!(seen[0].body, "body");
+    assert!(
+        !seen[0].headers.contains_key("x-hop"),
+        "Connection-listed headers are stripped"
+    );
+    assert!(!seen[0].headers.contains_key("idempotency-fence"));
+    assert_eq!(seen[0].headers["x-forwarded-for"], "10.9.8.7, 127.0.0.1");
+    assert_eq!(seen[0].headers["x-forwarded-proto"], "http");
+    assert_eq!(
+        seen[0].headers["x-forwarded-host"],
+        e.gw.addr.to_string().as_str()
+    );
+}
+
+async fn optional_key_absent_is_proxied_without_dedupe(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/optional");
+    e.http.post(&url, &[], "{}").await;
+    e.http.post(&url, &[], "{}").await;
+    assert_eq!(e.up.effects(), 2);
+    e.http.post(&url, &[("Idempotency-Key", "o")], "{}").await;
+    assert!(e
+        .http
+        .post(&url, &[("Idempotency-Key", "o")], "{}")
+        .await
+        .replayed());
+    assert_eq!(e.up.effects(), 3);
+}
+
+async fn response_too_large_to_store_is_delivered_once_and_never_reexecuted(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/small/report");
+    let h = [
+        ("Idempotency-Key", "big-answer"),
+        ("x-test-body-bytes", "200000"),
+    ];
+    let first = e.http.post(&url, &h, "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(
+        first.body.len(),
+        200_000,
+        "the first client gets the whole body"
+    );
+    let second = e.http.post(&url, &h, "{}").await;
+    assert_eq!(
+        second.status,
+        StatusCode::CREATED,
+        "the original status, so clients do not retry"
+    );
+    assert!(second.replayed());
+    assert_eq!(
+        second.problem_type(),
+        "urn:dedupe-gateway:problem:response-not-stored"
+    );
+    assert_eq!(e.up.effects(), 1);
+}
+
+async fn connect_failure_releases_the_claim(b: Backend) {
+    // An upstream port with nothing listening.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let (store, _redis) = store_section(b);
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{dead_addr}\"\n{store}{ROUTES}"
+    );
+    let config = dedupe_gateway::config::Config::from_toml(&text).unwrap();
+    let up = Upstream::start().await; // only for the helper's signature
+    let _ = up;
+    let gw = start_with_config(config).await;
+    let http = Http::new();
+    let h = [("Idempotency-Key", "k"), AUTH_A];
+    let url = format!("http://{}/v1/payments/p", gw.0);
+    let r = http.post(&url, &h, "{}").await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:upstream-unreachable"
+    );
+    // Released, not stuck in flight: the retry is forwarded again (502 again, not 409).
+    let r = http.post(&url, &h, "{}").await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+}
+
+async fn upstream_silence_keeps_the_claim_until_the_lease_expires(b: Backend) {
+    let e = env_with(b, "upstream_timeout = \"200ms\"").await;
+    let url = e.gw.url("/short/silent");
+    let r = e
+        .http
+        .post(
+            &url,
+            &[("Idempotency-Key", "s"), ("x-test-drop", "1")],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:upstream-timeout"
+    );
+    // The upstream may have acted: the key stays claimed until its lease ends.
+    let r = e.http.post(&url, &[("Idempotency-Key", "s")], "{}").await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(e.up.effects(), 1);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let r = e.http.post(&url, &[("Idempotency-Key", "s")], "{}").await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(e.up.seen()[1].fence(), Some(2));
+}
+
+async fn start_with_config(
+    config: dedupe_gateway::config::Config,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    use dedupe_gateway::{proxy::Gateway, server, store::Store};
+    let store = Store::from_config(&config.store).unwrap();
+    let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = public.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server::serve(
+        Gateway::new(config, store),
+        server::Listeners {
+            public,
+            admin: None,
+        },
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    (addr, tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_framing_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env(Backend::Memory).await;
+    let mut s = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/payments/p HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert_eq!(e.up.effects(), 0);
+}

@@ -1,0 +1,119 @@
+//! The binary's command line: `check` and `run` refuse invalid files with exit 64 and a
+//! message naming the route and field, before any port is bound.
+
+use std::process::Command;
+
+fn gateway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+}
+
+fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join("gateway.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const BASE: &str = "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://127.0.0.1:9\"\n";
+
+#[test]
+fn check_prints_the_routes_it_understood() {
+    let out = gateway()
+        .args(["check", "--config", "config/example.toml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("route payments: POST,PATCH /v1/payments/* key=header idempotency-key (required) lease=30s window=1day"), "{text}");
+    assert!(text.contains("route shopify-orders:"), "{text}");
+    assert!(text.contains("window=3days"), "{text}");
+    assert!(
+        text.contains(
+            "fingerprint [method, path, json:/order_id, json:/event_type, header:x-source]"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_shipped_config_passes_check() {
+    for entry in std::fs::read_dir("config")
+        .unwrap()
+        .chain(std::fs::read_dir("docker").unwrap())
+    {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = gateway()
+                .arg("check")
+                .arg("--config")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn check_rejects_an_unknown_field_with_exit_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        &format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nwindw = \"1h\"\n"),
+    );
+    let out = gateway()
+        .arg("check")
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("windw"), "{err}");
+}
+
+#[test]
+fn check_rejects_a_bad_duration_naming_route_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        &format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nlease = \"30 parsecs\"\n"),
+    );
+    let out = gateway()
+        .arg("check")
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes[payments].lease"), "{err}");
+}
+
+#[test]
+fn run_refuses_an_invalid_file_before_binding_and_reads_dedupe_config() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that is busy: if run bound before validating, it would fail differently.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap();
+    let p = write(
+        &dir,
+        &format!("[server]\nlisten = \"{addr}\"\nupstream = \"http://127.0.0.1:9\"\n[defaults]\nwindow = \"forever\"\n"),
+    );
+    let out = gateway()
+        .arg("run")
+        .env("DEDUPE_CONFIG", &p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("defaults.window"), "{err}");
+}

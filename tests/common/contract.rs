@@ -1,0 +1,270 @@
+//! The store contract: one suite every backend (memory, redis, redis-cluster) must pass.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dedupe_gateway::store::{Claim, ClaimRequest, Completion, RecordState, Store};
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn fresh_key(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "contract:{{{nanos}{}}}:{name}",
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+const H1: [u8; 32] = [1; 32];
+const H2: [u8; 32] = [2; 32];
+const LONG: Duration = Duration::from_secs(60);
+
+fn req<'a>(
+    key: &'a str,
+    hash: &'a [u8; 32],
+    lease: Duration,
+    window: Duration,
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        request_hash: hash,
+        lease,
+        window,
+    }
+}
+
+/// Runs every contract check against `store`.
+pub async fn run_all(store: &Store) {
+    won_conflict_mismatch(store).await;
+    complete_then_replay(store).await;
+    takeover_raises_the_fence_and_fences_out_the_zombie(store).await;
+    release_lets_the_next_claim_win_with_a_higher_fence(store).await;
+    window_expiry_forgets_the_key(store).await;
+    abandoned_claims_expire(store).await;
+    inspect_and_forget(store).await;
+    concurrent_claims_have_one_winner(store).await;
+}
+
+async fn won_conflict_mismatch(store: &Store) {
+    let k = fresh_key("won");
+    assert_eq!(
+        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
+        Claim::Won {
+            fence: 1,
+            takeover: false
+        }
+    );
+    match store.claim(req(&k, &H1, LONG, LONG)).await.unwrap() {
+        Claim::Conflict { retry_after } => {
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= LONG,
+                "{retry_after:?}"
+            )
+        }
+        other => panic!("expected conflict, got {other:?}"),
+    }
+    assert_eq!(
+        store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+}
+
+async fn complete_then_replay(store: &Store) {
+    let k = fresh_key("replay");
+    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
+    let record = Bytes::from_static(b"\x00binary\xffrecord");
+    assert_eq!(
+        store.complete(&k, 1, record.clone(), LONG).await.unwrap(),
+        Completion::Completed
+    );
+    assert_eq!(
+        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
+        Claim::Replay(record.clone())
+    );
+    assert_eq!(
+        store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+    // A completed record cannot be completed again, not even by its owner.
+    assert_eq!(
+        store
+            .complete(&k, 1, Bytes::from_static(b"other"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert_eq!(
+        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
+        Claim::Replay(record)
+    );
+}
+
+async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
+    let k = fresh_key("takeover");
+    let lease = Duration::from_millis(100);
+    assert_eq!(
+        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
+        Claim::Won {
+            fence: 1,
+            takeover: false
+        }
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
+        Claim::Won {
+            fence: 2,
+            takeover: true
+        }
+    );
+    // The new lease holds.
+    assert!(matches!(
+        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
+        Claim::Conflict { .. }
+    ));
+    // The zombie (fence 1) can neither complete nor release.
+    assert_eq!(
+        store
+            .complete(&k, 1, Bytes::from_static(b"zombie"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert!(!store.release(&k, 1, LONG).await.unwrap());
+    assert_eq!(
+        store
+            .complete(&k, 2, Bytes::from_static(b"owner"), LONG)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+    assert_eq!(
+        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
+        Claim::Replay(Bytes::from_static(b"owner"))
+    );
+    // A mismatched request never takes over, even after the lease.
+    let k2 = fresh_key("takeover-mismatch");
+    store.claim(req(&k2, &H1, lease, LONG)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        store.claim(req(&k2, &H2, lease, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+}
+
+async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
+    let k = fresh_key("release");
+    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
+    assert!(store.release(&k, 1, LONG).await.unwrap());
+    assert!(!store.release(&k, 1, LONG).await.unwrap(), "released twice");
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Released);
+    // The next claim wins, even with another body, and its fence is higher.
+    assert_eq!(
+        store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(),
+        Claim::Won {
+            fence: 2,
+            takeover: false
+        }
+    );
+    assert_eq!(
+        store
+            .complete(&k, 1, Bytes::from_static(b"stale"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert_eq!(
+        store
+            .complete(&k, 2, Bytes::from_static(b"new"), LONG)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+}
+
+async fn window_expiry_forgets_the_key(store: &Store) {
+    let k = fresh_key("window");
+    let window = Duration::from_millis(150);
+    store.claim(req(&k, &H1, LONG, window)).await.unwrap();
+    store
+        .complete(&k, 1, Bytes::from_static(b"r"), window)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(req(&k, &H1, LONG, window)).await.unwrap(),
+        Claim::Replay(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.inspect(&k).await.unwrap(), None);
+    assert_eq!(
+        store.claim(req(&k, &H2, LONG, window)).await.unwrap(),
+        Claim::Won {
+            fence: 1,
+            takeover: false
+        }
+    );
+}
+
+async fn abandoned_claims_expire(store: &Store) {
+    let k = fresh_key("abandoned");
+    let (lease, window) = (Duration::from_millis(50), Duration::from_millis(100));
+    store.claim(req(&k, &H1, lease, window)).await.unwrap();
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::InFlight);
+    assert!(info.expires_in.unwrap() <= lease + window);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(store.inspect(&k).await.unwrap(), None);
+}
+
+async fn inspect_and_forget(store: &Store) {
+    let k = fresh_key("inspect");
+    assert_eq!(store.inspect(&k).await.unwrap(), None);
+    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!((info.state, info.fence), (RecordState::InFlight, 1));
+    assert!(info.lease_left.unwrap() > Duration::from_secs(50));
+    assert!(info.response.is_none());
+    store
+        .complete(&k, 1, Bytes::from_static(b"done"), LONG)
+        .await
+        .unwrap();
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Completed);
+    assert_eq!(info.lease_left, None);
+    assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
+    assert!(store.forget(&k).await.unwrap());
+    assert!(!store.forget(&k).await.unwrap());
+    assert_eq!(
+        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
+        Claim::Won {
+            fence: 1,
+            takeover: false
+        }
+    );
+}
+
+async fn concurrent_claims_have_one_winner(store: &Store) {
+    let k = fresh_key("race");
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let store = store.clone();
+        let k = k.clone();
+        tasks.push(tokio::spawn(async move {
+            store.claim(req(&k, &H1, LONG, LONG)).await.unwrap()
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::Won { .. } => won += 1,
+            Claim::Conflict { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(won, 1);
+}
