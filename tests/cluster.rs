@@ -14,7 +14,11 @@ struct Cluster {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Cluster {
@@ -37,7 +41,10 @@ impl Cluster {
                 ])
             })
             .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
@@ -73,8 +80,9 @@ impl Cluster {
 async fn cluster_keeps_the_store_contract_and_survives_storms() {
     let cluster = Cluster::start();
 
-    let store =
-        Store::Cluster(Box::new(RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap()));
+    let store = Store::Cluster(Box::new(
+        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap(),
+    ));
     common::contract::run_all(&store).await;
 
     // Through the gateway: a storm on one key, then many keys spread over every master.
@@ -103,8 +111,12 @@ lease = "10s"
         let http = http.clone();
         let url = gw.url("/orders");
         tasks.push(tokio::spawn(async move {
-            http.post(&url, &[("Idempotency-Key", "storm"), ("x-test-delay-ms", "200")], "{}")
-                .await
+            http.post(
+                &url,
+                &[("Idempotency-Key", "storm"), ("x-test-delay-ms", "200")],
+                "{}",
+            )
+            .await
         }));
     }
     for t in tasks {

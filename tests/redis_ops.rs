@@ -51,11 +51,19 @@ async fn two_gateway_processes_on_one_redis_give_one_effect_per_key() {
     let http = Http::new();
     let mut tasks = Vec::new();
     for i in 0..200 {
-        let url = if i % 2 == 0 { a.url("/orders/x") } else { b.url("/orders/x") };
+        let url = if i % 2 == 0 {
+            a.url("/orders/x")
+        } else {
+            b.url("/orders/x")
+        };
         let http = http.clone();
         tasks.push(tokio::spawn(async move {
-            http.post(&url, &[("Idempotency-Key", "split"), ("x-test-delay-ms", "100")], "{}")
-                .await
+            http.post(
+                &url,
+                &[("Idempotency-Key", "split"), ("x-test-delay-ms", "100")],
+                "{}",
+            )
+            .await
         }));
     }
     let mut statuses: HashMap<u16, usize> = HashMap::new();
@@ -64,7 +72,11 @@ async fn two_gateway_processes_on_one_redis_give_one_effect_per_key() {
         assert!(!r.status.is_server_error(), "{}: {}", r.status, r.text());
         *statuses.entry(r.status.as_u16()).or_default() += 1;
     }
-    assert_eq!(up.effects(), 1, "one effect across both gateways: {statuses:?}");
+    assert_eq!(
+        up.effects(),
+        1,
+        "one effect across both gateways: {statuses:?}"
+    );
     assert_eq!(statuses.values().sum::<usize>(), 200);
 }
 
@@ -78,24 +90,47 @@ async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
     let url_a = a.url("/orders/crash");
     let h = http.clone();
     let doomed = tokio::spawn(async move {
-        h.send("POST", &url_a, &[("Idempotency-Key", "crash"), ("x-test-delay-ms", "3000")], "{}")
-            .await
+        h.send(
+            "POST",
+            &url_a,
+            &[("Idempotency-Key", "crash"), ("x-test-delay-ms", "3000")],
+            "{}",
+        )
+        .await
     });
     // The upstream took the request; now the winning gateway dies before answering.
     up.wait_for_effects(1).await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
-    assert!(doomed.await.unwrap().is_err(), "the client of the dead gateway gets no answer");
+    assert!(
+        doomed.await.unwrap().is_err(),
+        "the client of the dead gateway gets no answer"
+    );
 
     let url_b = b.url("/orders/crash");
-    let r = http.post(&url_b, &[("Idempotency-Key", "crash")], "{}").await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "the dead winner's lease still holds");
+    let r = http
+        .post(&url_b, &[("Idempotency-Key", "crash")], "{}")
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CONFLICT,
+        "the dead winner's lease still holds"
+    );
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let r = http.post(&url_b, &[("Idempotency-Key", "crash")], "{}").await;
+    let r = http
+        .post(&url_b, &[("Idempotency-Key", "crash")], "{}")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
     let fences: Vec<_> = up.seen().iter().map(|s| s.fence()).collect();
-    assert_eq!(fences, vec![Some(1), Some(2)], "the takeover carries a higher fence");
-    assert!(http.post(&url_b, &[("Idempotency-Key", "crash")], "{}").await.replayed());
+    assert_eq!(
+        fences,
+        vec![Some(1), Some(2)],
+        "the takeover carries a higher fence"
+    );
+    assert!(http
+        .post(&url_b, &[("Idempotency-Key", "crash")], "{}")
+        .await
+        .replayed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,46 +143,82 @@ async fn redis_down_fails_closed_or_open_per_route_and_recovers_without_restart(
     );
     let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
     let http = Http::new();
-    let ok = http.post(&gw.url("/orders/a"), &[("Idempotency-Key", "before")], "{}").await;
+    let ok = http
+        .post(&gw.url("/orders/a"), &[("Idempotency-Key", "before")], "{}")
+        .await;
     assert_eq!(ok.status, StatusCode::CREATED);
-    assert_eq!(http.get(&gw.admin_url("/readyz"), &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        http.get(&gw.admin_url("/readyz"), &[]).await.status,
+        StatusCode::OK
+    );
 
     redis.stop();
-    let closed = http.post(&gw.url("/orders/a"), &[("Idempotency-Key", "during")], "{}").await;
+    let closed = http
+        .post(&gw.url("/orders/a"), &[("Idempotency-Key", "during")], "{}")
+        .await;
     assert_eq!(closed.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(closed.problem_type(), "urn:dedupe-gateway:problem:store-unavailable");
+    assert_eq!(
+        closed.problem_type(),
+        "urn:dedupe-gateway:problem:store-unavailable"
+    );
     assert!(closed.headers.contains_key("retry-after"));
     assert_eq!(up.effects(), 1, "fail-closed forwards nothing");
-    let open = http.post(&gw.url("/open/a"), &[("Idempotency-Key", "during")], "{}").await;
-    assert_eq!(open.status, StatusCode::CREATED, "fail-open forwards without dedupe");
+    let open = http
+        .post(&gw.url("/open/a"), &[("Idempotency-Key", "during")], "{}")
+        .await;
+    assert_eq!(
+        open.status,
+        StatusCode::CREATED,
+        "fail-open forwards without dedupe"
+    );
     assert_eq!(up.effects(), 2);
-    assert_eq!(http.get(&gw.admin_url("/readyz"), &[]).await.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        http.get(&gw.admin_url("/readyz"), &[]).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     let metrics = http.get(&gw.admin_url("/metrics"), &[]).await.text();
-    assert!(metrics.contains(r#"dedupe_requests_total{route="orders",outcome="store_error"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"dedupe_requests_total{route="open",outcome="fail_open"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"dedupe_requests_total{route="orders",outcome="store_error"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"dedupe_requests_total{route="open",outcome="fail_open"} 1"#),
+        "{metrics}"
+    );
 
     redis.restart();
     // The same gateway reconnects by itself.
     let recovered = eventually(Duration::from_secs(10), || async {
-        http.post(&gw.url("/orders/a"), &[("Idempotency-Key", "after")], "{}").await.status
+        http.post(&gw.url("/orders/a"), &[("Idempotency-Key", "after")], "{}")
+            .await
+            .status
             == StatusCode::CREATED
     })
     .await;
     assert!(recovered, "dedupe never came back after Redis restarted");
-    let replay = http.post(&gw.url("/orders/a"), &[("Idempotency-Key", "after")], "{}").await;
+    let replay = http
+        .post(&gw.url("/orders/a"), &[("Idempotency-Key", "after")], "{}")
+        .await;
     assert!(replay.replayed());
-    assert_eq!(http.get(&gw.admin_url("/readyz"), &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        http.get(&gw.admin_url("/readyz"), &[]).await.status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_redis_past_the_store_timeout_fails_fast_instead_of_hanging() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"200ms\"\n", redis.url());
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"200ms\"\n",
+        redis.url()
+    );
     let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
     let http = Http::new();
     // Connect and load the scripts first.
-    http.post(&gw.url("/orders/p"), &[("Idempotency-Key", "warm")], "{}").await;
+    http.post(&gw.url("/orders/p"), &[("Idempotency-Key", "warm")], "{}")
+        .await;
 
     let _: () = redis.cmd(&["CLIENT", "PAUSE", "3000", "ALL"]);
     // Bounded well below the pause: a hang would trip this, not a slow machine.
@@ -199,28 +270,52 @@ async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
     let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
     let http = Http::new();
     // Connect and load the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD happen once).
-    http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "warm")], "{}").await;
+    http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "warm")], "{}")
+        .await;
 
     let before = redis.command_calls();
-    let r = http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "k1")], "{}").await;
+    let r = http
+        .post(&gw.url("/orders/w"), &[("Idempotency-Key", "k1")], "{}")
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
-    assert_eq!(top_level_calls(&redis, &before), (2, vec![]), "winner: claim + complete");
+    assert_eq!(
+        top_level_calls(&redis, &before),
+        (2, vec![]),
+        "winner: claim + complete"
+    );
 
     let before = redis.command_calls();
-    let r = http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "k1")], "{}").await;
+    let r = http
+        .post(&gw.url("/orders/w"), &[("Idempotency-Key", "k1")], "{}")
+        .await;
     assert!(r.replayed());
-    assert_eq!(top_level_calls(&redis, &before), (1, vec![]), "replay: claim only");
+    assert_eq!(
+        top_level_calls(&redis, &before),
+        (1, vec![]),
+        "replay: claim only"
+    );
 
     let h = http.clone();
     let url = gw.url("/orders/w");
     let slow = tokio::spawn(async move {
-        h.post(&url, &[("Idempotency-Key", "k2"), ("x-test-delay-ms", "500")], "{}").await
+        h.post(
+            &url,
+            &[("Idempotency-Key", "k2"), ("x-test-delay-ms", "500")],
+            "{}",
+        )
+        .await
     });
     up.wait_for_effects(3).await;
     let before = redis.command_calls();
-    let r = http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "k2")], "{}").await;
+    let r = http
+        .post(&gw.url("/orders/w"), &[("Idempotency-Key", "k2")], "{}")
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
-    assert_eq!(top_level_calls(&redis, &before), (1, vec![]), "conflict: claim only");
+    assert_eq!(
+        top_level_calls(&redis, &before),
+        (1, vec![]),
+        "conflict: claim only"
+    );
     slow.await.unwrap();
 }
 
@@ -228,11 +323,16 @@ async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
 async fn records_are_one_hash_key_each_and_replays_check_the_key() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"t\"\n", redis.url());
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"t\"\n",
+        redis.url()
+    );
     let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
     let http = Http::new();
-    http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "one")], "{}").await;
-    http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "two")], "{}").await;
+    http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "one")], "{}")
+        .await;
+    http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "two")], "{}")
+        .await;
     let keys: Vec<String> = redis.cmd(&["KEYS", "t:*"]);
     assert_eq!(keys.len(), 2, "{keys:?}");
     for k in &keys {
@@ -246,10 +346,20 @@ async fn records_are_one_hash_key_each_and_replays_check_the_key() {
     let (k1, k2) = (&keys[0], &keys[1]);
     let mut con = redis.connection().unwrap();
     let r1: Vec<u8> = redis::cmd("HGET").arg(k1).arg("r").query(&mut con).unwrap();
-    let _: () = redis::cmd("HSET").arg(k2).arg("r").arg(r1).query(&mut con).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k2)
+        .arg("r")
+        .arg(r1)
+        .query(&mut con)
+        .unwrap();
     let key2 = k2.rsplit(':').next().unwrap();
-    let r = http.post(&gw.url("/orders/r"), &[("Idempotency-Key", key2)], "{}").await;
+    let r = http
+        .post(&gw.url("/orders/r"), &[("Idempotency-Key", key2)], "{}")
+        .await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(r.problem_type(), "urn:dedupe-gateway:problem:record-unusable");
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:record-unusable"
+    );
     assert_eq!(up.effects(), 2, "and nothing was executed again");
 }

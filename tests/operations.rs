@@ -1,0 +1,332 @@
+//! Operating the gateway: admin port (metrics, health, keys, token), SIGTERM drain,
+//! SIGHUP reload, JSON access logs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{GatewayProcess, Http, RedisServer, TestGateway, Upstream};
+use http::StatusCode;
+
+const ROUTES: &str = r#"
+[defaults]
+lease = "5s"
+
+[[routes]]
+name = "payments"
+methods = ["POST"]
+path = "/v1/payments/*"
+key = { header = "Idempotency-Key" }
+scope = ["header:Authorization"]
+"#;
+
+fn counter(metrics: &str, route: &str, outcome: &str) -> u64 {
+    let prefix = format!("dedupe_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_each_key_outcome() {
+    let up = Upstream::start().await;
+    let gw = TestGateway::start(
+        &up,
+        "",
+        &format!("[admin]\nlisten = \"127.0.0.1:0\"\n{ROUTES}"),
+    )
+    .await;
+    let http = Http::new();
+    let url = gw.url("/v1/payments/1");
+    let metrics = || async { http.get(&gw.admin_url("/metrics"), &[]).await.text() };
+    let before = metrics().await;
+    assert_eq!(counter(&before, "payments", "won"), 0);
+
+    http.post(&url, &[("Idempotency-Key", "m")], "{}").await;
+    http.post(&url, &[("Idempotency-Key", "m")], "{}").await;
+    http.post(&url, &[("Idempotency-Key", "m")], "{}").await;
+    http.post(&url, &[("Idempotency-Key", "m")], "{\"other\":1}")
+        .await;
+    http.post(&url, &[], "{}").await;
+    http.post(&url, &[("Idempotency-Key", "bad key")], "{}")
+        .await;
+    let h = http.clone();
+    let u = url.clone();
+    let slow = tokio::spawn(async move {
+        h.post(
+            &u,
+            &[("Idempotency-Key", "slow"), ("x-test-delay-ms", "300")],
+            "{}",
+        )
+        .await
+    });
+    up.wait_for_effects(2).await;
+    assert_eq!(
+        http.post(&url, &[("Idempotency-Key", "slow")], "{}")
+            .await
+            .status,
+        StatusCode::CONFLICT
+    );
+    slow.await.unwrap();
+    http.post(&gw.url("/elsewhere"), &[], "").await;
+
+    let m = metrics().await;
+    assert_eq!(counter(&m, "payments", "won"), 2, "{m}");
+    assert_eq!(counter(&m, "payments", "replayed"), 2);
+    assert_eq!(counter(&m, "payments", "mismatch"), 1);
+    assert_eq!(counter(&m, "payments", "conflict"), 1);
+    assert_eq!(counter(&m, "payments", "missing_key"), 1);
+    assert_eq!(counter(&m, "payments", "invalid_key"), 1);
+    assert_eq!(counter(&m, "-", "passthrough"), 1);
+    assert!(
+        m.contains(r#"dedupe_upstream_responses_total{route="payments",class="2xx"} 2"#),
+        "{m}"
+    );
+    assert!(m.contains("dedupe_upstream_latency_seconds_bucket"));
+    assert!(m.contains("dedupe_store_latency_seconds_bucket{le="));
+    assert!(m.contains("dedupe_inflight_claims 0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_can_be_inspected_and_forgotten_behind_the_admin_token() {
+    let up = Upstream::start().await;
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"s3cret\"\n";
+    let gw = TestGateway::start(&up, "", &format!("{admin}{ROUTES}")).await;
+    let http = Http::new();
+    let url = gw.url("/v1/payments/1");
+    let tenant = ("Authorization", "Bearer tenant-a");
+    http.post(&url, &[("Idempotency-Key", "stuck/1"), tenant], "{}")
+        .await;
+    assert_eq!(up.effects(), 1);
+
+    let key_url = gw.admin_url("/keys/payments/stuck%2F1?header:Authorization=Bearer%20tenant-a");
+    let auth = [("Authorization", "Bearer s3cret")];
+    // The token guards everything but the probes.
+    assert_eq!(
+        http.get(&key_url, &[]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let wrong = http
+        .get(&key_url, &[("Authorization", "Bearer nope")])
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        wrong.problem_type(),
+        "urn:dedupe-gateway:problem:unauthorized"
+    );
+    assert_eq!(
+        http.get(&gw.admin_url("/metrics"), &[]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        http.get(&gw.admin_url("/metrics"), &auth).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        http.get(&gw.admin_url("/healthz"), &[]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        http.get(&gw.admin_url("/readyz"), &[]).await.status,
+        StatusCode::OK
+    );
+
+    let shown = http.get(&key_url, &auth).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.text());
+    let v: serde_json::Value = serde_json::from_slice(&shown.body).unwrap();
+    assert_eq!(v["state"], "completed");
+    assert_eq!(v["fence"], 1);
+    assert_eq!(v["status"], 201);
+    assert_eq!(v["body_stored"], true);
+    // Another tenant's view of the same key is another record.
+    let other = gw.admin_url("/keys/payments/stuck%2F1?header:Authorization=Bearer%20tenant-b");
+    assert_eq!(http.get(&other, &auth).await.status, StatusCode::NOT_FOUND);
+    // The scope hash from the access log works as well.
+    let by_hash = gw.admin_url(&format!(
+        "/keys/payments/stuck%2F1?scope={}",
+        v["scope"].as_str().unwrap()
+    ));
+    assert_eq!(http.get(&by_hash, &auth).await.status, StatusCode::OK);
+
+    let deleted = http.send("DELETE", &key_url, &auth, "").await.unwrap();
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        http.get(&key_url, &auth).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let again = http
+        .post(&url, &[("Idempotency-Key", "stuck/1"), tenant], "{}")
+        .await;
+    assert!(!again.replayed(), "a forgotten key executes again");
+    assert_eq!(up.effects(), 2);
+    assert_eq!(
+        http.get(&gw.admin_url("/keys/payments/x"), &auth)
+            .await
+            .status,
+        StatusCode::BAD_REQUEST,
+        "a scoped route needs its scope"
+    );
+}
+
+fn redis_config(up: &Upstream, redis: &RedisServer, extra_server: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n{extra_server}\n\
+         [store]\nbackend = \"redis\"\nurl = \"{}\"\n\
+         [defaults]\nlease = \"1s\"\n\
+         [[routes]]\nname = \"orders\"\nmethods = [\"POST\"]\npath = \"/orders\"\nkey = {{ header = \"Idempotency-Key\" }}\n",
+        up.url(),
+        redis.url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_slow_upstream_call_finish_and_store_its_response() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let mut a = GatewayProcess::start(&redis_config(&up, &redis, "shutdown_grace = \"10s\""));
+    let http = Http::new();
+    let url = a.url("/orders");
+    let h = http.clone();
+    let call = tokio::spawn(async move {
+        h.post(
+            &url,
+            &[("Idempotency-Key", "drain"), ("x-test-delay-ms", "800")],
+            "{}",
+        )
+        .await
+    });
+    up.wait_for_effects(1).await;
+    a.signal("TERM");
+    a.wait_logged("draining").await;
+    let answered = call.await.unwrap();
+    assert_eq!(
+        answered.status,
+        StatusCode::CREATED,
+        "the in-flight call finished"
+    );
+    assert_eq!(a.wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(
+        std::net::TcpStream::connect(a.addr).is_err(),
+        "the drained gateway no longer accepts"
+    );
+
+    // Its response was stored: another gateway on the same Redis replays it.
+    let b = GatewayProcess::start(&redis_config(&up, &redis, ""));
+    let replay = http
+        .post(&b.url("/orders"), &[("Idempotency-Key", "drain")], "{}")
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, answered.body);
+    assert_eq!(up.effects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cut_off_by_the_grace_period_keeps_its_claim_for_a_takeover() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let mut a = GatewayProcess::start(&redis_config(&up, &redis, "shutdown_grace = \"100ms\""));
+    let http = Http::new();
+    let url = a.url("/orders");
+    let h = http.clone();
+    let call = tokio::spawn(async move {
+        h.send(
+            "POST",
+            &url,
+            &[("Idempotency-Key", "cut"), ("x-test-delay-ms", "3000")],
+            "{}",
+        )
+        .await
+    });
+    up.wait_for_effects(1).await;
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(Duration::from_secs(5)), Some(0));
+    assert!(
+        call.await.unwrap().is_err(),
+        "the cut-off client gets no made-up answer"
+    );
+
+    let b = GatewayProcess::start(&redis_config(&up, &redis, ""));
+    let r = http
+        .post(&b.url("/orders"), &[("Idempotency-Key", "cut")], "{}")
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CONFLICT,
+        "outcome unknown: the claim is neither completed nor released"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = http
+        .post(&b.url("/orders"), &[("Idempotency-Key", "cut")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(up.seen()[1].fence(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_broken() {
+    let up = Upstream::start().await;
+    let base = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n",
+        up.url()
+    );
+    let gw = GatewayProcess::start(&base);
+    let http = Http::new();
+    let url = gw.url("/new");
+    http.post(&url, &[("Idempotency-Key", "n")], "{}").await;
+    http.post(&url, &[("Idempotency-Key", "n")], "{}").await;
+    assert_eq!(up.effects(), 2, "no route yet: proxied twice");
+
+    let with_route = format!(
+        "{base}[[routes]]\nname = \"new\"\nmethods = [\"POST\"]\npath = \"/new\"\nkey = {{ header = \"Idempotency-Key\" }}\n"
+    );
+    std::fs::write(&gw.config_path, &with_route).unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("configuration reloaded").await;
+    http.post(&url, &[("Idempotency-Key", "n")], "{}").await;
+    assert!(http
+        .post(&url, &[("Idempotency-Key", "n")], "{}")
+        .await
+        .replayed());
+    assert_eq!(up.effects(), 3);
+
+    std::fs::write(&gw.config_path, format!("{with_route}\nlease = \"soon\"\n")).unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("configuration refused").await;
+    assert!(
+        http.post(&url, &[("Idempotency-Key", "n")], "{}")
+            .await
+            .replayed(),
+        "old config in force"
+    );
+
+    // Listen changes are reported as needing a restart.
+    let moved = with_route.replace("127.0.0.1:0", "127.0.0.1:1");
+    std::fs::write(&gw.config_path, moved).unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("takes effect only after a restart").await;
+    assert!(http
+        .post(&url, &[("Idempotency-Key", "n")], "{}")
+        .await
+        .replayed());
+
+    // One JSON access line per request, with what an operator needs.
+    let access_lines = || {
+        let logs = gw.logs.lock().unwrap();
+        logs.iter()
+            .filter(|l| l["target"] == "dedupe_gateway::access")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    common::eventually(Duration::from_secs(5), || async {
+        access_lines().len() >= 6
+    })
+    .await;
+    let access = access_lines();
+    assert_eq!(access.len(), 6, "{access:#?}");
+    let won = access.iter().find(|l| l["outcome"] == "won").unwrap();
+    assert_eq!(won["route"], "new");
+    assert_eq!(won["status"], 201);
+    assert_eq!(won["fence"], 1);
+    assert!(won["upstream_ms"].as_f64().is_some());
+}
