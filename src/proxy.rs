@@ -445,14 +445,14 @@ impl Winner {
         let metrics = &self.gateway.metrics;
         let _held = metrics.claim_held();
         let server = &self.live.config.server;
-        let mut req = Request::from_parts(parts, full(body));
+        let req = Request::from_parts(parts, full(body));
+        let mut req = self.live.upstream.prepare(req, self.remote);
         // A header key is visible ASCII and a fingerprint is hex: both are valid values.
         if let Ok(v) = HeaderValue::from_str(&self.key) {
             req.headers_mut().insert(IDEMPOTENCY_KEY.clone(), v);
         }
         req.headers_mut()
             .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(self.fence));
-        let req = self.live.upstream.prepare(req, self.remote);
 
         let deadline = tokio::time::Instant::now() + server.upstream_timeout;
         let started = Instant::now();

@@ -108,6 +108,9 @@ impl Upstream {
         let headers = req.headers_mut();
         strip_hop_by_hop(headers);
         headers.remove(header::HOST);
+        // The fence is the gateway's word to the upstream; a client must not forge it.
+        // A winner sets its own after `prepare`.
+        headers.remove(&crate::proxy::IDEMPOTENCY_FENCE);
         let xff = HeaderName::from_static("x-forwarded-for");
         let ip = remote.ip().to_string();
         let forwarded_for = match headers.get(&xff).and_then(|v| v.to_str().ok()) {

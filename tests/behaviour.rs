@@ -425,7 +425,10 @@ async fn unmatched_requests_are_proxied_untouched(b: Backend) {
         !seen[0].headers.contains_key("x-hop"),
         "Connection-listed headers are stripped"
     );
-    assert!(!seen[0].headers.contains_key("idempotency-fence"));
+    assert!(
+        !seen[0].headers.contains_key("idempotency-fence"),
+        "clients cannot forge a fence"
+    );
     assert_eq!(seen[0].headers["x-forwarded-for"], "10.9.8.7, 127.0.0.1");
     assert_eq!(seen[0].headers["x-forwarded-proto"], "http");
     assert_eq!(
