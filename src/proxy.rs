@@ -139,6 +139,7 @@ impl Gateway {
             path = %req.uri().path(),
             route = tracing::field::Empty,
             outcome = tracing::field::Empty,
+            status = tracing::field::Empty,
         );
         let mut t = Trace::default();
         let result = self
@@ -154,6 +155,7 @@ impl Gateway {
         }
         span.record("route", route);
         span.record("outcome", outcome.as_str());
+        span.record("status", resp.status().as_u16());
         span.in_scope(|| {
             info!(
                 target: "dedupe_gateway::access",
