@@ -573,3 +573,19 @@ async fn ambiguous_framing_is_refused() {
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert_eq!(e.up.effects(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_clients_are_deduped_too() {
+    let e = env(Backend::Memory).await;
+    let h2 = Http::h2c();
+    let url = e.gw.url("/v1/payments/h2");
+    let h = [("Idempotency-Key", "h2"), AUTH_A];
+    let first = h2.post(&url, &h, "{}").await;
+    let second = h2.post(&url, &h, "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(second.replayed());
+    assert_eq!(second.body, first.body);
+    assert_eq!(e.up.effects(), 1);
+    let passthrough = h2.post(&e.gw.url("/other"), &[], "x").await;
+    assert_eq!(passthrough.status, StatusCode::CREATED);
+}

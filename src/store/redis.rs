@@ -135,24 +135,34 @@ async fn claim_on<C: ConnectionLike>(
         .invoke_async(con)
         .await
         .map_err(unavailable)?;
-    let Value::Array(items) = &v else {
+    let Value::Array(mut items) = v else {
         return Err(protocol("claim", &v));
     };
     let code = items.first().and_then(int);
-    let arg = items.get(1);
-    match (code, arg) {
-        (Some(1), Some(f)) | (Some(5), Some(f)) => Ok(Claim::Won {
-            fence: int(f).ok_or_else(|| protocol("claim fence", &v))? as u64,
+    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
+    match code {
+        Some(1) | Some(5) => Ok(Claim::Won {
+            fence: items.get(1).and_then(int).ok_or_else(|| bad(&items))? as u64,
             takeover: code == Some(5),
         }),
-        (Some(2), Some(Value::BulkString(b))) => Ok(Claim::Replay(Bytes::from(b.clone()))),
-        (Some(3), Some(ms)) => Ok(Claim::Conflict {
+        // Take the record out of the reply rather than copy it: it can be large.
+        Some(2) if matches!(items.get(1), Some(Value::BulkString(_))) => {
+            match items.swap_remove(1) {
+                Value::BulkString(b) => Ok(Claim::Replay(Bytes::from(b))),
+                other => Err(protocol("claim record", &other)),
+            }
+        }
+        Some(3) => Ok(Claim::Conflict {
             retry_after: Duration::from_millis(
-                int(ms).ok_or_else(|| protocol("claim lease", &v))?.max(0) as u64,
+                items
+                    .get(1)
+                    .and_then(int)
+                    .ok_or_else(|| bad(&items))?
+                    .max(0) as u64,
             ),
         }),
-        (Some(4), _) => Ok(Claim::Mismatch),
-        _ => Err(protocol("claim", &v)),
+        Some(4) => Ok(Claim::Mismatch),
+        _ => Err(bad(&items)),
     }
 }
 

@@ -222,6 +222,15 @@ impl Http {
         }
     }
 
+    /// A client speaking HTTP/2 with prior knowledge (h2c).
+    pub fn h2c() -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
     pub async fn send(
         &self,
         method: &str,
