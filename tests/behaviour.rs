@@ -589,3 +589,43 @@ async fn h2c_clients_are_deduped_too() {
     let passthrough = h2.post(&e.gw.url("/other"), &[], "x").await;
     assert_eq!(passthrough.status, StatusCode::CREATED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_request_heads_are_refused() {
+    let e = env(Backend::Memory).await;
+    let huge = "x".repeat(100 * 1024);
+    let r = e
+        .http
+        .send(
+            "POST",
+            &e.gw.url("/v1/payments/p"),
+            &[("X-Huge", &huge)],
+            "{}",
+        )
+        .await;
+    match r {
+        Ok(r) => assert_eq!(r.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+        // hyper may also close the connection while the client is still writing.
+        Err(e) => assert!(e.contains("connection") || e.contains("SendRequest"), "{e}"),
+    }
+    assert_eq!(e.up.effects(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_arrives_times_out_with_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env_with(Backend::Memory, "body_read_timeout = \"200ms\"").await;
+    let mut s = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    s.write_all(b"POST /v1/payments/p HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow\r\nContent-Length: 10\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("application/problem+json"), "{text}");
+    assert_eq!(e.up.effects(), 0);
+}
