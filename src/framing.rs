@@ -53,7 +53,9 @@ impl HeadScanner {
         }
     }
 
-    /// Feeds bytes as hyper reads them.
+    /// Feeds bytes as hyper reads them. Iterative, and each byte is copied at most once
+    /// into the pending head: a read full of pipelined heads costs linear time and
+    /// constant stack.
     pub fn feed(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             match &mut self.state {
@@ -66,57 +68,93 @@ impl HeadScanner {
                         self.state = State::Head(Vec::new());
                     }
                 }
-                State::Head(buf) => {
-                    buf.extend_from_slice(data);
-                    data = &[];
-                    let mut headers = [httparse::EMPTY_HEADER; 128];
-                    let mut req = httparse::Request::new(&mut headers);
-                    match req.parse(buf) {
-                        Ok(httparse::Status::Complete(n)) => {
-                            let cl = req
-                                .headers
-                                .iter()
-                                .find(|h| h.name.eq_ignore_ascii_case("content-length"));
-                            let te = req
-                                .headers
-                                .iter()
-                                .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
-                            let len = cl
-                                .and_then(|h| std::str::from_utf8(h.value).ok())
-                                .and_then(|v| v.trim().parse::<u64>().ok());
-                            let has_cl = cl.is_some();
-                            let rest = buf.split_off(n);
-                            self.state = match (has_cl, te, len) {
-                                (true, true, _) => {
-                                    self.flag.0.store(true, Ordering::Relaxed);
-                                    State::Done
-                                }
-                                // Chunked: following chunk framing would be a second parser.
-                                (false, true, _) => State::Done,
-                                (false, false, _) | (true, false, Some(0)) => {
-                                    State::Head(Vec::new())
-                                }
-                                (true, false, Some(len)) => State::Skip(len),
-                                // An unparsable length: hyper refuses the request.
-                                (true, false, None) => State::Done,
-                            };
-                            // Bytes past this head belong to its body or the next head.
-                            if !rest.is_empty() {
-                                self.feed(&rest);
+                State::Head(pending) => {
+                    // Parse from the pending partial head, or straight from `data`.
+                    let from_pending = !pending.is_empty();
+                    if from_pending {
+                        pending.extend_from_slice(data);
+                    }
+                    let buf: &[u8] = if from_pending { pending } else { data };
+                    let (consumed, next) = match scan_head(buf) {
+                        Scan::Head { len, framing } => (len, framing),
+                        Scan::Partial if buf.len() > self.max_head => (buf.len(), Next::Stop),
+                        Scan::Partial => {
+                            if !from_pending {
+                                *pending = data.to_vec();
                             }
                             return;
                         }
-                        Ok(httparse::Status::Partial) => {
-                            if buf.len() > self.max_head {
-                                self.state = State::Done;
-                            }
+                        Scan::Invalid => (buf.len(), Next::Stop),
+                    };
+                    // What is left of `data` after this head.
+                    data = if from_pending {
+                        let before = pending.len() - data.len();
+                        &data[consumed.saturating_sub(before).min(data.len())..]
+                    } else {
+                        &data[consumed..]
+                    };
+                    self.state = match next {
+                        Next::Ambiguous => {
+                            self.flag.0.store(true, Ordering::Relaxed);
+                            State::Done
                         }
-                        Err(_) => self.state = State::Done,
-                    }
+                        Next::Stop => State::Done,
+                        Next::Head => State::Head(Vec::new()),
+                        Next::Skip(n) => State::Skip(n),
+                    };
                 }
             }
         }
     }
+}
+
+enum Next {
+    /// Both framing headers: raise the flag.
+    Ambiguous,
+    /// Chunked, unparsable, or too long: stop watching (hyper decides).
+    Stop,
+    /// No body: the next head follows.
+    Head,
+    /// A `Content-Length` body to skip.
+    Skip(u64),
+}
+
+enum Scan {
+    Head { len: usize, framing: Next },
+    Partial,
+    Invalid,
+}
+
+/// Parses one request head at the start of `buf`. hyper allows at most 100 headers.
+fn scan_head(buf: &[u8]) -> Scan {
+    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Scan::Partial,
+        Err(_) => return Scan::Invalid,
+    };
+    let cl = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"));
+    let te = req
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
+    let length = cl
+        .and_then(|h| std::str::from_utf8(h.value).ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let framing = match (cl.is_some(), te, length) {
+        (true, true, _) => Next::Ambiguous,
+        // Chunked: following chunk framing would be a second parser.
+        (false, true, _) => Next::Stop,
+        (false, false, _) | (true, false, Some(0)) => Next::Head,
+        (true, false, Some(n)) => Next::Skip(n),
+        // An unparsable length: hyper refuses the request.
+        (true, false, None) => Next::Stop,
+    };
+    Scan::Head { len, framing }
 }
 
 /// A connection whose reads pass through a [`HeadScanner`].
@@ -225,5 +263,38 @@ mod tests {
         all.extend_from_slice(body);
         all.extend_from_slice(second);
         assert!(scan(&[&all]));
+    }
+
+    #[test]
+    fn a_read_full_of_pipelined_heads_is_cheap() {
+        let head = b"GET / HTTP/1.1\r\n\r\n";
+        let mut all = Vec::new();
+        while all.len() < 1024 * 1024 {
+            all.extend_from_slice(head);
+        }
+        all.extend_from_slice(
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        // On a small stack: recursion per head would overflow it.
+        let seen = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || scan(&[&all]))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(seen);
+    }
+
+    #[test]
+    fn heads_split_across_reads_at_every_offset() {
+        let text: &[u8] = b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nbodyGET / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for cut in 1..text.len() {
+            assert!(scan(&[&text[..cut], &text[cut..]]), "cut at {cut}");
+        }
+        let clean: &[u8] =
+            b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nbodyGET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        for cut in 1..clean.len() {
+            assert!(!scan(&[&clean[..cut], &clean[cut..]]), "cut at {cut}");
+        }
     }
 }
