@@ -13,10 +13,11 @@ use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn, Instrument};
 
 use crate::config::{Config, OnError};
-use crate::key::{self, KeyError, RequestView};
+use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::metrics::{Metrics, Outcome};
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
@@ -52,6 +53,7 @@ pub struct Gateway {
     live: RwLock<Arc<Live>>,
     store: Store,
     metrics: Metrics,
+    tasks: TaskTracker,
 }
 
 /// What one request did, for its access-log line and metrics.
@@ -74,6 +76,7 @@ impl Gateway {
             live: RwLock::new(Arc::new(Live { config, upstream })),
             store,
             metrics: Metrics::new(),
+            tasks: TaskTracker::new(),
         })
     }
 
@@ -128,6 +131,12 @@ impl Gateway {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Requests past their claim, which shutdown waits for (within the grace period)
+    /// even when their clients have hung up.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
     }
 
     /// Handles one client request. Never fails: errors become problem+json responses.
@@ -195,7 +204,39 @@ impl Gateway {
         };
         let route = &live.config.routes[route_idx];
         t.route = Some(route.name.clone());
+        let key_error = |t: &mut Trace, e: KeyError| {
+            t.outcome = Some(match e {
+                KeyError::Missing { .. } => Outcome::missing_key,
+                _ => Outcome::invalid_key,
+            });
+            GatewayError::from(e)
+        };
+
+        // A header key needs no body: refuse a bad one, or stream a keyless request on an
+        // optional-key route, before buffering anything.
         let (parts, body) = req.into_parts();
+        let header_key = match &route.key {
+            KeyRule::Header { .. } => {
+                let view = RequestView {
+                    method: &parts.method,
+                    path: parts.uri.path(),
+                    query: parts.uri.query(),
+                    headers: &parts.headers,
+                    body: &[],
+                };
+                match route.key.derive(&view) {
+                    Ok(Some(key)) => Some(key),
+                    Ok(None) => {
+                        t.outcome = Some(Outcome::no_key);
+                        let body = body.map_err(BoxError::from).boxed();
+                        let req = Request::from_parts(parts, body);
+                        return self.forward(&live, req, remote, &route.name, t).await;
+                    }
+                    Err(e) => return Err(key_error(t, e)),
+                }
+            }
+            KeyRule::Fingerprint(_) => None,
+        };
         let body = read_body(body, &parts, &live.config)
             .await
             .inspect_err(|_| {
@@ -208,104 +249,45 @@ impl Gateway {
             headers: &parts.headers,
             body: &body,
         };
-        let derived = route
-            .key
-            .derive(&view)
-            .and_then(|key| Ok((key, key::scope_hash(&route.scope, &view)?)));
-        let (key, scope) = match derived {
-            Ok((Some(key), scope)) => (key, scope),
-            Ok((None, _)) => {
-                t.outcome = Some(Outcome::no_key);
-                let req = Request::from_parts(parts, full(body));
-                return self.forward(&live, req, remote, &route.name, t).await;
-            }
-            Err(e) => {
-                t.outcome = Some(match e {
-                    KeyError::Missing { .. } => Outcome::missing_key,
-                    _ => Outcome::invalid_key,
-                });
-                return Err(e.into());
-            }
+        let key = match header_key {
+            Some(key) => key,
+            // A fingerprint always yields a key or an error.
+            None => match route.key.derive(&view) {
+                Ok(Some(key)) => key,
+                Ok(None) => return Err(GatewayError::Internal),
+                Err(e) => return Err(key_error(t, e)),
+            },
         };
+        let scope = key::scope_hash(&route.scope, &view).map_err(|e| key_error(t, e))?;
         let request_hash = key::request_hash(&view, &route.hash_headers);
         let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
-        t.key = Some(key.clone());
+        t.key = Some(key);
         t.scope = Some(scope);
 
-        let started = Instant::now();
-        let claim = self
-            .store
-            .claim(ClaimRequest {
-                key: &store_key,
-                request_hash: &request_hash,
-                lease: route.lease,
-                window: route.window,
-            })
-            .await;
-        self.metrics
-            .store_op("claim", started.elapsed(), claim.is_ok());
-        match claim {
-            Err(e) => match route.on_error {
-                OnError::FailClosed => {
-                    error!(error = %e, key, "store claim failed; failing closed (503)");
-                    t.outcome = Some(Outcome::store_error);
-                    Err(GatewayError::StoreUnavailable)
-                }
-                OnError::FailOpen => {
-                    warn!(error = %e, key, "store claim failed; failing open: forwarding without dedupe");
-                    t.outcome = Some(Outcome::fail_open);
-                    let req = Request::from_parts(parts, full(body));
-                    self.forward(&live, req, remote, &route.name, t).await
-                }
-            },
-            Ok(Claim::Replay(record)) => {
-                t.outcome = Some(Outcome::replayed);
-                replay(&record, &store_key)
+        let claimed = Claimed {
+            gateway: self.clone(),
+            live: live.clone(),
+            route: route_idx,
+            store_key,
+            request_hash,
+            remote,
+        };
+        // From the claim on, the request runs in its own task, tracked for shutdown: a
+        // client that hangs up must not abandon a claim or an upstream call under way and
+        // leave its outcome unknown.
+        let task = self.tasks.spawn(
+            claimed
+                .settle(parts, body, std::mem::take(t))
+                .in_current_span(),
+        );
+        match task.await {
+            Ok((result, trace)) => {
+                *t = trace;
+                result
             }
-            Ok(Claim::Conflict { retry_after }) => {
-                t.outcome = Some(Outcome::conflict);
-                Err(GatewayError::Conflict { retry_after })
-            }
-            Ok(Claim::Mismatch) => {
-                t.outcome = Some(Outcome::mismatch);
-                Err(GatewayError::Mismatch)
-            }
-            Ok(Claim::Won { fence, takeover }) => {
-                t.outcome = Some(if takeover {
-                    Outcome::takeover
-                } else {
-                    Outcome::won
-                });
-                t.fence = Some(fence);
-                if takeover {
-                    info!(
-                        key,
-                        fence, "previous lease expired without an outcome; taking over"
-                    );
-                }
-                let winner = Winner {
-                    gateway: self.clone(),
-                    live: live.clone(),
-                    route: route_idx,
-                    key,
-                    store_key,
-                    fence,
-                    remote,
-                };
-                // The winner runs in its own task: a client that hangs up must not abandon a
-                // claim whose upstream call is under way, or the outcome would be lost.
-                let task = tokio::spawn(winner.run(parts, body).in_current_span());
-                match task.await {
-                    Ok((result, report)) => {
-                        t.finish = report.finish;
-                        t.upstream = report.upstream;
-                        result
-                    }
-                    Err(e) => {
-                        error!(error = %e, "winner task failed");
-                        Err(GatewayError::Internal)
-                    }
-                }
+            Err(e) => {
+                error!(error = %e, "request task failed");
+                Err(GatewayError::Internal)
             }
         }
     }
@@ -399,14 +381,13 @@ fn stream_response(resp: Response<Incoming>) -> Response<Body> {
     Response::from_parts(head, body.map_err(BoxError::from).boxed())
 }
 
-/// The request that owns a key, running in its own task.
-struct Winner {
+/// A deduped request from its claim on, running in its own task.
+struct Claimed {
     gateway: Arc<Gateway>,
     live: Arc<Live>,
     route: usize,
-    key: String,
     store_key: String,
-    fence: u64,
+    request_hash: [u8; 32],
     remote: SocketAddr,
 }
 
@@ -422,20 +403,111 @@ enum Captured {
     Broken(String),
 }
 
-impl Winner {
+impl Claimed {
     /// The route, from the configuration pinned when the request arrived.
     fn route(&self) -> &Route {
         &self.live.config.routes[self.route]
     }
 
-    async fn run(
+    /// Claims the key and acts on the outcome.
+    async fn settle(
         self,
         parts: Parts,
         body: Bytes,
-    ) -> (Result<Response<Body>, GatewayError>, Report) {
-        let mut report = Report::default();
-        let result = self.execute(parts, body, &mut report).await;
-        (result, report)
+        mut t: Trace,
+    ) -> (Result<Response<Body>, GatewayError>, Trace) {
+        let result = self.claim_and_act(parts, body, &mut t).await;
+        (result, t)
+    }
+
+    async fn claim_and_act(
+        &self,
+        parts: Parts,
+        body: Bytes,
+        t: &mut Trace,
+    ) -> Result<Response<Body>, GatewayError> {
+        let gateway = &self.gateway;
+        let route = self.route();
+        let started = Instant::now();
+        let claim = gateway
+            .store
+            .claim(ClaimRequest {
+                key: &self.store_key,
+                request_hash: &self.request_hash,
+                lease: route.lease,
+                window: route.window,
+            })
+            .await;
+        gateway
+            .metrics
+            .store_op("claim", started.elapsed(), claim.is_ok());
+        let key = t.key.clone().unwrap_or_default();
+        match claim {
+            Err(e) => match route.on_error {
+                OnError::FailClosed => {
+                    error!(error = %e, key, "store claim failed; failing closed (503)");
+                    t.outcome = Some(Outcome::store_error);
+                    Err(GatewayError::StoreUnavailable)
+                }
+                OnError::FailOpen => {
+                    warn!(error = %e, key, "store claim failed; failing open: forwarding without dedupe");
+                    t.outcome = Some(Outcome::fail_open);
+                    let req = Request::from_parts(parts, full(body));
+                    gateway
+                        .forward(&self.live, req, self.remote, &route.name, t)
+                        .await
+                }
+            },
+            Ok(Claim::Replay(record)) => {
+                t.outcome = Some(Outcome::replayed);
+                replay(&record, &self.store_key)
+            }
+            Ok(Claim::Conflict { retry_after }) => {
+                t.outcome = Some(Outcome::conflict);
+                Err(GatewayError::Conflict { retry_after })
+            }
+            Ok(Claim::Mismatch) => {
+                t.outcome = Some(Outcome::mismatch);
+                Err(GatewayError::Mismatch)
+            }
+            Ok(Claim::Won { fence, takeover }) => {
+                t.outcome = Some(if takeover {
+                    Outcome::takeover
+                } else {
+                    Outcome::won
+                });
+                t.fence = Some(fence);
+                if takeover {
+                    info!(
+                        key,
+                        fence, "previous lease expired without an outcome; taking over"
+                    );
+                }
+                let winner = Winner {
+                    claimed: self,
+                    key: &key,
+                    fence,
+                };
+                let mut report = Report::default();
+                let result = winner.execute(parts, body, &mut report).await;
+                t.finish = report.finish;
+                t.upstream = report.upstream;
+                result
+            }
+        }
+    }
+}
+
+/// The request that owns a key under `fence`.
+struct Winner<'a> {
+    claimed: &'a Claimed,
+    key: &'a str,
+    fence: u64,
+}
+
+impl Winner<'_> {
+    fn route(&self) -> &Route {
+        self.claimed.route()
     }
 
     async fn execute(
@@ -444,13 +516,13 @@ impl Winner {
         body: Bytes,
         report: &mut Report,
     ) -> Result<Response<Body>, GatewayError> {
-        let metrics = &self.gateway.metrics;
+        let metrics = &self.claimed.gateway.metrics;
         let _held = metrics.claim_held();
-        let server = &self.live.config.server;
+        let server = &self.claimed.live.config.server;
         let req = Request::from_parts(parts, full(body));
-        let mut req = self.live.upstream.prepare(req, self.remote);
+        let mut req = self.claimed.live.upstream.prepare(req, self.claimed.remote);
         // A header key is visible ASCII and a fingerprint is hex: both are valid values.
-        if let Ok(v) = HeaderValue::from_str(&self.key) {
+        if let Ok(v) = HeaderValue::from_str(self.key) {
             req.headers_mut().insert(IDEMPOTENCY_KEY.clone(), v);
         }
         req.headers_mut()
@@ -458,7 +530,7 @@ impl Winner {
 
         let deadline = tokio::time::Instant::now() + server.upstream_timeout;
         let started = Instant::now();
-        let sent = tokio::time::timeout_at(deadline, self.live.upstream.send(req)).await;
+        let sent = tokio::time::timeout_at(deadline, self.claimed.live.upstream.send(req)).await;
         let resp = match sent {
             Err(_) => {
                 warn!(key = %self.key, fence = self.fence,
@@ -528,7 +600,7 @@ impl Winner {
             headers: stored_headers,
             body: stored_body,
         }
-        .encode(&self.store_key);
+        .encode(&self.claimed.store_key);
         self.complete(record, report).await;
         match client_body {
             Some(body) => Ok(Response::from_parts(head, body)),
@@ -539,12 +611,12 @@ impl Winner {
     async fn complete(&self, record: Bytes, report: &mut Report) {
         let started = Instant::now();
         let window = self.route().window;
-        let done = self
-            .gateway
+        let gateway = &self.claimed.gateway;
+        let done = gateway
             .store
-            .complete(&self.store_key, self.fence, record, window)
+            .complete(&self.claimed.store_key, self.fence, record, window)
             .await;
-        self.gateway
+        gateway
             .metrics
             .store_op("complete", started.elapsed(), done.is_ok());
         match done {
@@ -565,12 +637,12 @@ impl Winner {
     async fn release(&self, report: &mut Report) {
         let started = Instant::now();
         let window = self.route().window;
-        let released = self
-            .gateway
+        let gateway = &self.claimed.gateway;
+        let released = gateway
             .store
-            .release(&self.store_key, self.fence, window)
+            .release(&self.claimed.store_key, self.fence, window)
             .await;
-        self.gateway
+        gateway
             .metrics
             .store_op("release", started.elapsed(), released.is_ok());
         match released {

@@ -228,8 +228,8 @@ mod tests {
         // error, never a panic or a replay.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let valid = sample(StoredBody::Stored(Bytes::from_static(b"body"))).encode("k");
-        for round in 0..5000 {
-            let mut bytes = if round % 2 == 0 {
+        for round in 0u32..5000 {
+            let mut bytes = if round.is_multiple_of(2) {
                 valid.to_vec()
             } else {
                 b"DGR1".to_vec()
@@ -240,7 +240,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let at = (x as usize) % (bytes.len() + 1);
-                if at < bytes.len() && x % 3 == 0 {
+                if at < bytes.len() && x.is_multiple_of(3) {
                     bytes[at] = (x >> 8) as u8;
                 } else {
                     bytes.insert(at.min(bytes.len()), (x >> 16) as u8);

@@ -180,11 +180,22 @@ pub async fn serve(
         }
     }
     drop(listeners);
+    let deadline = tokio::time::Instant::now() + grace;
     let open = graceful.count();
     info!(open, grace = ?grace, "stopped accepting; draining in-flight requests");
-    tokio::select! {
-        _ = graceful.shutdown() => info!("drained"),
-        _ = tokio::time::sleep(grace) => warn!(
+    let tasks = gateway.tasks();
+    tasks.close();
+    // Connections drain first; requests whose clients already hung up still own claims
+    // and upstream calls, so they are waited for too, within the same grace period.
+    let drained = tokio::time::timeout_at(deadline, async {
+        graceful.shutdown().await;
+        tasks.wait().await;
+    })
+    .await;
+    match drained {
+        Ok(()) => info!("drained"),
+        Err(_) => warn!(
+            left = tasks.len(),
             "shutdown grace elapsed: cutting off requests still in flight; their claims stay until their leases expire"
         ),
     }
