@@ -121,10 +121,9 @@ async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
         .post(&url_b, &[("Idempotency-Key", "crash")], "{}")
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
-    let fences: Vec<_> = up.seen().iter().map(|s| s.fence()).collect();
     assert_eq!(
-        fences,
-        vec![Some(1), Some(2)],
+        up.increasing_fences().len(),
+        2,
         "the takeover carries a higher fence"
     );
     assert!(http

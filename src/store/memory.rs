@@ -50,6 +50,15 @@ impl Shard {
     }
 }
 
+/// The next fence after `previous`: `max(previous + 1, wall clock in microseconds)`, as in
+/// the Redis scripts, so fences keep growing across a record's expiry or deletion.
+fn next_fence(previous: u64) -> u64 {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    (previous + 1).max(now_us)
+}
+
 /// In-process store with the same contract as the Redis backends.
 #[derive(Clone)]
 pub struct MemoryStore {
@@ -111,7 +120,7 @@ impl MemoryStore {
                 if r.state == RecordState::Released {
                     *r = Record {
                         state: RecordState::InFlight,
-                        fence: r.fence + 1,
+                        fence: next_fence(r.fence),
                         request_hash: *req.request_hash,
                         lease_until,
                         expires_at,
@@ -133,7 +142,7 @@ impl MemoryStore {
                         retry_after: r.lease_until - now,
                     });
                 }
-                r.fence += 1;
+                r.fence = next_fence(r.fence);
                 r.lease_until = lease_until;
                 r.expires_at = expires_at;
                 Ok(Claim::Won {
@@ -143,16 +152,17 @@ impl MemoryStore {
             }
             MapEntry::Occupied(mut e) => {
                 // Expired but not yet swept: the key is new again.
+                let fence = next_fence(e.get().fence);
                 e.insert(Record {
                     state: RecordState::InFlight,
-                    fence: 1,
+                    fence,
                     request_hash: *req.request_hash,
                     lease_until,
                     expires_at,
                     response: None,
                 });
                 Ok(Claim::Won {
-                    fence: 1,
+                    fence,
                     takeover: false,
                 })
             }
@@ -161,32 +171,43 @@ impl MemoryStore {
                     return Err(StoreError::Full(self.inner.max_records));
                 }
                 self.inner.len.fetch_add(1, Ordering::Relaxed);
+                let fence = next_fence(0);
                 e.insert(Record {
                     state: RecordState::InFlight,
-                    fence: 1,
+                    fence,
                     request_hash: *req.request_hash,
                     lease_until,
                     expires_at,
                     response: None,
                 });
                 Ok(Claim::Won {
-                    fence: 1,
+                    fence,
                     takeover: false,
                 })
             }
         }
     }
 
-    /// Applies `f` to the live in-flight record owned by `fence`, if there is one.
-    fn with_owned(&self, key: &str, fence: u64, f: impl FnOnce(&mut Record, Instant)) -> bool {
+    /// Moves the live in-flight record owned by `fence` to `to`, applying `f`. Finishing
+    /// twice under the same fence is idempotent (true, nothing rewritten), as in Redis.
+    fn finish(
+        &self,
+        key: &str,
+        fence: u64,
+        to: RecordState,
+        f: impl FnOnce(&mut Record, Instant),
+    ) -> bool {
         let now = Instant::now();
         let mut shard = self.shard(key);
         match shard.records.get_mut(key) {
-            Some(r)
-                if r.expires_at > now && r.state == RecordState::InFlight && r.fence == fence =>
-            {
-                f(r, now);
-                true
+            Some(r) if r.expires_at > now && r.fence == fence => {
+                if r.state == RecordState::InFlight {
+                    r.state = to;
+                    f(r, now);
+                    true
+                } else {
+                    r.state == to
+                }
             }
             _ => false,
         }
@@ -199,8 +220,7 @@ impl MemoryStore {
         record: Bytes,
         window: Duration,
     ) -> Result<Completion, StoreError> {
-        let done = self.with_owned(key, fence, |r, now| {
-            r.state = RecordState::Completed;
+        let done = self.finish(key, fence, RecordState::Completed, |r, now| {
             r.response = Some(record);
             r.expires_at = now + window;
         });
@@ -217,8 +237,7 @@ impl MemoryStore {
         fence: u64,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        Ok(self.with_owned(key, fence, |r, now| {
-            r.state = RecordState::Released;
+        Ok(self.finish(key, fence, RecordState::Released, |r, now| {
             r.expires_at = now + window;
         }))
     }

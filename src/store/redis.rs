@@ -6,6 +6,12 @@
 //! trip: the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
 //! skewed clocks agree on when a lease has expired.
+//!
+//! Fences are `max(previous + 1, server time in microseconds)`: they grow on every
+//! takeover and reclaim, and keep growing when a record expires or is deleted and the key
+//! is claimed afresh, so a stale owner never matches a later owner's fence. (They stay
+//! below 2^53, exact in Lua's doubles.) Finishing is idempotent for the same fence, so a
+//! client-side retry of a script that already ran does not report a false fence-out.
 
 use std::time::Duration;
 
@@ -21,18 +27,18 @@ use super::{Claim, ClaimRequest, Completion, RecordInfo, RecordState, StoreError
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local ttl = lease + tonumber(ARGV[3])
 local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l')
 local s = r[1]
 if not s then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', 1, 'h', ARGV[1], 'l', now + lease)
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease)
   redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, 1}
+  return {1, now_us}
 end
-local f = tonumber(r[2])
+local f = math.max(tonumber(r[2]) + 1, now_us)
 if s == 'r' then
-  f = f + 1
   redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, f}
@@ -47,7 +53,6 @@ local l = tonumber(r[4])
 if now < l then
   return {3, l - now}
 end
-f = f + 1
 redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease)
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {5, f}
@@ -56,7 +61,14 @@ return {5, f}
 /// ARGV: fence, new state (`c` or `r`), window ms, response (for `c`).
 const FINISH: &str = r#"
 local r = redis.call('HMGET', KEYS[1], 's', 'f')
-if r[1] ~= 'i' or tonumber(r[2]) ~= tonumber(ARGV[1]) then
+if tonumber(r[2]) ~= tonumber(ARGV[1]) then
+  return 0
+end
+if r[1] ~= 'i' then
+  -- Already finished under this fence: a client-side retry of this very script.
+  if (r[1] == 'c' and ARGV[2] == 'c') or (r[1] == 'r' and ARGV[2] == 'r') then
+    return 1
+  end
   return 0
 end
 if ARGV[2] == 'c' then

@@ -37,13 +37,21 @@ fn req<'a>(
     }
 }
 
+/// The fence of a won claim, checking whether it was a takeover.
+fn won(claim: Claim, takeover: bool) -> u64 {
+    match claim {
+        Claim::Won { fence, takeover: t } if t == takeover => fence,
+        other => panic!("expected a win (takeover: {takeover}), got {other:?}"),
+    }
+}
+
 /// Runs every contract check against `store`.
 pub async fn run_all(store: &Store) {
     won_conflict_mismatch(store).await;
     complete_then_replay(store).await;
     takeover_raises_the_fence_and_fences_out_the_zombie(store).await;
     release_lets_the_next_claim_win_with_a_higher_fence(store).await;
-    window_expiry_forgets_the_key(store).await;
+    window_expiry_forgets_the_key_but_not_the_fence_order(store).await;
     abandoned_claims_expire(store).await;
     inspect_and_forget(store).await;
     concurrent_claims_have_one_winner(store).await;
@@ -51,13 +59,8 @@ pub async fn run_all(store: &Store) {
 
 async fn won_conflict_mismatch(store: &Store) {
     let k = fresh_key("won");
-    assert_eq!(
-        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
-        Claim::Won {
-            fence: 1,
-            takeover: false
-        }
-    );
+    let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
+    assert!(f > 0);
     match store.claim(req(&k, &H1, LONG, LONG)).await.unwrap() {
         Claim::Conflict { retry_after } => {
             assert!(
@@ -75,10 +78,10 @@ async fn won_conflict_mismatch(store: &Store) {
 
 async fn complete_then_replay(store: &Store) {
     let k = fresh_key("replay");
-    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
+    let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let record = Bytes::from_static(b"\x00binary\xffrecord");
     assert_eq!(
-        store.complete(&k, 1, record.clone(), LONG).await.unwrap(),
+        store.complete(&k, f, record.clone(), LONG).await.unwrap(),
         Completion::Completed
     );
     assert_eq!(
@@ -89,14 +92,16 @@ async fn complete_then_replay(store: &Store) {
         store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(),
         Claim::Mismatch
     );
-    // A completed record cannot be completed again, not even by its owner.
+    // Completing again under the same fence (a retried store call) is idempotent and
+    // rewrites nothing; a release of a completed record is refused.
     assert_eq!(
         store
-            .complete(&k, 1, Bytes::from_static(b"other"), LONG)
+            .complete(&k, f, Bytes::from_static(b"other"), LONG)
             .await
             .unwrap(),
-        Completion::Fenced
+        Completion::Completed
     );
+    assert!(!store.release(&k, f, LONG).await.unwrap());
     assert_eq!(
         store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
         Claim::Replay(record)
@@ -106,38 +111,30 @@ async fn complete_then_replay(store: &Store) {
 async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     let k = fresh_key("takeover");
     let lease = Duration::from_millis(100);
-    assert_eq!(
-        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
-        Claim::Won {
-            fence: 1,
-            takeover: false
-        }
-    );
+    let f1 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), false);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(
-        store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
-        Claim::Won {
-            fence: 2,
-            takeover: true
-        }
+    let f2 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), true);
+    assert!(
+        f2 > f1,
+        "the takeover's fence {f2} is above the zombie's {f1}"
     );
     // The new lease holds.
     assert!(matches!(
         store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
         Claim::Conflict { .. }
     ));
-    // The zombie (fence 1) can neither complete nor release.
+    // The zombie can neither complete nor release.
     assert_eq!(
         store
-            .complete(&k, 1, Bytes::from_static(b"zombie"), LONG)
+            .complete(&k, f1, Bytes::from_static(b"zombie"), LONG)
             .await
             .unwrap(),
         Completion::Fenced
     );
-    assert!(!store.release(&k, 1, LONG).await.unwrap());
+    assert!(!store.release(&k, f1, LONG).await.unwrap());
     assert_eq!(
         store
-            .complete(&k, 2, Bytes::from_static(b"owner"), LONG)
+            .complete(&k, f2, Bytes::from_static(b"owner"), LONG)
             .await
             .unwrap(),
         Completion::Completed
@@ -145,6 +142,14 @@ async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     assert_eq!(
         store.claim(req(&k, &H1, lease, LONG)).await.unwrap(),
         Claim::Replay(Bytes::from_static(b"owner"))
+    );
+    assert_eq!(
+        store
+            .complete(&k, f1, Bytes::from_static(b"zombie"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced,
+        "not even after the owner completed"
     );
     // A mismatched request never takes over, even after the lease.
     let k2 = fresh_key("takeover-mismatch");
@@ -158,41 +163,50 @@ async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
 
 async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
     let k = fresh_key("release");
-    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
-    assert!(store.release(&k, 1, LONG).await.unwrap());
-    assert!(!store.release(&k, 1, LONG).await.unwrap(), "released twice");
-    let info = store.inspect(&k).await.unwrap().unwrap();
-    assert_eq!(info.state, RecordState::Released);
-    // The next claim wins, even with another body, and its fence is higher.
-    assert_eq!(
-        store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(),
-        Claim::Won {
-            fence: 2,
-            takeover: false
-        }
+    let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
+    assert!(store.release(&k, f1, LONG).await.unwrap());
+    assert!(
+        store.release(&k, f1, LONG).await.unwrap(),
+        "releasing twice is idempotent"
     );
     assert_eq!(
         store
-            .complete(&k, 1, Bytes::from_static(b"stale"), LONG)
+            .complete(&k, f1, Bytes::from_static(b"late"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced,
+        "a released claim cannot complete"
+    );
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Released);
+    // The next claim wins, even with another body, and its fence is higher.
+    let f2 = won(store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(), false);
+    assert!(f2 > f1);
+    assert_eq!(
+        store
+            .complete(&k, f1, Bytes::from_static(b"stale"), LONG)
             .await
             .unwrap(),
         Completion::Fenced
     );
     assert_eq!(
         store
-            .complete(&k, 2, Bytes::from_static(b"new"), LONG)
+            .complete(&k, f2, Bytes::from_static(b"new"), LONG)
             .await
             .unwrap(),
         Completion::Completed
     );
 }
 
-async fn window_expiry_forgets_the_key(store: &Store) {
+async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
     let k = fresh_key("window");
     let window = Duration::from_millis(150);
-    store.claim(req(&k, &H1, LONG, window)).await.unwrap();
+    let f1 = won(
+        store.claim(req(&k, &H1, LONG, window)).await.unwrap(),
+        false,
+    );
     store
-        .complete(&k, 1, Bytes::from_static(b"r"), window)
+        .complete(&k, f1, Bytes::from_static(b"r"), window)
         .await
         .unwrap();
     assert!(matches!(
@@ -201,12 +215,13 @@ async fn window_expiry_forgets_the_key(store: &Store) {
     ));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.inspect(&k).await.unwrap(), None);
-    assert_eq!(
+    let f2 = won(
         store.claim(req(&k, &H2, LONG, window)).await.unwrap(),
-        Claim::Won {
-            fence: 1,
-            takeover: false
-        }
+        false,
+    );
+    assert!(
+        f2 > f1,
+        "a new generation of the key never reuses an old fence"
     );
 }
 
@@ -224,13 +239,13 @@ async fn abandoned_claims_expire(store: &Store) {
 async fn inspect_and_forget(store: &Store) {
     let k = fresh_key("inspect");
     assert_eq!(store.inspect(&k).await.unwrap(), None);
-    store.claim(req(&k, &H1, LONG, LONG)).await.unwrap();
+    let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let info = store.inspect(&k).await.unwrap().unwrap();
-    assert_eq!((info.state, info.fence), (RecordState::InFlight, 1));
+    assert_eq!((info.state, info.fence), (RecordState::InFlight, f1));
     assert!(info.lease_left.unwrap() > Duration::from_secs(50));
     assert!(info.response.is_none());
     store
-        .complete(&k, 1, Bytes::from_static(b"done"), LONG)
+        .complete(&k, f1, Bytes::from_static(b"done"), LONG)
         .await
         .unwrap();
     let info = store.inspect(&k).await.unwrap().unwrap();
@@ -239,12 +254,17 @@ async fn inspect_and_forget(store: &Store) {
     assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
     assert!(store.forget(&k).await.unwrap());
     assert!(!store.forget(&k).await.unwrap());
+    let f2 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
+    assert!(
+        f2 > f1,
+        "an operator's delete does not let an old owner match the new one"
+    );
     assert_eq!(
-        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
-        Claim::Won {
-            fence: 1,
-            takeover: false
-        }
+        store
+            .complete(&k, f1, Bytes::from_static(b"old owner"), LONG)
+            .await
+            .unwrap(),
+        Completion::Fenced
     );
 }
 

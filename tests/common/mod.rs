@@ -101,6 +101,24 @@ impl Upstream {
         self.state.seen.lock().unwrap().clone()
     }
 
+    /// The fences the upstream received, in order; each must be present and above the
+    /// one before.
+    pub fn increasing_fences(&self) -> Vec<u64> {
+        let fences: Vec<u64> = self
+            .seen()
+            .iter()
+            .map(|s| {
+                s.fence()
+                    .expect("a deduped request without Idempotency-Fence")
+            })
+            .collect();
+        assert!(
+            fences.windows(2).all(|w| w[1] > w[0]),
+            "fences not increasing: {fences:?}"
+        );
+        fences
+    }
+
     /// Waits until the upstream has received `n` requests.
     pub async fn wait_for_effects(&self, n: u64) {
         let deadline = Instant::now() + Duration::from_secs(10);
