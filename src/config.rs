@@ -272,6 +272,8 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Routes in file order; the first match wins.
     pub routes: Vec<Route>,
+    /// Valid but risky settings, for `check` to print and `run` to log.
+    pub warnings: Vec<String>,
 }
 
 /// Validated `[server]`.
@@ -332,7 +334,7 @@ pub struct AdminConfig {
     pub token: Option<String>,
 }
 
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_MAX_CACHED_BODY: u64 = 1024 * 1024;
 
@@ -413,13 +415,35 @@ impl Config {
             }
             routes.push(route);
         }
+        let warnings = lease_warnings(&server, &store, &routes);
         Ok(Config {
             server,
             store,
             admin,
             routes,
+            warnings,
         })
     }
+}
+
+/// A winner may hold its claim for the whole upstream timeout plus its store calls. A lease
+/// shorter than that lets a retry take over a healthy but slow call and run the write again.
+fn lease_warnings(server: &ServerConfig, store: &StoreConfig, routes: &[Route]) -> Vec<String> {
+    let needed = server.upstream_timeout + store.timeout * 2;
+    routes
+        .iter()
+        .filter(|r| r.lease <= needed)
+        .map(|r| {
+            format!(
+                "routes[{}].lease: {} does not exceed server.upstream_timeout ({}) plus two store operations ({}): \
+                 a slow but healthy upstream call can be taken over by a retry and executed twice",
+                r.name,
+                humantime::format_duration(r.lease),
+                humantime::format_duration(server.upstream_timeout),
+                humantime::format_duration(store.timeout * 2),
+            )
+        })
+        .collect()
 }
 
 struct Inherited {
@@ -895,6 +919,21 @@ lease = "thirty seconds"
         .unwrap_err()
         .to_string();
         assert!(e.contains("server.max_body"), "{e}");
+    }
+
+    #[test]
+    fn a_lease_shorter_than_the_upstream_timeout_is_warned_about() {
+        let route = |lease: &str| {
+            format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nlease = \"{lease}\"\n")
+        };
+        let c = with(&route("30s")).unwrap();
+        assert_eq!(c.warnings.len(), 1);
+        assert!(
+            c.warnings[0].starts_with("routes[r].lease"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(with(&route("31s")).unwrap().warnings.is_empty());
     }
 
     #[test]

@@ -118,6 +118,9 @@ fn print_routes(c: &Config) {
         c.server.upstream.base_path,
         c.store.backend,
     );
+    for w in &c.warnings {
+        println!("warning: {w}");
+    }
     if c.routes.is_empty() {
         println!("no routes: every request is proxied without dedupe");
     }

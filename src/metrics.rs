@@ -11,7 +11,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// What the gateway did with one request's key: the label of every request metric and
-/// the `outcome` field of every access-log line.
+/// the `outcome` field of every access-log line. `fenced_out`, `released`,
+/// `outcome_unknown` and `unstored` are what became of a won claim afterwards (the
+/// log's `finish`); they are counted in addition to the request's `won` or `takeover`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub enum Outcome {
@@ -45,6 +47,8 @@ pub enum Outcome {
     passthrough,
     /// Refused before any key was looked at (framing, size).
     rejected,
+    /// The upstream answered but the store failed to complete or release the claim.
+    unstored,
 }
 
 impl Outcome {
@@ -66,6 +70,7 @@ impl Outcome {
             Outcome::no_key => "no_key",
             Outcome::passthrough => "passthrough",
             Outcome::rejected => "rejected",
+            Outcome::unstored => "unstored",
         }
     }
 }

@@ -108,13 +108,20 @@ impl Gateway {
         {
             restart.push("server.max_header_bytes / server.header_read_timeout");
         }
+        if old.config.server.shutdown_grace != config.server.shutdown_grace {
+            restart.push("server.shutdown_grace");
+        }
         let upstream = Upstream::new(&config.server);
         let mut config = config;
         // Keep what needs a restart as it is, so the admin port and metrics tell the truth.
         config.server.listen = old.config.server.listen;
         config.store = old.config.store.clone();
-        if let (Some(new), Some(old)) = (config.admin.as_mut(), old.config.admin.as_ref()) {
-            new.listen = old.listen;
+        match (config.admin.as_mut(), old.config.admin.as_ref()) {
+            (Some(new), Some(old)) => new.listen = old.listen,
+            // The admin listener stays bound until a restart: keep guarding it with the
+            // old token rather than leave it open.
+            (None, Some(old)) => config.admin = Some(old.clone()),
+            _ => {}
         }
         *self
             .live
@@ -629,7 +636,7 @@ impl Winner<'_> {
             Err(e) => {
                 error!(key = %self.key, fence = self.fence, error = %e,
                     "could not store the response: a retry after the lease expires will execute again");
-                report.finish = Some(Outcome::store_error);
+                report.finish = Some(Outcome::unstored);
             }
         }
     }
@@ -654,7 +661,7 @@ impl Winner<'_> {
             Err(e) => {
                 error!(key = %self.key, fence = self.fence, error = %e,
                     "could not release the claim: retries get 409 until its lease expires");
-                report.finish = Some(Outcome::store_error);
+                report.finish = Some(Outcome::unstored);
             }
         }
     }

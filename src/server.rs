@@ -66,6 +66,9 @@ impl Listeners {
 /// Runs the gateway as a process: binds, serves, reloads on SIGHUP, drains on
 /// SIGTERM/SIGINT. `config_path` is re-read on SIGHUP.
 pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
+    for w in &config.warnings {
+        warn!("{w}");
+    }
     let listeners = Listeners::bind(&config).await?;
     let store = Store::from_config(&config.store)?;
     let gateway = Gateway::new(config, store);
@@ -95,6 +98,9 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
 fn reload(gateway: &Gateway, path: &std::path::Path) {
     match Config::load(path, |k| std::env::var(k).ok()) {
         Ok(config) => {
+            for w in &config.warnings {
+                warn!("{w}");
+            }
             let routes = config.routes.len();
             let restart = gateway.reload(config);
             info!(routes, "SIGHUP: configuration reloaded");

@@ -113,10 +113,13 @@ impl Upstream {
         headers.remove(&crate::proxy::IDEMPOTENCY_FENCE);
         let xff = HeaderName::from_static("x-forwarded-for");
         let ip = remote.ip().to_string();
-        let forwarded_for = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
-            Some(prior) => format!("{prior}, {ip}"),
-            None => ip,
-        };
+        // Every prior hop, from every X-Forwarded-For line, then the client.
+        let mut forwarded_for = String::new();
+        for prior in headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()) {
+            forwarded_for.push_str(prior);
+            forwarded_for.push_str(", ");
+        }
+        forwarded_for.push_str(&ip);
         if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
             headers.insert(xff, v);
         }

@@ -58,6 +58,8 @@ fn every_shipped_config_passes_check() {
                 path.display(),
                 String::from_utf8_lossy(&out.stderr)
             );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(!stdout.contains("warning:"), "{}: {stdout}", path.display());
         }
     }
 }
@@ -116,4 +118,42 @@ fn run_refuses_an_invalid_file_before_binding_and_reads_dedupe_config() {
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("defaults.window"), "{err}");
+}
+
+#[test]
+fn the_kubernetes_config_map_carries_the_checked_config() {
+    let yaml = std::fs::read_to_string("docker/kubernetes.yaml").unwrap();
+    let toml = std::fs::read_to_string("docker/kubernetes-gateway.toml").unwrap();
+    let mut lines = yaml
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("gateway.toml: |"));
+    lines.next().expect("no gateway.toml in the ConfigMap");
+    let embedded: Vec<&str> = lines
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| l.strip_prefix("    ").unwrap_or(""))
+        .collect();
+    let embedded = embedded.join("\n");
+    assert_eq!(
+        embedded.trim_end(),
+        toml.trim_end(),
+        "docker/kubernetes.yaml and docker/kubernetes-gateway.toml differ"
+    );
+}
+
+#[test]
+fn check_warns_when_a_lease_is_shorter_than_the_upstream_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        &format!("{BASE}upstream_timeout = \"30s\"\n[[routes]]\nname = \"slow\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"K\" }}\nlease = \"30s\"\n"),
+    );
+    let out = gateway()
+        .arg("check")
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warning: routes[slow].lease"), "{text}");
 }

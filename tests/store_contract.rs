@@ -23,47 +23,48 @@ async fn redis_store_keeps_the_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_is_bounded_and_sweeps_expired_records() {
     use dedupe_gateway::store::{ClaimRequest, StoreError};
+    let short = Duration::from_millis(20);
+    let claim = |store: &Store, k: String| {
+        let store = store.clone();
+        async move {
+            store
+                .claim(ClaimRequest {
+                    key: &k,
+                    request_hash: &[0; 32],
+                    lease: short,
+                    window: short,
+                })
+                .await
+        }
+    };
     let mem = MemoryStore::new(100);
     let store = Store::Memory(mem.clone());
-    let short = Duration::from_millis(20);
     for i in 0..100 {
-        let k = format!("k{i}");
-        store
-            .claim(ClaimRequest {
-                key: &k,
-                request_hash: &[0; 32],
-                lease: short,
-                window: short,
-            })
-            .await
-            .unwrap();
+        claim(&store, format!("k{i}")).await.unwrap();
     }
     // Full of live records: the next new key is refused as a store error (fail-closed/open).
-    let refused = store
-        .claim(ClaimRequest {
-            key: "one-more",
-            request_hash: &[0; 32],
-            lease: short,
-            window: short,
-        })
-        .await;
+    let refused = claim(&store, "one-more".into()).await;
     assert!(matches!(refused, Err(StoreError::Full(100))), "{refused:?}");
     tokio::time::sleep(Duration::from_millis(60)).await;
-    // Expired records make room again, and unique keys do not grow memory without bound.
-    for i in 0..1000 {
-        let k = format!("u{i}");
-        store
-            .claim(ClaimRequest {
-                key: &k,
-                request_hash: &[0; 32],
-                lease: short,
-                window: short,
-            })
-            .await
-            .unwrap();
-        if i % 100 == 99 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    // Expired records make room again.
+    for i in 0..100 {
+        claim(&store, format!("again{i}")).await.unwrap();
     }
-    assert!(mem.len() <= 100, "{} records held", mem.len());
+    assert_eq!(mem.len(), 100);
+
+    // Unique keys do not grow memory without bound: expired records are swept as the
+    // shards grow, with no full-store walk.
+    let mem = MemoryStore::new(1_000_000);
+    let store = Store::Memory(mem.clone());
+    for batch in 0..20 {
+        for i in 0..1000 {
+            claim(&store, format!("u{batch}-{i}")).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(
+        mem.len() < 10_000,
+        "{} records held after 20000 short-lived keys",
+        mem.len()
+    );
 }

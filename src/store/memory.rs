@@ -4,7 +4,7 @@
 use std::collections::hash_map::{DefaultHasher, Entry as MapEntry};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,14 +39,23 @@ impl Shard {
         if self.records.len() < self.sweep_at.max(MIN_SWEEP) {
             return;
         }
-        self.sweep(now, live);
+        let _ = self.sweep(now, live);
     }
 
-    fn sweep(&mut self, now: Instant, live: &AtomicUsize) {
+    /// Drops expired records; returns the earliest expiry of those kept.
+    fn sweep(&mut self, now: Instant, live: &AtomicUsize) -> Option<Instant> {
         let before = self.records.len();
-        self.records.retain(|_, r| r.expires_at > now);
+        let mut earliest: Option<Instant> = None;
+        self.records.retain(|_, r| {
+            let keep = r.expires_at > now;
+            if keep {
+                earliest = Some(earliest.map_or(r.expires_at, |e| e.min(r.expires_at)));
+            }
+            keep
+        });
         live.fetch_sub(before - self.records.len(), Ordering::Relaxed);
         self.sweep_at = self.records.len() * 2;
+        earliest
     }
 }
 
@@ -69,6 +78,9 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     len: AtomicUsize,
     max_records: usize,
+    started: Instant,
+    /// Lower bound of the earliest `expires_at` held, in ms since `started`.
+    next_expiry_ms: AtomicU64,
 }
 
 impl MemoryStore {
@@ -79,6 +91,8 @@ impl MemoryStore {
                 shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
                 len: AtomicUsize::new(0),
                 max_records,
+                started: Instant::now(),
+                next_expiry_ms: AtomicU64::new(u64::MAX),
             }),
         }
     }
@@ -93,6 +107,21 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    fn ms(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.inner.started).as_millis() as u64
+    }
+
+    fn next_expiry(&self) -> u64 {
+        self.inner.next_expiry_ms.load(Ordering::Relaxed)
+    }
+
+    /// Records that some record now expires at `at`.
+    fn note_expiry(&self, at: Instant) {
+        self.inner
+            .next_expiry_ms
+            .fetch_min(self.ms(at), Ordering::Relaxed);
+    }
+
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
         let mut h = DefaultHasher::new();
         key.hash(&mut h);
@@ -105,8 +134,9 @@ impl MemoryStore {
     }
 
     pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if self.len() >= self.inner.max_records {
-            // Full: expired records may still be holding places; sweep before refusing.
+        if self.len() >= self.inner.max_records && self.ms(Instant::now()) >= self.next_expiry() {
+            // Full, and some record is due to expire: sweep before refusing. Only then, so
+            // a flood of unique keys cannot make every claim walk the whole store.
             self.sweep();
         }
         let now = Instant::now();
@@ -114,6 +144,7 @@ impl MemoryStore {
         shard.maybe_sweep(now, &self.inner.len);
         let lease_until = now + req.lease;
         let expires_at = now + req.lease + req.window;
+        self.note_expiry(expires_at);
         match shard.records.entry(req.key.to_owned()) {
             MapEntry::Occupied(mut e) if e.get().expires_at > now => {
                 let r = e.get_mut();
@@ -224,6 +255,7 @@ impl MemoryStore {
             r.response = Some(record);
             r.expires_at = now + window;
         });
+        self.note_expiry(Instant::now() + window);
         Ok(if done {
             Completion::Completed
         } else {
@@ -237,9 +269,11 @@ impl MemoryStore {
         fence: u64,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        Ok(self.finish(key, fence, RecordState::Released, |r, now| {
+        let done = self.finish(key, fence, RecordState::Released, |r, now| {
             r.expires_at = now + window;
-        }))
+        });
+        self.note_expiry(Instant::now() + window);
+        Ok(done)
     }
 
     pub(super) async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
@@ -275,14 +309,22 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Sweeps every shard now (tests and shutdown; requests sweep as they go).
+    /// Sweeps every shard now (a full store does this when a record is due to expire;
+    /// otherwise requests sweep shard by shard as they go).
     pub fn sweep(&self) {
         let now = Instant::now();
+        let mut earliest = u64::MAX;
         for shard in &self.inner.shards {
-            shard
+            let kept = shard
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .sweep(now, &self.inner.len);
+            if let Some(at) = kept {
+                earliest = earliest.min(self.ms(at));
+            }
         }
+        // A claim landing during the sweep may have its lower bound overwritten here; at
+        // worst a full store then refuses claims a little longer than it had to.
+        self.inner.next_expiry_ms.store(earliest, Ordering::Relaxed);
     }
 }
