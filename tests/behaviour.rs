@@ -627,3 +627,32 @@ async fn a_body_that_never_arrives_times_out_with_408() {
     assert!(text.contains("application/problem+json"), "{text}");
     assert_eq!(e.up.effects(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_does_not_abandon_its_claim() {
+    use tokio::io::AsyncWriteExt;
+    let e = env(Backend::Memory).await;
+    let mut s = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /short/hangup HTTP/1.1\r\nHost: x\r\nIdempotency-Key: gone\r\nx-test-delay-ms: 300\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await
+    .unwrap();
+    e.up.wait_for_effects(1).await;
+    drop(s);
+    // The upstream's answer is still stored: the retry replays it instead of waiting out
+    // the lease (409) or executing again.
+    let stored = common::eventually(Duration::from_secs(5), || async {
+        e.http
+            .post(
+                &e.gw.url("/short/hangup"),
+                &[("Idempotency-Key", "gone")],
+                "{}",
+            )
+            .await
+            .replayed()
+    })
+    .await;
+    assert!(stored, "the hung-up request's outcome was lost");
+    assert_eq!(e.up.effects(), 1);
+}
