@@ -398,12 +398,6 @@ struct Claimed {
     remote: SocketAddr,
 }
 
-#[derive(Default)]
-struct Report {
-    finish: Option<Outcome>,
-    upstream: Option<Duration>,
-}
-
 enum Captured {
     Whole(Bytes),
     TooLarge(Bytes, Incoming),
@@ -495,11 +489,7 @@ impl Claimed {
                     key: &key,
                     fence,
                 };
-                let mut report = Report::default();
-                let result = winner.execute(parts, body, &mut report).await;
-                t.finish = report.finish;
-                t.upstream = report.upstream;
-                result
+                winner.execute(parts, body, t).await
             }
         }
     }
@@ -521,7 +511,7 @@ impl Winner<'_> {
         &self,
         parts: Parts,
         body: Bytes,
-        report: &mut Report,
+        t: &mut Trace,
     ) -> Result<Response<Body>, GatewayError> {
         let metrics = &self.claimed.gateway.metrics;
         let _held = metrics.claim_held();
@@ -542,23 +532,23 @@ impl Winner<'_> {
             Err(_) => {
                 warn!(key = %self.key, fence = self.fence,
                     "upstream did not answer in time: outcome unknown, the claim is kept until its lease expires");
-                report.finish = Some(Outcome::outcome_unknown);
+                t.finish = Some(Outcome::outcome_unknown);
                 return Err(GatewayError::UpstreamTimeout);
             }
             Ok(Err(UpstreamError::Connect(e))) => {
                 warn!(error = %e, "upstream unreachable: nothing was sent, releasing the claim");
-                self.release(report).await;
+                self.release(t).await;
                 return Err(GatewayError::UpstreamConnect);
             }
             Ok(Err(UpstreamError::Broken(e))) => {
                 warn!(key = %self.key, fence = self.fence, error = %e,
                     "upstream connection broke before an answer: outcome unknown, the claim is kept until its lease expires");
-                report.finish = Some(Outcome::outcome_unknown);
+                t.finish = Some(Outcome::outcome_unknown);
                 return Err(GatewayError::UpstreamBroken);
             }
             Ok(Ok(resp)) => resp,
         };
-        report.upstream = Some(started.elapsed());
+        t.upstream = Some(started.elapsed());
         metrics.upstream(
             &self.route().name,
             resp.status().as_u16(),
@@ -567,7 +557,7 @@ impl Winner<'_> {
 
         if resp.status().is_server_error() {
             // The upstream says it failed: the next retry should execute again.
-            self.release(report).await;
+            self.release(t).await;
             return Ok(stream_response(resp));
         }
 
@@ -608,14 +598,14 @@ impl Winner<'_> {
             body: stored_body,
         }
         .encode(&self.claimed.store_key);
-        self.complete(record, report).await;
+        self.complete(record, t).await;
         match client_body {
             Some(body) => Ok(Response::from_parts(head, body)),
             None => Err(GatewayError::UpstreamBroken),
         }
     }
 
-    async fn complete(&self, record: Bytes, report: &mut Report) {
+    async fn complete(&self, record: Bytes, t: &mut Trace) {
         let started = Instant::now();
         let window = self.route().window;
         let gateway = &self.claimed.gateway;
@@ -631,17 +621,17 @@ impl Winner<'_> {
             Ok(Completion::Fenced) => {
                 warn!(key = %self.key, fence = self.fence,
                     "completion refused: the key was taken over under a newer fence; this response reached its client only");
-                report.finish = Some(Outcome::fenced_out);
+                t.finish = Some(Outcome::fenced_out);
             }
             Err(e) => {
                 error!(key = %self.key, fence = self.fence, error = %e,
                     "could not store the response: a retry after the lease expires will execute again");
-                report.finish = Some(Outcome::unstored);
+                t.finish = Some(Outcome::unstored);
             }
         }
     }
 
-    async fn release(&self, report: &mut Report) {
+    async fn release(&self, t: &mut Trace) {
         let started = Instant::now();
         let window = self.route().window;
         let gateway = &self.claimed.gateway;
@@ -653,34 +643,50 @@ impl Winner<'_> {
             .metrics
             .store_op("release", started.elapsed(), released.is_ok());
         match released {
-            Ok(true) => report.finish = Some(Outcome::released),
+            Ok(true) => t.finish = Some(Outcome::released),
             Ok(false) => {
                 warn!(key = %self.key, fence = self.fence, "release refused: the key was taken over under a newer fence");
-                report.finish = Some(Outcome::fenced_out);
+                t.finish = Some(Outcome::fenced_out);
             }
             Err(e) => {
                 error!(key = %self.key, fence = self.fence, error = %e,
                     "could not release the claim: retries get 409 until its lease expires");
-                report.finish = Some(Outcome::unstored);
+                t.finish = Some(Outcome::unstored);
             }
         }
     }
 }
 
 /// Reads the upstream body until it ends, passes `limit`, breaks, or the deadline passes.
+/// A body that arrives in one frame (the common case) is kept without a copy.
 async fn capture(mut body: Incoming, limit: u64, deadline: tokio::time::Instant) -> Captured {
+    let mut first: Option<Bytes> = None;
     let mut buf = BytesMut::new();
     loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Captured::Broken("timed out reading the body".to_owned()),
-            Ok(None) => return Captured::Whole(buf.freeze()),
+            Ok(None) => return Captured::Whole(first.unwrap_or_else(|| buf.freeze())),
             Ok(Some(Err(e))) => return Captured::Broken(e.to_string()),
             Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    buf.extend_from_slice(&data);
-                    if buf.len() as u64 > limit {
-                        return Captured::TooLarge(buf.freeze(), body);
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let held = match first.take() {
+                    None if buf.is_empty() => {
+                        first = Some(data);
+                        first.as_ref().map_or(0, Bytes::len)
                     }
+                    earlier => {
+                        if let Some(earlier) = earlier {
+                            buf.extend_from_slice(&earlier);
+                        }
+                        buf.extend_from_slice(&data);
+                        buf.len()
+                    }
+                };
+                if held as u64 > limit {
+                    let prefix = first.take().unwrap_or_else(|| buf.freeze());
+                    return Captured::TooLarge(prefix, body);
                 }
             }
         }
