@@ -15,6 +15,28 @@ fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
 
 const BASE: &str = "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://127.0.0.1:9\"\n";
 
+/// A file with one header-key route named `payments`, plus `extra` inside that route.
+fn payments_route(extra: &str) -> String {
+    format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\n{extra}")
+}
+
+/// Runs `check` on `text`; returns the exit code, stdout and stderr.
+fn check(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, text);
+    let out = gateway()
+        .arg("check")
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn check_prints_the_routes_it_understood() {
     let out = gateway()
@@ -66,37 +88,15 @@ fn every_shipped_config_passes_check() {
 
 #[test]
 fn check_rejects_an_unknown_field_with_exit_64() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = write(
-        &dir,
-        &format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nwindw = \"1h\"\n"),
-    );
-    let out = gateway()
-        .arg("check")
-        .arg("--config")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, _, err) = check(&payments_route("windw = \"1h\"\n"));
+    assert_eq!(code, Some(64));
     assert!(err.contains("windw"), "{err}");
 }
 
 #[test]
 fn check_rejects_a_bad_duration_naming_route_and_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = write(
-        &dir,
-        &format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nlease = \"30 parsecs\"\n"),
-    );
-    let out = gateway()
-        .arg("check")
-        .arg("--config")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, _, err) = check(&payments_route("lease = \"30 parsecs\"\n"));
+    assert_eq!(code, Some(64));
     assert!(err.contains("routes[payments].lease"), "{err}");
 }
 
@@ -142,18 +142,11 @@ fn the_kubernetes_config_map_carries_the_checked_config() {
 
 #[test]
 fn check_warns_when_a_lease_is_shorter_than_the_upstream_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = write(
-        &dir,
-        &format!("{BASE}upstream_timeout = \"30s\"\n[[routes]]\nname = \"slow\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"K\" }}\nlease = \"30s\"\n"),
+    let text = payments_route("lease = \"30s\"\n").replace(
+        "upstream = \"http://127.0.0.1:9\"\n",
+        "upstream = \"http://127.0.0.1:9\"\nupstream_timeout = \"30s\"\n",
     );
-    let out = gateway()
-        .arg("check")
-        .arg("--config")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("warning: routes[slow].lease"), "{text}");
+    let (code, out, _) = check(&text);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("warning: routes[payments].lease"), "{out}");
 }

@@ -5,20 +5,12 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Http, RedisServer, TestGateway, Upstream};
+use common::{free_port, Http, RedisServer, TestGateway, Upstream};
 use dedupe_gateway::store::{RedisClusterStore, Store};
 use http::StatusCode;
 
 struct Cluster {
     nodes: Vec<RedisServer>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Cluster {

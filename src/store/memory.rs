@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{Claim, ClaimRequest, Completion, RecordInfo, RecordState, StoreError};
+use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
 const SHARDS: usize = 32;
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
@@ -250,17 +250,13 @@ impl MemoryStore {
         fence: u64,
         record: Bytes,
         window: Duration,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<bool, StoreError> {
         let done = self.finish(key, fence, RecordState::Completed, |r, now| {
             r.response = Some(record);
             r.expires_at = now + window;
         });
         self.note_expiry(Instant::now() + window);
-        Ok(if done {
-            Completion::Completed
-        } else {
-            Completion::Fenced
-        })
+        Ok(done)
     }
 
     pub(super) async fn release(

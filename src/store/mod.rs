@@ -186,7 +186,12 @@ impl Store {
         record: Bytes,
         window: Duration,
     ) -> Result<Completion, StoreError> {
-        dispatch!(self, s => s.complete(key, fence, record.clone(), window))
+        let owned = dispatch!(self, s => s.complete(key, fence, record, window))?;
+        Ok(if owned {
+            Completion::Completed
+        } else {
+            Completion::Fenced
+        })
     }
 
     /// Gives the key up after a failure that had no effect, if `fence` still owns it.

@@ -22,7 +22,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
 use tokio::sync::OnceCell;
 
-use super::{Claim, ClaimRequest, Completion, RecordInfo, RecordState, StoreError};
+use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
@@ -257,21 +257,9 @@ macro_rules! redis_backend {
                 fence: u64,
                 record: Bytes,
                 window: Duration,
-            ) -> Result<Completion, StoreError> {
-                let done = finish_on(
-                    &mut self.con().await?,
-                    &self.scripts,
-                    key,
-                    fence,
-                    Some(&record),
-                    window,
-                )
-                .await?;
-                Ok(if done {
-                    Completion::Completed
-                } else {
-                    Completion::Fenced
-                })
+            ) -> Result<bool, StoreError> {
+                let mut con = self.con().await?;
+                finish_on(&mut con, &self.scripts, key, fence, Some(&record), window).await
             }
 
             pub(super) async fn release(

@@ -284,7 +284,8 @@ impl Http {
 // redis-server processes.
 // ---------------------------------------------------------------------------
 
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
