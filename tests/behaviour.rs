@@ -37,14 +37,14 @@ name = "short-lease"
 methods = ["POST"]
 path = "/short/*"
 key = { header = "Idempotency-Key" }
-lease = "300ms"
+lease = "1s"
 
 [[routes]]
 name = "brief-window"
 methods = ["POST"]
 path = "/brief/*"
 key = { header = "Idempotency-Key" }
-window = "300ms"
+window = "1s"
 
 [[routes]]
 name = "small-cache"
@@ -260,13 +260,13 @@ async fn same_key_under_two_tenants_is_two_effects(b: Backend) {
 async fn stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out(b: Backend) {
     let e = env(b).await;
     let url = e.gw.url("/short/zombie");
-    // The first winner's upstream call outlives its 300ms lease.
+    // The first winner's upstream call outlives its 1s lease.
     let http = e.http.clone();
     let u = url.clone();
     let zombie = tokio::spawn(async move {
         http.post(
             &u,
-            &[("Idempotency-Key", "z"), ("x-test-delay-ms", "1200")],
+            &[("Idempotency-Key", "z"), ("x-test-delay-ms", "2500")],
             "{}",
         )
         .await
@@ -274,7 +274,7 @@ async fn stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out(b: Back
     e.up.wait_for_effects(1).await;
     let early = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
     assert_eq!(early.status, StatusCode::CONFLICT, "lease still held");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let takeover = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
     assert_eq!(takeover.status, StatusCode::CREATED);
     assert!(!takeover.replayed());
@@ -331,7 +331,7 @@ async fn window_expiry_makes_the_key_new(b: Backend) {
     let h = [("Idempotency-Key", "w")];
     e.http.post(&url, &h, "{}").await;
     assert!(e.http.post(&url, &h, "{}").await.replayed());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let after = e.http.post(&url, &h, "{}").await;
     assert!(!after.replayed());
     assert_eq!(e.up.effects(), 2);
@@ -525,7 +525,7 @@ async fn upstream_silence_keeps_the_claim_until_the_lease_expires(b: Backend) {
     let r = e.http.post(&url, &[("Idempotency-Key", "s")], "{}").await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(e.up.effects(), 1);
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = e.http.post(&url, &[("Idempotency-Key", "s")], "{}").await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(e.up.increasing_fences().len(), 2);

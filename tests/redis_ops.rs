@@ -84,8 +84,8 @@ async fn two_gateway_processes_on_one_redis_give_one_effect_per_key() {
 async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let mut a = GatewayProcess::start(&process_config(&up, &redis, "600ms"));
-    let b = GatewayProcess::start(&process_config(&up, &redis, "600ms"));
+    let mut a = GatewayProcess::start(&process_config(&up, &redis, "2s"));
+    let b = GatewayProcess::start(&process_config(&up, &redis, "2s"));
     let http = Http::new();
     let url_a = a.url("/orders/crash");
     let h = http.clone();
@@ -116,7 +116,7 @@ async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
         StatusCode::CONFLICT,
         "the dead winner's lease still holds"
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let r = http
         .post(&url_b, &[("Idempotency-Key", "crash")], "{}")
         .await;

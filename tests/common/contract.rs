@@ -110,9 +110,9 @@ async fn complete_then_replay(store: &Store) {
 
 async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     let k = fresh_key("takeover");
-    let lease = Duration::from_millis(100);
+    let lease = Duration::from_millis(400);
     let f1 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), false);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let f2 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), true);
     assert!(
         f2 > f1,
@@ -154,7 +154,7 @@ async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     // A mismatched request never takes over, even after the lease.
     let k2 = fresh_key("takeover-mismatch");
     store.claim(req(&k2, &H1, lease, LONG)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         store.claim(req(&k2, &H2, lease, LONG)).await.unwrap(),
         Claim::Mismatch
@@ -200,7 +200,7 @@ async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
 
 async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
     let k = fresh_key("window");
-    let window = Duration::from_millis(150);
+    let window = Duration::from_millis(500);
     let f1 = won(
         store.claim(req(&k, &H1, LONG, window)).await.unwrap(),
         false,
@@ -213,7 +213,7 @@ async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
         store.claim(req(&k, &H1, LONG, window)).await.unwrap(),
         Claim::Replay(_)
     ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(store.inspect(&k).await.unwrap(), None);
     let f2 = won(
         store.claim(req(&k, &H2, LONG, window)).await.unwrap(),
@@ -227,12 +227,12 @@ async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
 
 async fn abandoned_claims_expire(store: &Store) {
     let k = fresh_key("abandoned");
-    let (lease, window) = (Duration::from_millis(50), Duration::from_millis(100));
+    let (lease, window) = (Duration::from_millis(200), Duration::from_millis(200));
     store.claim(req(&k, &H1, lease, window)).await.unwrap();
     let info = store.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.state, RecordState::InFlight);
     assert!(info.expires_in.unwrap() <= lease + window);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(store.inspect(&k).await.unwrap(), None);
 }
 
