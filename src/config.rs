@@ -22,7 +22,7 @@ use crate::route::{PathPattern, Route};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: String,
@@ -30,7 +30,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid TOML, or has an unknown or mistyped field.
-    #[error("{0}")]
+    #[error(transparent)]
     Parse(#[from] toml::de::Error),
     /// A field has a value the gateway cannot use.
     #[error("{at}: {message}")]
@@ -107,6 +107,17 @@ pub enum Backend {
     Redis,
     /// A Redis Cluster.
     RedisCluster,
+}
+
+impl Backend {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis => "redis",
+            Backend::RedisCluster => "redis-cluster",
+        }
+    }
 }
 
 /// What a deduped request does when the store fails or times out.
@@ -217,9 +228,23 @@ pub struct FileRoute {
 }
 
 impl FileConfig {
-    /// Parses TOML text.
+    /// Parses TOML text. A mistake inside a `[[routes]]` entry is reported with the
+    /// route's name; anything else with toml's line and column.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Ok(toml::from_str(text)?)
+        toml::from_str(text).map_err(|e| Self::locate_route_error(text).unwrap_or(e.into()))
+    }
+
+    fn locate_route_error(text: &str) -> Option<ConfigError> {
+        let table: toml::Table = text.parse().ok()?;
+        let routes = table.get("routes")?.as_array()?;
+        routes.iter().enumerate().find_map(|(i, route)| {
+            let e = route.clone().try_into::<FileRoute>().err()?;
+            let name = route
+                .get("name")
+                .and_then(toml::Value::as_str)
+                .map_or_else(|| i.to_string(), str::to_owned);
+            Some(invalid(format!("routes[{name}]"), e.message().trim()))
+        })
     }
 
     /// Applies the environment overrides a container sets (`DEDUPE_LISTEN`,

@@ -102,6 +102,7 @@ fn init_tracing(format: Option<LogFormat>) {
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -111,12 +112,12 @@ fn init_tracing(format: Option<LogFormat>) {
 
 fn print_routes(c: &Config) {
     println!(
-        "configuration ok: listen {}, upstream {}://{}{}, store {:?}",
+        "configuration ok: listen {}, upstream {}://{}{}, store {}",
         c.server.listen,
         c.server.upstream.scheme,
         c.server.upstream.authority,
         c.server.upstream.base_path,
-        c.store.backend,
+        c.store.backend.as_str(),
     );
     for w in &c.warnings {
         println!("warning: {w}");

@@ -90,7 +90,11 @@ fn every_shipped_config_passes_check() {
 fn check_rejects_an_unknown_field_with_exit_64() {
     let (code, _, err) = check(&payments_route("windw = \"1h\"\n"));
     assert_eq!(code, Some(64));
-    assert!(err.contains("windw"), "{err}");
+    assert!(
+        err.contains("routes[payments]: unknown field `windw`"),
+        "{err}"
+    );
+    assert_eq!(err.matches("windw").count(), 1, "said once: {err}");
 }
 
 #[test]
