@@ -94,6 +94,8 @@ pub struct FileServer {
     pub body_read_timeout: Option<String>,
     /// How long in-flight requests may run after SIGTERM.
     pub shutdown_grace: Option<String>,
+    /// Most client connections served at once; more wait in the listen backlog.
+    pub max_connections: Option<usize>,
 }
 
 /// The store backends.
@@ -322,6 +324,8 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Most client connections served at once.
+    pub max_connections: usize,
 }
 
 /// The upstream base URL, split for cheap per-request URI building.
@@ -518,7 +522,12 @@ fn validate_server(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         Some(v) => parse_duration_allow_zero("server.shutdown_grace", v)?,
         None => Duration::from_secs(30),
     };
+    let max_connections = s.max_connections.unwrap_or(10_000);
+    if max_connections == 0 {
+        return Err(invalid("server.max_connections", "must be at least 1"));
+    }
     Ok(ServerConfig {
+        max_connections,
         listen,
         upstream,
         upstream_timeout,

@@ -137,6 +137,8 @@ pub async fn serve(
         .max_header_list_size(server.max_header_bytes as u32);
     let grace = server.shutdown_grace;
     let max_head = server.max_header_bytes;
+    // Each connection may buffer up to max_body per request: bound how many are served.
+    let slots = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
     drop(live);
 
     if let Ok(addr) = listeners.public.local_addr() {
@@ -150,8 +152,14 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listeners.public.accept() => {
+            (slot, accepted) = async {
+                // Wait for a free slot before accepting: at the limit, new connections
+                // queue in the kernel's backlog instead of being served.
+                let slot = slots.clone().acquire_owned().await;
+                (slot, listeners.public.accept().await)
+            } => {
                 let Some((stream, remote)) = accepted_or_log(accepted).await else { continue };
+                let Ok(slot) = slot else { continue };
                 let gw = gateway.clone();
                 let framing = AmbiguousFraming::default();
                 let conn_info = ConnInfo { remote, framing: framing.clone() };
@@ -167,6 +175,7 @@ pub async fn serve(
                     if let Err(e) = conn.await {
                         debug!(error = %e, %remote, "client connection ended with an error");
                     }
+                    drop(slot);
                 });
             }
             accepted = accept_admin(listeners.admin.as_ref()) => {

@@ -656,3 +656,28 @@ async fn a_client_that_hangs_up_does_not_abandon_its_claim() {
     assert!(stored, "the hung-up request's outcome was lost");
     assert_eq!(e.up.effects(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_wait_for_a_free_slot() {
+    let e = env_with(Backend::Memory, "max_connections = 1").await;
+    let idle = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let http = e.http.clone();
+    let url = e.gw.url("/other");
+    let mut waiting = tokio::spawn(async move { http.post(&url, &[], "x").await });
+    // The one slot is taken by the idle connection: the request is not served...
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut waiting)
+            .await
+            .is_err(),
+        "served past max_connections"
+    );
+    assert_eq!(e.up.effects(), 0);
+    // ...until that connection goes away.
+    drop(idle);
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status, StatusCode::CREATED);
+}
