@@ -140,6 +140,9 @@ pub enum OnConflict {
     /// 409 with `Retry-After`.
     #[default]
     Reject,
+    /// Hold the duplicate (up to `conflict_wait`) until the first request finishes, then
+    /// answer it with the stored response; 409 if the wait runs out.
+    Wait,
 }
 
 /// `[store]` as written.
@@ -173,6 +176,8 @@ pub struct FileDefaults {
     pub window: Option<String>,
     /// In-flight duplicate behaviour.
     pub on_conflict: Option<OnConflict>,
+    /// With `on_conflict = "wait"`: the longest a duplicate is held.
+    pub conflict_wait: Option<String>,
     /// Largest upstream body stored for replay.
     pub max_cached_body: Option<String>,
 }
@@ -223,6 +228,8 @@ pub struct FileRoute {
     pub window: Option<String>,
     /// Overrides `[defaults] on_conflict`.
     pub on_conflict: Option<OnConflict>,
+    /// Overrides `[defaults] conflict_wait`.
+    pub conflict_wait: Option<String>,
     /// Overrides `[defaults] max_cached_body`.
     pub max_cached_body: Option<String>,
     /// Overrides `[store] on_error`.
@@ -418,6 +425,11 @@ impl Config {
             DEFAULT_MAX_CACHED_BODY,
         )?;
         let on_conflict = d.on_conflict.unwrap_or_default();
+        let conflict_wait = opt_duration(
+            "defaults.conflict_wait",
+            d.conflict_wait.as_deref(),
+            Duration::from_secs(10),
+        )?;
         let on_error = file.store.on_error.unwrap_or_default();
 
         let mut names = HashSet::new();
@@ -436,6 +448,7 @@ impl Config {
                     window,
                     max_cached_body,
                     on_conflict,
+                    conflict_wait,
                     on_error,
                 },
             )?;
@@ -480,6 +493,7 @@ struct Inherited {
     window: Duration,
     max_cached_body: u64,
     on_conflict: OnConflict,
+    conflict_wait: Duration,
     on_error: OnError,
 }
 
@@ -713,6 +727,10 @@ fn validate_route(at: &str, r: &FileRoute, inherited: Inherited) -> Result<Route
         window,
         max_cached_body,
         on_conflict: r.on_conflict.unwrap_or(inherited.on_conflict),
+        conflict_wait: match &r.conflict_wait {
+            Some(v) => parse_duration(&format!("{at}.conflict_wait"), v)?,
+            None => inherited.conflict_wait,
+        },
         on_error: r.on_error.unwrap_or(inherited.on_error),
     })
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use dedupe_gateway::config::Config;
+use dedupe_gateway::config::{Config, OnConflict};
 use dedupe_gateway::key::KeyRule;
 
 /// Exit status for an unusable configuration (EX_USAGE).
@@ -141,14 +141,21 @@ fn print_routes(c: &Config) {
                 format!("fingerprint [{}]", parts.join(", "))
             }
         };
+        let conflict = match r.on_conflict {
+            OnConflict::Reject => "reject".to_owned(),
+            OnConflict::Wait => {
+                format!("wait up to {}", humantime::format_duration(r.conflict_wait))
+            }
+        };
         println!(
-            "route {}: {} {} key={} lease={} window={}",
+            "route {}: {} {} key={} lease={} window={} on_conflict={}",
             r.name,
             methods.join(","),
             r.path.as_str(),
             key,
             humantime::format_duration(r.lease),
             humantime::format_duration(r.window),
+            conflict,
         );
     }
 }

@@ -16,7 +16,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn, Instrument};
 
-use crate::config::{Config, OnError};
+use crate::config::{Config, OnConflict, OnError};
 use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::metrics::{Metrics, Outcome};
 use crate::problem::GatewayError;
@@ -429,20 +429,38 @@ impl Claimed {
     ) -> Result<Response<Body>, GatewayError> {
         let gateway = &self.gateway;
         let route = self.route();
-        let started = Instant::now();
-        let claim = gateway
-            .store
-            .claim(ClaimRequest {
-                key: &self.store_key,
-                request_hash: &self.request_hash,
-                lease: route.lease,
-                window: route.window,
-            })
-            .await;
-        gateway
-            .metrics
-            .store_op("claim", started.elapsed(), claim.is_ok());
         let key = t.key.clone().unwrap_or_default();
+        let wait_until = (route.on_conflict == OnConflict::Wait)
+            .then(|| tokio::time::Instant::now() + route.conflict_wait);
+        let mut pause = Duration::from_millis(5);
+        let claim = loop {
+            let started = Instant::now();
+            let claim = gateway
+                .store
+                .claim(ClaimRequest {
+                    key: &self.store_key,
+                    request_hash: &self.request_hash,
+                    lease: route.lease,
+                    window: route.window,
+                })
+                .await;
+            gateway
+                .metrics
+                .store_op("claim", started.elapsed(), claim.is_ok());
+            // `on_conflict = "wait"`: poll (each poll one atomic claim) with a growing
+            // pause, never past the lease end or the wait budget, until the first request
+            // finishes, is taken over, or the budget runs out.
+            match (&claim, wait_until) {
+                (Ok(Claim::Conflict { retry_after }), Some(until))
+                    if tokio::time::Instant::now() < until =>
+                {
+                    let nap = pause.min(*retry_after + Duration::from_millis(1));
+                    tokio::time::sleep_until(until.min(tokio::time::Instant::now() + nap)).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                _ => break claim,
+            }
+        };
         match claim {
             Err(e) => match route.on_error {
                 OnError::FailClosed => {

@@ -78,6 +78,8 @@ pub struct Route {
     pub max_cached_body: u64,
     /// What an in-flight duplicate gets.
     pub on_conflict: OnConflict,
+    /// With [`OnConflict::Wait`]: the longest a duplicate is held.
+    pub conflict_wait: Duration,
     /// What happens when the store fails.
     pub on_error: OnError,
 }

@@ -47,6 +47,22 @@ key = { header = "Idempotency-Key" }
 window = "1s"
 
 [[routes]]
+name = "patient"
+methods = ["POST"]
+path = "/patient/*"
+key = { header = "Idempotency-Key" }
+on_conflict = "wait"
+conflict_wait = "5s"
+
+[[routes]]
+name = "impatient"
+methods = ["POST"]
+path = "/impatient/*"
+key = { header = "Idempotency-Key" }
+on_conflict = "wait"
+conflict_wait = "200ms"
+
+[[routes]]
 name = "small-cache"
 methods = ["POST"]
 path = "/small/*"
@@ -108,6 +124,8 @@ on_every_store!(
     response_too_large_to_store_is_delivered_once_and_never_reexecuted,
     connect_failure_releases_the_claim,
     upstream_silence_keeps_the_claim_until_the_lease_expires,
+    waiting_duplicates_get_the_first_response_instead_of_409,
+    a_wait_that_runs_out_is_409,
 );
 
 const AUTH_A: (&str, &str) = ("Authorization", "Bearer tenant-a");
@@ -680,4 +698,57 @@ async fn connections_past_max_connections_wait_for_a_free_slot() {
         .unwrap()
         .unwrap();
     assert_eq!(r.status, StatusCode::CREATED);
+}
+
+async fn waiting_duplicates_get_the_first_response_instead_of_409(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/patient/order");
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let http = e.http.clone();
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            http.post(
+                &url,
+                &[("Idempotency-Key", "wait"), ("x-test-delay-ms", "300")],
+                "{}",
+            )
+            .await
+        }));
+    }
+    let mut bodies = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        bodies.push(r.body);
+    }
+    assert_eq!(e.up.effects(), 1);
+    assert!(
+        bodies.windows(2).all(|w| w[0] == w[1]),
+        "every duplicate got the first response"
+    );
+}
+
+async fn a_wait_that_runs_out_is_409(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/impatient/order");
+    let http = e.http.clone();
+    let u = url.clone();
+    let first = tokio::spawn(async move {
+        http.post(
+            &u,
+            &[("Idempotency-Key", "slow"), ("x-test-delay-ms", "1500")],
+            "{}",
+        )
+        .await
+    });
+    e.up.wait_for_effects(1).await;
+    let r = e
+        .http
+        .post(&url, &[("Idempotency-Key", "slow")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(e.up.effects(), 1);
 }
