@@ -297,4 +297,26 @@ mod tests {
             assert!(!scan(&[&clean[..cut], &clean[cut..]]), "cut at {cut}");
         }
     }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let seeds: [&[u8]; 3] = [
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ];
+        for round in 0..3000 {
+            let mut bytes = seeds[round % seeds.len()].to_vec();
+            for _ in 0..(x % 16) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = (x as usize) % (bytes.len() + 1);
+                bytes.insert(at, (x >> 24) as u8);
+            }
+            let cut = (x as usize) % (bytes.len() + 1);
+            let _ = scan(&[&bytes[..cut], &bytes[cut..]]);
+        }
+    }
 }
