@@ -96,6 +96,8 @@ pub struct FileServer {
     pub shutdown_grace: Option<String>,
     /// Most client connections served at once; more wait in the listen backlog.
     pub max_connections: Option<usize>,
+    /// Most concurrent HTTP/2 streams (requests) per connection.
+    pub max_concurrent_streams: Option<u32>,
 }
 
 /// The store backends.
@@ -333,6 +335,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Most client connections served at once.
     pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
 }
 
 /// The upstream base URL, split for cheap per-request URI building.
@@ -540,8 +544,16 @@ fn validate_server(s: &FileServer) -> Result<ServerConfig, ConfigError> {
     if max_connections == 0 {
         return Err(invalid("server.max_connections", "must be at least 1"));
     }
+    let max_concurrent_streams = s.max_concurrent_streams.unwrap_or(100);
+    if max_concurrent_streams == 0 {
+        return Err(invalid(
+            "server.max_concurrent_streams",
+            "must be at least 1",
+        ));
+    }
     Ok(ServerConfig {
         max_connections,
+        max_concurrent_streams,
         listen,
         upstream,
         upstream_timeout,

@@ -103,10 +103,13 @@ impl Gateway {
         if old.config.store != config.store {
             restart.push("store");
         }
-        if old.config.server.max_header_bytes != config.server.max_header_bytes
-            || old.config.server.header_read_timeout != config.server.header_read_timeout
+        let (o, n) = (&old.config.server, &config.server);
+        if o.max_header_bytes != n.max_header_bytes
+            || o.header_read_timeout != n.header_read_timeout
+            || o.max_connections != n.max_connections
+            || o.max_concurrent_streams != n.max_concurrent_streams
         {
-            restart.push("server.max_header_bytes / server.header_read_timeout");
+            restart.push("server connection limits (max_header_bytes, header_read_timeout, max_connections, max_concurrent_streams)");
         }
         if old.config.server.shutdown_grace != config.server.shutdown_grace {
             restart.push("server.shutdown_grace");

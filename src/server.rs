@@ -69,8 +69,8 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
     for w in &config.warnings {
         warn!("{w}");
     }
-    let listeners = Listeners::bind(&config).await?;
     let store = Store::from_config(&config.store)?;
+    let listeners = Listeners::bind(&config).await?;
     let gateway = Gateway::new(config, store);
 
     if let Some(path) = config_path {
@@ -134,8 +134,13 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(server.max_header_bytes as u32);
+        .max_header_list_size(server.max_header_bytes as u32)
+        .max_concurrent_streams(server.max_concurrent_streams)
+        // Dead HTTP/2 peers are found by pings and their slots freed.
+        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
+        .keep_alive_timeout(std::time::Duration::from_secs(10));
     let grace = server.shutdown_grace;
+    let header_read_timeout = server.header_read_timeout;
     let max_head = server.max_header_bytes;
     // Each connection may buffer up to max_body per request: bound how many are served.
     let slots = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
@@ -168,10 +173,19 @@ pub async fn serve(
                     let conn_info = conn_info.clone();
                     async move { Ok::<_, Infallible>(gw.handle(req, conn_info).await) }
                 });
-                let io = TokioIo::new(Watched::new(stream, max_head, framing));
-                let conn = builder.serve_connection(io, svc).into_owned();
-                let conn = graceful.watch(conn);
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
                 tokio::spawn(async move {
+                    // A connection holds a slot: one that sends nothing (or stalls before
+                    // hyper has seen enough to pick HTTP/1 or HTTP/2, where its own header
+                    // timeout starts) is closed after header_read_timeout.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await {
+                        Ok(Ok(n)) if n > 0 => {}
+                        _ => return drop(slot),
+                    }
+                    let io = TokioIo::new(Watched::new(stream, max_head, framing));
+                    let conn = watcher.watch(builder.serve_connection(io, svc).into_owned());
                     if let Err(e) = conn.await {
                         debug!(error = %e, %remote, "client connection ended with an error");
                     }

@@ -752,3 +752,31 @@ async fn a_wait_that_runs_out_is_409(b: Backend) {
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     assert_eq!(e.up.effects(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_gives_its_slot_back() {
+    use tokio::io::AsyncReadExt;
+    let e = env_with(
+        Backend::Memory,
+        "max_connections = 1\nheader_read_timeout = \"200ms\"",
+    )
+    .await;
+    // Connects and never sends a byte: it must not hold the only slot for long.
+    let mut silent = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        e.http.post(&e.gw.url("/other"), &[], "x"),
+    )
+    .await
+    .expect("the silent connection kept the slot");
+    assert_eq!(r.status, StatusCode::CREATED);
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "the silent connection was closed"
+    );
+}
