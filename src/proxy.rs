@@ -54,6 +54,33 @@ pub struct Gateway {
     store: Store,
     metrics: Metrics,
     tasks: TaskTracker,
+    claimants: Claimants,
+}
+
+/// Claimant ids: a random per-process prefix and a counter, unique across gateways.
+struct Claimants {
+    prefix: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Claimants {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        // RandomState is seeded from the OS's randomness: no two processes share a prefix
+        // (containers all running as pid 1 included).
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        std::process::id().hash(&mut h);
+        std::time::SystemTime::now().hash(&mut h);
+        Self {
+            prefix: h.finish(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> u128 {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (u128::from(self.prefix) << 64) | u128::from(n)
+    }
 }
 
 /// What one request did, for its access-log line and metrics.
@@ -77,6 +104,7 @@ impl Gateway {
             store,
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
+            claimants: Claimants::new(),
         })
     }
 
@@ -435,7 +463,10 @@ impl Claimed {
         let key = t.key.clone().unwrap_or_default();
         let wait_until = (route.on_conflict == OnConflict::Wait)
             .then(|| tokio::time::Instant::now() + route.conflict_wait);
+        let claimant = gateway.claimants.next();
         let mut pause = Duration::from_millis(5);
+        // While waiting, the last conflict seen: a duplicate is known to be in flight.
+        let mut in_flight: Option<Duration> = None;
         let claim = loop {
             let started = Instant::now();
             let claim = gateway
@@ -445,6 +476,7 @@ impl Claimed {
                     request_hash: &self.request_hash,
                     lease: route.lease,
                     window: route.window,
+                    claimant,
                 })
                 .await;
             gateway
@@ -452,14 +484,23 @@ impl Claimed {
                 .store_op("claim", started.elapsed(), claim.is_ok());
             // `on_conflict = "wait"`: poll (each poll one atomic claim) with a growing
             // pause, never past the lease end or the wait budget, until the first request
-            // finishes, is taken over, or the budget runs out.
+            // finishes, is taken over, or the budget runs out. Shutdown ends the wait.
             match (&claim, wait_until) {
                 (Ok(Claim::Conflict { retry_after }), Some(until))
-                    if tokio::time::Instant::now() < until =>
+                    if tokio::time::Instant::now() < until && !gateway.tasks.is_closed() =>
                 {
+                    in_flight = Some(*retry_after);
                     let nap = pause.min(*retry_after + Duration::from_millis(1));
                     tokio::time::sleep_until(until.min(tokio::time::Instant::now() + nap)).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                // A store error after a conflict was seen must not fail open: the first
+                // request is in flight, and forwarding this one would run the write twice.
+                (Err(e), _) if in_flight.is_some() => {
+                    warn!(error = %e, key, "store failed while waiting on an in-flight duplicate");
+                    break Ok(Claim::Conflict {
+                        retry_after: in_flight.unwrap_or_default(),
+                    });
                 }
                 _ => break claim,
             }

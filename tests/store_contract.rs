@@ -33,6 +33,7 @@ async fn memory_store_is_bounded_and_sweeps_expired_records() {
                     request_hash: &[0; 32],
                     lease: short,
                     window: short,
+                    claimant: 0,
                 })
                 .await
         }

@@ -23,6 +23,7 @@ struct Record {
     request_hash: [u8; 32],
     lease_until: Instant,
     expires_at: Instant,
+    claimant: u128,
     response: Option<Bytes>,
 }
 
@@ -155,6 +156,7 @@ impl MemoryStore {
                         request_hash: *req.request_hash,
                         lease_until,
                         expires_at,
+                        claimant: req.claimant,
                         response: None,
                     };
                     return Ok(Claim::Won {
@@ -168,12 +170,19 @@ impl MemoryStore {
                 if r.state == RecordState::Completed {
                     return Ok(Claim::Replay(r.response.clone().unwrap_or_default()));
                 }
+                if r.claimant == req.claimant {
+                    return Ok(Claim::Won {
+                        fence: r.fence,
+                        takeover: false,
+                    });
+                }
                 if now < r.lease_until {
                     return Ok(Claim::Conflict {
                         retry_after: r.lease_until - now,
                     });
                 }
                 r.fence = next_fence(r.fence);
+                r.claimant = req.claimant;
                 r.lease_until = lease_until;
                 r.expires_at = expires_at;
                 Ok(Claim::Won {
@@ -190,6 +199,7 @@ impl MemoryStore {
                     request_hash: *req.request_hash,
                     lease_until,
                     expires_at,
+                    claimant: req.claimant,
                     response: None,
                 });
                 Ok(Claim::Won {
@@ -209,6 +219,7 @@ impl MemoryStore {
                     request_hash: *req.request_hash,
                     lease_until,
                     expires_at,
+                    claimant: req.claimant,
                     response: None,
                 });
                 Ok(Claim::Won {

@@ -38,6 +38,10 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     /// How long a completed record is remembered.
     pub window: Duration,
+    /// Who is claiming: unique per request attempt. Claiming again with the same id while
+    /// the claim is in flight (a client-side retry of a claim whose reply was lost) wins
+    /// again with the same fence instead of conflicting with itself.
+    pub claimant: u128,
 }
 
 /// The outcome of a claim.

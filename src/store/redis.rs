@@ -1,7 +1,7 @@
 //! Redis and Redis Cluster backends.
 //!
 //! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
-//! server milliseconds, `r` encoded response), so every script touches exactly one key and
+//! server milliseconds, `o` the claimant, `r` encoded response), so every script touches exactly one key and
 //! runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
 //! trip: the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
@@ -24,22 +24,23 @@ use tokio::sync::OnceCell;
 
 use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
+/// ARGV: request hash, lease ms, window ms, claimant id.
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local ttl = lease + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o')
 local s = r[1]
 if not s then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease)
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, now_us}
 end
 local f = math.max(tonumber(r[2]) + 1, now_us)
 if s == 'r' then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease)
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, f}
 end
@@ -49,11 +50,14 @@ end
 if s == 'c' then
   return {2, redis.call('HGET', KEYS[1], 'r')}
 end
+if r[5] == ARGV[4] then
+  return {1, tonumber(r[2])}
+end
 local l = tonumber(r[4])
 if now < l then
   return {3, l - now}
 end
-redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease)
+redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {5, f}
 "#;
@@ -144,6 +148,7 @@ async fn claim_on<C: ConnectionLike>(
         .arg(&req.request_hash[..])
         .arg(millis(req.lease))
         .arg(millis(req.window))
+        .arg(req.claimant.to_string())
         .invoke_async(con)
         .await
         .map_err(unavailable)?;

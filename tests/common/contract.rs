@@ -23,6 +23,9 @@ const H1: [u8; 32] = [1; 32];
 const H2: [u8; 32] = [2; 32];
 const LONG: Duration = Duration::from_secs(60);
 
+static CLAIMANT: AtomicU64 = AtomicU64::new(1);
+
+/// A claim by a new claimant.
 fn req<'a>(
     key: &'a str,
     hash: &'a [u8; 32],
@@ -34,6 +37,7 @@ fn req<'a>(
         request_hash: hash,
         lease,
         window,
+        claimant: (u128::from(CLAIMANT.fetch_add(1, Ordering::Relaxed)) << 64) | 7,
     }
 }
 
@@ -55,6 +59,27 @@ pub async fn run_all(store: &Store) {
     abandoned_claims_expire(store).await;
     inspect_and_forget(store).await;
     concurrent_claims_have_one_winner(store).await;
+    a_retried_claim_wins_again(store).await;
+}
+
+async fn a_retried_claim_wins_again(store: &Store) {
+    let k = fresh_key("retried");
+    let first = req(&k, &H1, LONG, LONG);
+    let f = won(store.claim(first).await.unwrap(), false);
+    // The same claimant again (its first reply was lost): the same win, not a conflict.
+    assert_eq!(won(store.claim(first).await.unwrap(), false), f);
+    assert!(matches!(
+        store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
+        Claim::Conflict { .. }
+    ));
+    store
+        .complete(&k, f, Bytes::from_static(b"once"), LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(first).await.unwrap(),
+        Claim::Replay(Bytes::from_static(b"once"))
+    );
 }
 
 async fn won_conflict_mismatch(store: &Store) {
