@@ -83,9 +83,18 @@ impl Claimants {
     }
 }
 
+/// How `dispatch` ended.
+enum Dispatched {
+    /// Answered before any claim: `handle` accounts for it.
+    Early(Response<Body>),
+    /// Answered by the request's task, which accounted for it.
+    Settled(Response<Body>),
+}
+
 /// What one request did, for its access-log line and metrics.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Trace {
+    started: Option<Instant>,
     route: Option<Arc<str>>,
     outcome: Option<Outcome>,
     finish: Option<Outcome>,
@@ -179,7 +188,6 @@ impl Gateway {
 
     /// Handles one client request. Never fails: errors become problem+json responses.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
-        let started = Instant::now();
         let span = tracing::info_span!(
             "request",
             method = %req.method(),
@@ -188,12 +196,31 @@ impl Gateway {
             outcome = tracing::field::Empty,
             status = tracing::field::Empty,
         );
-        let mut t = Trace::default();
+        let mut t = Trace {
+            started: Some(Instant::now()),
+            ..Trace::default()
+        };
         let result = self
             .dispatch(self.live(), req, &conn, &mut t)
             .instrument(span.clone())
             .await;
-        let resp = result.unwrap_or_else(|e| e.to_response());
+        match result {
+            // Counted and logged by its task, which finishes even if the client left.
+            Ok(Dispatched::Settled(resp)) => resp,
+            Ok(Dispatched::Early(resp)) => {
+                self.account(&t, resp.status(), &span);
+                resp
+            }
+            Err(e) => {
+                let resp = e.to_response();
+                self.account(&t, resp.status(), &span);
+                resp
+            }
+        }
+    }
+
+    /// Counts a finished request and writes its access-log line: once per request.
+    fn account(&self, t: &Trace, status: http::StatusCode, span: &tracing::Span) {
         let route = t.route.as_deref().unwrap_or("-");
         let outcome = t.outcome.unwrap_or(Outcome::rejected);
         self.metrics.outcome(route, outcome);
@@ -202,23 +229,22 @@ impl Gateway {
         }
         span.record("route", route);
         span.record("outcome", outcome.as_str());
-        span.record("status", resp.status().as_u16());
+        span.record("status", status.as_u16());
         span.in_scope(|| {
             info!(
                 target: "dedupe_gateway::access",
                 route,
                 outcome = outcome.as_str(),
                 finish = t.finish.map(Outcome::as_str),
-                status = resp.status().as_u16(),
+                status = status.as_u16(),
                 fence = t.fence,
                 upstream_ms = t.upstream.map(|d| d.as_secs_f64() * 1000.0),
-                total_ms = started.elapsed().as_secs_f64() * 1000.0,
+                total_ms = t.started.map(|s| s.elapsed().as_secs_f64() * 1000.0),
                 key = t.key.as_deref(),
                 scope = t.scope.as_deref(),
                 "request"
             )
         });
-        resp
     }
 
     async fn dispatch(
@@ -227,7 +253,7 @@ impl Gateway {
         req: Request<Incoming>,
         conn: &ConnInfo,
         t: &mut Trace,
-    ) -> Result<Response<Body>, GatewayError> {
+    ) -> Result<Dispatched, GatewayError> {
         let remote = conn.remote;
         let chunked = req.headers().contains_key(TRANSFER_ENCODING);
         if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
@@ -238,7 +264,10 @@ impl Gateway {
         else {
             t.outcome = Some(Outcome::passthrough);
             let req = req.map(|b| b.map_err(BoxError::from).boxed());
-            return self.forward(&live, req, remote, "-", t).await;
+            return self
+                .forward(&live, req, remote, "-", t)
+                .await
+                .map(Dispatched::Early);
         };
         let route = &live.config.routes[route_idx];
         t.route = Some(route.name.clone());
@@ -268,7 +297,10 @@ impl Gateway {
                         t.outcome = Some(Outcome::no_key);
                         let body = body.map_err(BoxError::from).boxed();
                         let req = Request::from_parts(parts, body);
-                        return self.forward(&live, req, remote, &route.name, t).await;
+                        return self
+                            .forward(&live, req, remote, &route.name, t)
+                            .await
+                            .map(Dispatched::Early);
                     }
                     Err(e) => return Err(key_error(t, e)),
                 }
@@ -313,16 +345,20 @@ impl Gateway {
         // From the claim on, the request runs in its own task, tracked for shutdown: a
         // client that hangs up must not abandon a claim or an upstream call under way and
         // leave its outcome unknown.
+        let gateway = self.clone();
+        let trace = t.clone();
+        let span = tracing::Span::current();
         let task = self.tasks.spawn(
-            claimed
-                .settle(parts, body, std::mem::take(t))
-                .in_current_span(),
+            async move {
+                let (result, trace) = claimed.settle(parts, body, trace).await;
+                let resp = result.unwrap_or_else(|e| e.to_response());
+                gateway.account(&trace, resp.status(), &span);
+                resp
+            }
+            .in_current_span(),
         );
         match task.await {
-            Ok((result, trace)) => {
-                *t = trace;
-                result
-            }
+            Ok(resp) => Ok(Dispatched::Settled(resp)),
             Err(e) => {
                 error!(error = %e, "request task failed");
                 Err(GatewayError::Internal)

@@ -673,6 +673,12 @@ async fn a_client_that_hangs_up_does_not_abandon_its_claim() {
     .await;
     assert!(stored, "the hung-up request's outcome was lost");
     assert_eq!(e.up.effects(), 1);
+    // ...and it was counted, although nobody was left to answer.
+    let metrics = e.gw.gateway.metrics().encode();
+    assert!(
+        metrics.contains(r#"dedupe_requests_total{route="short-lease",outcome="won"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
