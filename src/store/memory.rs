@@ -1,10 +1,15 @@
 //! The embedded store: records in sharded maps behind short critical sections.
 //! Protects one gateway process; several replicas need Redis.
+//!
+//! Expiry is lazy: an expired record is treated as absent, and is dropped when its shard
+//! sweeps. A shard sweeps when it has doubled since its last sweep (so unique keys cannot
+//! grow memory past about twice the live records), and a full store sweeps the shards
+//! whose earliest expiry has passed (so refusing a claim never walks the whole store).
 
-use std::collections::hash_map::{DefaultHasher, Entry as MapEntry};
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -31,20 +36,30 @@ struct Record {
 struct Shard {
     records: HashMap<String, Record>,
     sweep_at: usize,
+    /// A lower bound of the earliest `expires_at` in this shard (exact after a sweep).
+    earliest: Option<Instant>,
 }
 
 impl Shard {
-    /// Amortised expiry: a shard sweeps when it has doubled since its last sweep, so
-    /// unique keys cannot grow memory past twice the live records.
-    fn maybe_sweep(&mut self, now: Instant, live: &AtomicUsize) {
-        if self.records.len() < self.sweep_at.max(MIN_SWEEP) {
-            return;
-        }
-        let _ = self.sweep(now, live);
+    /// Notes that a record of this shard now expires at `at`.
+    fn expires(&mut self, at: Instant) {
+        self.earliest = Some(self.earliest.map_or(at, |e| e.min(at)));
     }
 
-    /// Drops expired records; returns the earliest expiry of those kept.
-    fn sweep(&mut self, now: Instant, live: &AtomicUsize) -> Option<Instant> {
+    /// Whether a sweep could free anything now.
+    fn due(&self, now: Instant) -> bool {
+        self.earliest.is_some_and(|e| e <= now)
+    }
+
+    /// Amortised expiry: a shard sweeps when it has doubled since its last sweep.
+    fn maybe_sweep(&mut self, now: Instant, live: &AtomicUsize) {
+        if self.records.len() >= self.sweep_at.max(MIN_SWEEP) {
+            self.sweep(now, live);
+        }
+    }
+
+    /// Drops expired records and recomputes the earliest expiry.
+    fn sweep(&mut self, now: Instant, live: &AtomicUsize) {
         let before = self.records.len();
         let mut earliest: Option<Instant> = None;
         self.records.retain(|_, r| {
@@ -56,7 +71,7 @@ impl Shard {
         });
         live.fetch_sub(before - self.records.len(), Ordering::Relaxed);
         self.sweep_at = self.records.len() * 2;
-        earliest
+        self.earliest = earliest;
     }
 }
 
@@ -79,9 +94,6 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     len: AtomicUsize,
     max_records: usize,
-    started: Instant,
-    /// Lower bound of the earliest `expires_at` held, in ms since `started`.
-    next_expiry_ms: AtomicU64,
 }
 
 impl MemoryStore {
@@ -92,8 +104,6 @@ impl MemoryStore {
                 shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
                 len: AtomicUsize::new(0),
                 max_records,
-                started: Instant::now(),
-                next_expiry_ms: AtomicU64::new(u64::MAX),
             }),
         }
     }
@@ -108,126 +118,107 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn ms(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.inner.started).as_millis() as u64
-    }
-
-    fn next_expiry(&self) -> u64 {
-        self.inner.next_expiry_ms.load(Ordering::Relaxed)
-    }
-
-    /// Records that some record now expires at `at`.
-    fn note_expiry(&self, at: Instant) {
-        self.inner
-            .next_expiry_ms
-            .fetch_min(self.ms(at), Ordering::Relaxed);
+    fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+        // A panic while holding a shard lock cannot leave a record half-written (every
+        // critical section assigns whole fields), so a poisoned lock is still usable.
+        shard
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
         let mut h = DefaultHasher::new();
         key.hash(&mut h);
-        let i = (h.finish() as usize) % SHARDS;
-        // A panic while holding a shard lock cannot leave a record half-written (every
-        // critical section assigns whole fields), so a poisoned lock is still usable.
-        self.inner.shards[i]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        Self::lock(&self.inner.shards[(h.finish() as usize) % SHARDS])
+    }
+
+    /// A full store sweeps the shards that have something due, one lock at a time.
+    fn make_room(&self, now: Instant) {
+        for shard in &self.inner.shards {
+            if self.len() < self.inner.max_records {
+                return;
+            }
+            let mut shard = Self::lock(shard);
+            if shard.due(now) {
+                shard.sweep(now, &self.inner.len);
+            }
+        }
     }
 
     pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if self.len() >= self.inner.max_records && self.ms(Instant::now()) >= self.next_expiry() {
-            // Full, and some record is due to expire: sweep before refusing. Only then, so
-            // a flood of unique keys cannot make every claim walk the whole store.
-            self.sweep();
-        }
         let now = Instant::now();
+        if self.len() >= self.inner.max_records {
+            self.make_room(now);
+        }
         let mut shard = self.shard(req.key);
         shard.maybe_sweep(now, &self.inner.len);
         let lease_until = now + req.lease;
         let expires_at = now + req.lease + req.window;
-        self.note_expiry(expires_at);
-        match shard.records.entry(req.key.to_owned()) {
-            MapEntry::Occupied(mut e) if e.get().expires_at > now => {
-                let r = e.get_mut();
+        let fresh = |fence| Record {
+            state: RecordState::InFlight,
+            fence,
+            request_hash: *req.request_hash,
+            lease_until,
+            expires_at,
+            claimant: req.claimant,
+            response: None,
+        };
+        let claim = match shard.records.get_mut(req.key) {
+            Some(r) if r.expires_at > now => {
                 if r.state == RecordState::Released {
-                    *r = Record {
-                        state: RecordState::InFlight,
-                        fence: next_fence(r.fence),
-                        request_hash: *req.request_hash,
-                        lease_until,
-                        expires_at,
-                        claimant: req.claimant,
-                        response: None,
-                    };
-                    return Ok(Claim::Won {
+                    *r = fresh(next_fence(r.fence));
+                    Claim::Won {
                         fence: r.fence,
                         takeover: false,
-                    });
-                }
-                if r.request_hash != *req.request_hash {
+                    }
+                } else if r.request_hash != *req.request_hash {
                     return Ok(Claim::Mismatch);
-                }
-                if r.state == RecordState::Completed {
+                } else if r.state == RecordState::Completed {
                     return Ok(Claim::Replay(r.response.clone().unwrap_or_default()));
-                }
-                if r.claimant == req.claimant {
+                } else if r.claimant == req.claimant {
                     return Ok(Claim::Won {
                         fence: r.fence,
                         takeover: false,
                     });
-                }
-                if now < r.lease_until {
+                } else if now < r.lease_until {
                     return Ok(Claim::Conflict {
                         retry_after: r.lease_until - now,
                     });
+                } else {
+                    r.fence = next_fence(r.fence);
+                    r.claimant = req.claimant;
+                    r.lease_until = lease_until;
+                    r.expires_at = expires_at;
+                    Claim::Won {
+                        fence: r.fence,
+                        takeover: true,
+                    }
                 }
-                r.fence = next_fence(r.fence);
-                r.claimant = req.claimant;
-                r.lease_until = lease_until;
-                r.expires_at = expires_at;
-                Ok(Claim::Won {
+            }
+            // Expired but not yet swept: the key is new again, its fence still grows.
+            Some(r) => {
+                *r = fresh(next_fence(r.fence));
+                Claim::Won {
                     fence: r.fence,
-                    takeover: true,
-                })
-            }
-            MapEntry::Occupied(mut e) => {
-                // Expired but not yet swept: the key is new again.
-                let fence = next_fence(e.get().fence);
-                e.insert(Record {
-                    state: RecordState::InFlight,
-                    fence,
-                    request_hash: *req.request_hash,
-                    lease_until,
-                    expires_at,
-                    claimant: req.claimant,
-                    response: None,
-                });
-                Ok(Claim::Won {
-                    fence,
                     takeover: false,
-                })
+                }
             }
-            MapEntry::Vacant(e) => {
-                if self.inner.len.load(Ordering::Relaxed) >= self.inner.max_records {
+            None => {
+                if self.len() >= self.inner.max_records {
                     return Err(StoreError::Full(self.inner.max_records));
                 }
                 self.inner.len.fetch_add(1, Ordering::Relaxed);
-                let fence = next_fence(0);
-                e.insert(Record {
-                    state: RecordState::InFlight,
-                    fence,
-                    request_hash: *req.request_hash,
-                    lease_until,
-                    expires_at,
-                    claimant: req.claimant,
-                    response: None,
-                });
-                Ok(Claim::Won {
+                let record = fresh(next_fence(0));
+                let fence = record.fence;
+                shard.records.insert(req.key.to_owned(), record);
+                Claim::Won {
                     fence,
                     takeover: false,
-                })
+                }
             }
-        }
+        };
+        shard.expires(expires_at);
+        Ok(claim)
     }
 
     /// Moves the live in-flight record owned by `fence` to `to`, applying `f`. Finishing
@@ -241,18 +232,19 @@ impl MemoryStore {
     ) -> bool {
         let now = Instant::now();
         let mut shard = self.shard(key);
-        match shard.records.get_mut(key) {
+        let expires_at = match shard.records.get_mut(key) {
             Some(r) if r.expires_at > now && r.fence == fence => {
-                if r.state == RecordState::InFlight {
-                    r.state = to;
-                    f(r, now);
-                    true
-                } else {
-                    r.state == to
+                if r.state != RecordState::InFlight {
+                    return r.state == to;
                 }
+                r.state = to;
+                f(r, now);
+                r.expires_at
             }
-            _ => false,
-        }
+            _ => return false,
+        };
+        shard.expires(expires_at);
+        true
     }
 
     pub(super) async fn complete(
@@ -262,12 +254,10 @@ impl MemoryStore {
         record: Bytes,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        let done = self.finish(key, fence, RecordState::Completed, |r, now| {
+        Ok(self.finish(key, fence, RecordState::Completed, |r, now| {
             r.response = Some(record);
             r.expires_at = now + window;
-        });
-        self.note_expiry(Instant::now() + window);
-        Ok(done)
+        }))
     }
 
     pub(super) async fn release(
@@ -276,11 +266,9 @@ impl MemoryStore {
         fence: u64,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        let done = self.finish(key, fence, RecordState::Released, |r, now| {
+        Ok(self.finish(key, fence, RecordState::Released, |r, now| {
             r.expires_at = now + window;
-        });
-        self.note_expiry(Instant::now() + window);
-        Ok(done)
+        }))
     }
 
     pub(super) async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
@@ -316,22 +304,11 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Sweeps every shard now (a full store does this when a record is due to expire;
-    /// otherwise requests sweep shard by shard as they go).
+    /// Sweeps every shard now.
     pub fn sweep(&self) {
         let now = Instant::now();
-        let mut earliest = u64::MAX;
         for shard in &self.inner.shards {
-            let kept = shard
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .sweep(now, &self.inner.len);
-            if let Some(at) = kept {
-                earliest = earliest.min(self.ms(at));
-            }
+            Self::lock(shard).sweep(now, &self.inner.len);
         }
-        // A claim landing during the sweep may have its lower bound overwritten here; at
-        // worst a full store then refuses claims a little longer than it had to.
-        self.inner.next_expiry_ms.store(earliest, Ordering::Relaxed);
     }
 }
