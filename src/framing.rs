@@ -72,7 +72,19 @@ impl HeadScanner {
                     // Parse from the pending partial head, or straight from `data`.
                     let from_pending = !pending.is_empty();
                     if from_pending {
+                        let old = pending.len();
                         pending.extend_from_slice(data);
+                        // Re-parse only once the head can have ended: a head trickled in
+                        // byte by byte then costs linear time, not quadratic.
+                        let fresh = &pending[old.saturating_sub(3)..];
+                        let ended = fresh.windows(2).any(|w| w == b"\n\n")
+                            || fresh.windows(3).any(|w| w == b"\n\r\n");
+                        if !ended {
+                            if pending.len() > self.max_head {
+                                self.state = State::Done;
+                            }
+                            return;
+                        }
                     }
                     let buf: &[u8] = if from_pending { pending } else { data };
                     let (consumed, next) = match scan_head(buf) {
@@ -318,5 +330,14 @@ mod tests {
             let cut = (x as usize) % (bytes.len() + 1);
             let _ = scan(&[&bytes[..cut], &bytes[cut..]]);
         }
+    }
+
+    #[test]
+    fn a_head_trickled_byte_by_byte_is_still_read() {
+        let head: &[u8] = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let bytes: Vec<&[u8]> = head.chunks(1).collect();
+        assert!(scan(&bytes));
+        let clean: &[u8] = b"GET / HTTP/1.1\nHost: x\n\nGET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(scan(&clean.chunks(1).collect::<Vec<_>>()));
     }
 }

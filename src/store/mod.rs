@@ -141,19 +141,24 @@ pub enum Store {
 
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {{
-        let timeout = $self.timeout();
-        let fut = async {
-            match $self {
-                Store::Memory($s) => $call.await,
-                Store::Redis($s) => $call.await,
-                Store::Cluster($s) => $call.await,
-            }
-        };
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(timeout)),
+        match $self {
+            // Never waits on anything: no deadline to keep.
+            Store::Memory($s) => $call.await,
+            Store::Redis($s) => bounded($s.timeout(), $call).await,
+            Store::Cluster($s) => bounded($s.timeout(), $call).await,
         }
     }};
+}
+
+/// Runs a store operation within `[store] timeout`; past it, the operation has failed.
+async fn bounded<T>(
+    timeout: Duration,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, op).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Timeout(timeout)),
+    }
 }
 
 impl Store {
@@ -167,14 +172,6 @@ impl Store {
                 Store::Cluster(Box::new(RedisClusterStore::new(&cfg.urls, cfg.timeout)?))
             }
         })
-    }
-
-    fn timeout(&self) -> Duration {
-        match self {
-            Store::Memory(_) => Duration::from_secs(5),
-            Store::Redis(s) => s.timeout(),
-            Store::Cluster(s) => s.timeout(),
-        }
     }
 
     /// Claims a key: one atomic operation.

@@ -372,10 +372,21 @@ impl RedisClusterStore {
     }
 
     async fn con(&self) -> Result<ClusterConnection, StoreError> {
-        self.con
-            .get_or_try_init(|| self.client.get_async_connection())
+        if let Some(con) = self.con.get() {
+            return Ok(con.clone());
+        }
+        // The first connect (slot map, a connection to every master) runs in its own task:
+        // an operation's deadline may give up waiting, but must not cancel the connect, or
+        // a cluster slower to reach than `store.timeout` would never be connected.
+        let (cell, client) = (self.con.clone(), self.client.clone());
+        let connect = tokio::spawn(async move {
+            cell.get_or_try_init(|| client.get_async_connection())
+                .await
+                .cloned()
+        });
+        connect
             .await
-            .cloned()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
             .map_err(unavailable)
     }
 }
