@@ -255,6 +255,8 @@ impl Gateway {
         t: &mut Trace,
     ) -> Result<Dispatched, GatewayError> {
         let remote = conn.remote;
+        // hyper drops Content-Length when both arrive, so the evidence is the connection's
+        // head scanner; the header check is defence in depth should hyper ever keep both.
         let chunked = req.headers().contains_key(TRANSFER_ENCODING);
         if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
             t.outcome = Some(Outcome::rejected);
