@@ -1,6 +1,7 @@
 //! Prometheus metrics: counters per route and key outcome, store and upstream figures.
 
 use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -75,20 +76,22 @@ impl Outcome {
     }
 }
 
+// Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
+// not an allocation, on every request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteOutcome {
-    route: String,
+    route: Arc<str>,
     outcome: Outcome,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteLabel {
-    route: String,
+    route: Arc<str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteClass {
-    route: String,
+    route: Arc<str>,
     class: &'static str,
 }
 
@@ -172,10 +175,10 @@ impl Metrics {
     }
 
     /// Counts one key outcome on a route (`-` for no route).
-    pub fn outcome(&self, route: &str, outcome: Outcome) {
+    pub fn outcome(&self, route: &Arc<str>, outcome: Outcome) {
         self.outcomes
             .get_or_create(&RouteOutcome {
-                route: route.to_owned(),
+                route: route.clone(),
                 outcome,
             })
             .inc();
@@ -192,7 +195,7 @@ impl Metrics {
     }
 
     /// Records an upstream response head.
-    pub fn upstream(&self, route: &str, status: u16, took: Duration) {
+    pub fn upstream(&self, route: &Arc<str>, status: u16, took: Duration) {
         let class = match status {
             100..=199 => "1xx",
             200..=299 => "2xx",
@@ -202,13 +205,13 @@ impl Metrics {
         };
         self.upstream_responses
             .get_or_create(&RouteClass {
-                route: route.to_owned(),
+                route: route.clone(),
                 class,
             })
             .inc();
         self.upstream_latency
             .get_or_create(&RouteLabel {
-                route: route.to_owned(),
+                route: route.clone(),
             })
             .observe(took.as_secs_f64());
     }

@@ -55,6 +55,8 @@ pub struct Gateway {
     metrics: Metrics,
     tasks: TaskTracker,
     claimants: Claimants,
+    /// The route label of requests that match no route.
+    no_route: Arc<str>,
 }
 
 /// Claimant ids: a random per-process prefix and a counter, unique across gateways.
@@ -114,6 +116,7 @@ impl Gateway {
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
             claimants: Claimants::new(),
+            no_route: Arc::from("-"),
         })
     }
 
@@ -221,12 +224,13 @@ impl Gateway {
 
     /// Counts a finished request and writes its access-log line: once per request.
     fn account(&self, t: &Trace, status: http::StatusCode, span: &tracing::Span) {
-        let route = t.route.as_deref().unwrap_or("-");
+        let route = t.route.as_ref().unwrap_or(&self.no_route);
         let outcome = t.outcome.unwrap_or(Outcome::rejected);
         self.metrics.outcome(route, outcome);
         if let Some(finish) = t.finish {
             self.metrics.outcome(route, finish);
         }
+        let route: &str = route;
         span.record("route", route);
         span.record("outcome", outcome.as_str());
         span.record("status", status.as_u16());
@@ -267,7 +271,7 @@ impl Gateway {
             t.outcome = Some(Outcome::passthrough);
             let req = req.map(|b| b.map_err(BoxError::from).boxed());
             return self
-                .forward(&live, req, remote, "-", t)
+                .forward(&live, req, remote, &self.no_route, t)
                 .await
                 .map(Dispatched::Early);
         };
@@ -374,7 +378,7 @@ impl Gateway {
         live: &Live,
         req: Request<Body>,
         remote: SocketAddr,
-        route: &str,
+        route: &Arc<str>,
         t: &mut Trace,
     ) -> Result<Response<Body>, GatewayError> {
         let req = live.upstream.prepare(req, remote);
