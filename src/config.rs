@@ -584,12 +584,19 @@ fn validate_store(s: &FileStore) -> Result<StoreConfig, ConfigError> {
         Duration::from_millis(250),
     )?;
     let check_url = |at: &str, url: &str| -> Result<String, ConfigError> {
-        if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")
-        {
-            Ok(url.to_owned())
-        } else {
-            Err(invalid(at, format!("{url:?} is not a redis:// URL")))
+        if url.starts_with("rediss://") {
+            return Err(invalid(
+                at,
+                "TLS (rediss://) is not built in: reach Redis over a private network or a TLS sidecar",
+            ));
         }
+        if !(url.starts_with("redis://") || url.starts_with("unix://")) {
+            return Err(invalid(at, format!("{url:?} is not a redis:// URL")));
+        }
+        // The redis crate's own parser: a URL it cannot use fails here, not at start-up.
+        redis::Client::open(url)
+            .map(|_| url.to_owned())
+            .map_err(|e| invalid(at, format!("{url:?}: {e}")))
     };
     let urls = match s.backend {
         Backend::Memory => {
@@ -959,6 +966,11 @@ lease = "thirty seconds"
         assert!(err("[store]\nbackend = \"redis\"\n").contains("store.url"));
         assert!(err("[store]\nbackend = \"mongo\"\n").contains("mongo"));
         assert!(err("[store]\nbackend = \"redis\"\nurl = \"http://x\"\n").contains("redis://"));
+        assert!(err("[store]\nbackend = \"redis\"\nurl = \"rediss://x:6380\"\n").contains("TLS"));
+        assert!(
+            err("[store]\nbackend = \"redis\"\nurl = \"redis://x:notaport\"\n")
+                .contains("store.url")
+        );
         assert!(err("[store]\nbackend = \"redis-cluster\"\nurls = []\n").contains("store.urls"));
         let c = with("[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\ntimeout = \"100ms\"\non_error = \"fail-open\"\n").unwrap();
         assert_eq!(c.store.timeout, Duration::from_millis(100));

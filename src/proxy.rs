@@ -22,7 +22,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self, Route};
-use crate::store::{Claim, ClaimRequest, Completion, Store};
+use crate::store::{Claim, ClaimRequest, Completion, Store, StoreError};
 use crate::upstream::{strip_hop_by_hop, Upstream, UpstreamError};
 use crate::{full, Body, BoxError, REPLAYED};
 
@@ -509,21 +509,28 @@ impl Claimed {
         let mut pause = Duration::from_millis(5);
         // While waiting, the last conflict seen: a duplicate is known to be in flight.
         let mut in_flight: Option<Duration> = None;
-        let claim = loop {
+        let request = ClaimRequest {
+            key: &self.store_key,
+            request_hash: &self.request_hash,
+            lease: route.lease,
+            window: route.window,
+            claimant,
+        };
+        let claim_once = || async {
             let started = Instant::now();
-            let claim = gateway
-                .store
-                .claim(ClaimRequest {
-                    key: &self.store_key,
-                    request_hash: &self.request_hash,
-                    lease: route.lease,
-                    window: route.window,
-                    claimant,
-                })
-                .await;
+            let claim = gateway.store.claim(request).await;
             gateway
                 .metrics
                 .store_op("claim", started.elapsed(), claim.is_ok());
+            claim
+        };
+        let claim = loop {
+            let mut claim = claim_once().await;
+            if let Err(StoreError::Timeout(_)) = claim {
+                // The claim may have run with only its reply lost: ask once more as the
+                // same claimant, which then wins again instead of finding a stranded claim.
+                claim = claim_once().await;
+            }
             // `on_conflict = "wait"`: poll (each poll one atomic claim) with a growing
             // pause, never past the lease end or the wait budget, until the first request
             // finishes, is taken over, or the budget runs out. Shutdown ends the wait.

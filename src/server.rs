@@ -154,6 +154,7 @@ pub async fn serve(
     }
 
     let graceful = GracefulShutdown::new();
+    let stopping = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -175,14 +176,18 @@ pub async fn serve(
                 });
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
+                let stopping = stopping.clone();
                 tokio::spawn(async move {
-                    // A connection holds a slot: one that sends nothing (or stalls before
-                    // hyper has seen enough to pick HTTP/1 or HTTP/2, where its own header
-                    // timeout starts) is closed after header_read_timeout.
-                    let mut first = [0u8; 1];
-                    match tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await {
-                        Ok(Ok(n)) if n > 0 => {}
-                        _ => return drop(slot),
+                    // A connection holds a slot: one that does not show which protocol it
+                    // speaks within header_read_timeout is closed (hyper's own header
+                    // timeout only starts once it has picked HTTP/1 or HTTP/2), and so is
+                    // one still silent when shutdown begins.
+                    let decided = tokio::select! {
+                        d = tokio::time::timeout(header_read_timeout, protocol_decided(&stream)) => d,
+                        _ = stopping.cancelled() => return drop(slot),
+                    };
+                    if !matches!(decided, Ok(Ok(true))) {
+                        return drop(slot);
                     }
                     let io = TokioIo::new(Watched::new(stream, max_head, framing));
                     let conn = watcher.watch(builder.serve_connection(io, svc).into_owned());
@@ -209,6 +214,7 @@ pub async fn serve(
         }
     }
     drop(listeners);
+    stopping.cancel();
     let deadline = tokio::time::Instant::now() + grace;
     let open = graceful.count();
     info!(open, grace = ?grace, "stopped accepting; draining in-flight requests");
@@ -227,6 +233,25 @@ pub async fn serve(
             left = tasks.len(),
             "shutdown grace elapsed: cutting off requests still in flight; their claims stay until their leases expire"
         ),
+    }
+}
+
+/// Waits until a new connection's first bytes show its protocol: 24 bytes, or an early
+/// byte that differs from the HTTP/2 preface (hyper waits for as much before it picks
+/// HTTP/1 or HTTP/2). False on EOF.
+async fn protocol_decided(stream: &TcpStream) -> io::Result<bool> {
+    const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = [0u8; 24];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 {
+            return Ok(false);
+        }
+        if n == buf.len() || buf[..n] != PREFACE[..n] {
+            return Ok(true);
+        }
+        // A partial preface: peek returns the same bytes at once, so pause for more.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 

@@ -786,3 +786,24 @@ async fn a_silent_connection_gives_its_slot_back() {
         "the silent connection was closed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_preface_gives_its_slot_back() {
+    use tokio::io::AsyncWriteExt;
+    let e = env_with(
+        Backend::Memory,
+        "max_connections = 1\nheader_read_timeout = \"200ms\"",
+    )
+    .await;
+    // Half an HTTP/2 preface, then nothing: the protocol is never decided.
+    let mut stalled = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    stalled.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        e.http.post(&e.gw.url("/other"), &[], "x"),
+    )
+    .await
+    .expect("the stalled preface kept the slot");
+    assert_eq!(r.status, StatusCode::CREATED);
+}

@@ -20,7 +20,6 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
-use tokio::sync::OnceCell;
 
 use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
@@ -345,17 +344,21 @@ impl RedisStore {
 redis_backend!(RedisStore);
 
 /// A Redis Cluster through the cluster-async client (slot routing, redirects and
-/// reconnects are the client's), connected on first use and shared by every request.
+/// reconnects are the client's), shared by every request.
 #[derive(Clone)]
 pub struct RedisClusterStore {
-    client: ClusterClient,
-    con: std::sync::Arc<OnceCell<ClusterConnection>>,
+    /// Filled once by the connecting task; every operation waits on it (within its
+    /// deadline) rather than dialling the cluster itself.
+    con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
 
 impl RedisClusterStore {
-    /// Prepares the client; the first operation connects.
+    /// Prepares the client and starts connecting in the background, retrying until the
+    /// cluster answers: one attempt at a time however many requests arrive meanwhile, and
+    /// no operation deadline can cancel a slow first connect (slot map, a connection to
+    /// every master). Call from within the Tokio runtime.
     pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
         let client = ClusterClient::builder(urls.iter().map(String::as_str))
             .connection_timeout(timeout)
@@ -363,31 +366,44 @@ impl RedisClusterStore {
             .retries(2)
             .build()
             .map_err(unavailable)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
+        let (tx, con) = tokio::sync::watch::channel(None);
+        runtime.spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                match client.get_async_connection().await {
+                    Ok(c) => {
+                        let _ = tx.send(Some(c));
+                        return;
+                    }
+                    Err(e) => {
+                        if tx.is_closed() {
+                            return; // the store is gone
+                        }
+                        tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        });
         Ok(Self {
-            client,
-            con: std::sync::Arc::new(OnceCell::new()),
+            con,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
     }
 
     async fn con(&self) -> Result<ClusterConnection, StoreError> {
-        if let Some(con) = self.con.get() {
-            return Ok(con.clone());
-        }
-        // The first connect (slot map, a connection to every master) runs in its own task:
-        // an operation's deadline may give up waiting, but must not cancel the connect, or
-        // a cluster slower to reach than `store.timeout` would never be connected.
-        let (cell, client) = (self.con.clone(), self.client.clone());
-        let connect = tokio::spawn(async move {
-            cell.get_or_try_init(|| client.get_async_connection())
-                .await
-                .cloned()
-        });
-        connect
+        let mut rx = self.con.clone();
+        let con = rx
+            .wait_for(Option::is_some)
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?
-            .map_err(unavailable)
+            .map_err(|_| StoreError::Unavailable("cluster connector stopped".into()))?;
+        // Present: `wait_for` returned on `is_some`.
+        con.clone()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))
     }
 }
 
