@@ -807,3 +807,23 @@ async fn a_stalled_http2_preface_gives_its_slot_back() {
     .expect("the stalled preface kept the slot");
     assert_eq!(r.status, StatusCode::CREATED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_from_the_upstream_are_final_and_replayed() {
+    let e = env(Backend::Memory).await;
+    let url = e.gw.url("/v1/payments/declined");
+    let h = [
+        ("Idempotency-Key", "declined"),
+        AUTH_A,
+        ("x-test-status", "402"),
+    ];
+    let first = e.http.post(&url, &h, "{}").await;
+    assert_eq!(first.status, StatusCode::PAYMENT_REQUIRED);
+    let again = e.http.post(&url, &h, "{}").await;
+    assert!(
+        again.replayed(),
+        "a 4xx is an outcome: stored for the window"
+    );
+    assert_eq!(again.body, first.body);
+    assert_eq!(e.up.effects(), 1);
+}

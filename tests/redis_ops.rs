@@ -362,3 +362,38 @@ async fn records_are_one_hash_key_each_and_replays_check_the_key() {
     );
     assert_eq!(up.effects(), 2, "and nothing was executed again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_timed_out_does_not_strand_its_key() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"300ms\"\n",
+        redis.url()
+    );
+    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let http = Http::new();
+    http.post(&gw.url("/orders/t"), &[("Idempotency-Key", "warm")], "{}")
+        .await;
+
+    // Redis holds the first claim past the store timeout, then runs it. The gateway asks
+    // again as the same claimant: it wins once, instead of 503 now and 409 for a lease.
+    let _: () = redis.cmd(&["CLIENT", "PAUSE", "400", "ALL"]);
+    let r = http
+        .post(
+            &gw.url("/orders/t"),
+            &[("Idempotency-Key", "slow-reply")],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    assert!(http
+        .post(
+            &gw.url("/orders/t"),
+            &[("Idempotency-Key", "slow-reply")],
+            "{}"
+        )
+        .await
+        .replayed());
+    assert_eq!(up.effects(), 2, "warm-up and one execution");
+}

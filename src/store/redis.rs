@@ -131,6 +131,14 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
+/// How long the client itself waits for a reply before it drops the connection and
+/// dials again (a half-open TCP connection would otherwise hang every command). Longer
+/// than `store.timeout`: an operation past its deadline fails on its own, as a timeout the
+/// gateway can act on, and a merely slow reply does not cost the shared connection.
+fn dead_connection_after(timeout: Duration) -> Duration {
+    (timeout * 4).max(Duration::from_secs(1))
+}
+
 fn millis(d: Duration) -> u64 {
     // Redis rejects a zero PEXPIRE; config validation already refuses zero durations.
     (d.as_millis() as u64).max(1)
@@ -325,7 +333,7 @@ impl RedisStore {
         let client = redis::Client::open(url).map_err(unavailable)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
+            .set_response_timeout(Some(dead_connection_after(timeout)))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let con = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
@@ -362,7 +370,7 @@ impl RedisClusterStore {
     pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
         let client = ClusterClient::builder(urls.iter().map(String::as_str))
             .connection_timeout(timeout)
-            .response_timeout(timeout)
+            .response_timeout(dead_connection_after(timeout))
             .retries(2)
             .build()
             .map_err(unavailable)?;
