@@ -334,3 +334,46 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
     assert_eq!(won["fence"].as_u64(), up.seen()[2].fence());
     assert!(won["upstream_ms"].as_f64().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_sets_listen_upstream_and_admin_through_the_environment() {
+    let up = Upstream::start().await;
+    // The file names addresses that do not work here; the environment overrides them.
+    let file = "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:9\"\n\
+                [[routes]]\nname = \"orders\"\nmethods = [\"POST\"]\npath = \"/orders\"\n\
+                key = { header = \"Idempotency-Key\" }\n";
+    let gw = GatewayProcess::start_with_env(
+        file,
+        &[
+            ("DEDUPE_LISTEN", "127.0.0.1:0"),
+            ("DEDUPE_UPSTREAM", &up.url()),
+            ("DEDUPE_ADMIN_LISTEN", "127.0.0.1:0"),
+            ("DEDUPE_ADMIN_TOKEN", "t0ken"),
+        ],
+    );
+    let http = Http::new();
+    let r = http
+        .post(&gw.url("/orders"), &[("Idempotency-Key", "env")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert!(http
+        .post(&gw.url("/orders"), &[("Idempotency-Key", "env")], "{}")
+        .await
+        .replayed());
+    assert_eq!(up.effects(), 1);
+    assert_eq!(
+        http.get(&gw.admin_url("/healthz"), &[]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        http.get(&gw.admin_url("/metrics"), &[]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let m = http
+        .get(
+            &gw.admin_url("/metrics"),
+            &[("Authorization", "Bearer t0ken")],
+        )
+        .await;
+    assert_eq!(m.status, StatusCode::OK);
+}

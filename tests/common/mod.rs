@@ -519,6 +519,11 @@ pub struct GatewayProcess {
 impl GatewayProcess {
     /// Writes `toml` to a file and runs `dedupe-gateway run --config FILE --log-format json`.
     pub fn start(toml: &str) -> Self {
+        Self::start_with_env(toml, &[])
+    }
+
+    /// As `start`, with extra environment variables for the process.
+    pub fn start_with_env(toml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, toml).unwrap();
@@ -526,6 +531,7 @@ impl GatewayProcess {
             .args(["run", "--log-format", "json", "--config"])
             .arg(&config_path)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -549,7 +555,8 @@ impl GatewayProcess {
         });
         let mut addr = None;
         let mut admin = None;
-        let has_admin = toml.contains("[admin]");
+        let has_admin =
+            toml.contains("[admin]") || env.iter().any(|(k, _)| *k == "DEDUPE_ADMIN_LISTEN");
         let deadline = Instant::now() + Duration::from_secs(10);
         while addr.is_none() || (has_admin && admin.is_none()) {
             let left = deadline.saturating_duration_since(Instant::now());
