@@ -32,6 +32,15 @@ on_error = "fail-open"
     )
 }
 
+/// An in-process gateway on `redis`; `store_extra` adds lines to `[store]`.
+async fn gateway_on(redis: &RedisServer, up: &Upstream, store_extra: &str) -> TestGateway {
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\n{store_extra}",
+        redis.url()
+    );
+    TestGateway::start(up, "", &format!("{store}{}", routes("5s"))).await
+}
+
 fn process_config(up: &Upstream, redis: &RedisServer, lease: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\nupstream_timeout = \"10s\"\n\
@@ -136,11 +145,12 @@ async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
 async fn redis_down_fails_closed_or_open_per_route_and_recovers_without_restart() {
     let mut redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"250ms\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
-        redis.url()
-    );
-    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let gw = gateway_on(
+        &redis,
+        &up,
+        "timeout = \"250ms\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .await;
     let http = Http::new();
     let ok = http
         .post(&gw.url("/orders/a"), &[("Idempotency-Key", "before")], "{}")
@@ -209,11 +219,7 @@ async fn redis_down_fails_closed_or_open_per_route_and_recovers_without_restart(
 async fn paused_redis_past_the_store_timeout_fails_fast_instead_of_hanging() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"200ms\"\n",
-        redis.url()
-    );
-    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let gw = gateway_on(&redis, &up, "timeout = \"200ms\"\n").await;
     let http = Http::new();
     // Connect and load the scripts first.
     http.post(&gw.url("/orders/p"), &[("Idempotency-Key", "warm")], "{}")
@@ -265,8 +271,7 @@ fn top_level_calls(redis: &RedisServer, before: &HashMap<String, u64>) -> (u64, 
 async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\n", redis.url());
-    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let gw = gateway_on(&redis, &up, "").await;
     let http = Http::new();
     // Connect and load the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD happen once).
     http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "warm")], "{}")
@@ -322,11 +327,7 @@ async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
 async fn records_are_one_hash_key_each_and_replays_check_the_key() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nprefix = \"t\"\n",
-        redis.url()
-    );
-    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let gw = gateway_on(&redis, &up, "prefix = \"t\"\n").await;
     let http = Http::new();
     http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "one")], "{}")
         .await;
@@ -367,11 +368,7 @@ async fn records_are_one_hash_key_each_and_replays_check_the_key() {
 async fn a_claim_whose_reply_timed_out_does_not_strand_its_key() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"300ms\"\n",
-        redis.url()
-    );
-    let gw = TestGateway::start(&up, "", &format!("{store}{}", routes("5s"))).await;
+    let gw = gateway_on(&redis, &up, "timeout = \"300ms\"\n").await;
     let http = Http::new();
     http.post(&gw.url("/orders/t"), &[("Idempotency-Key", "warm")], "{}")
         .await;
