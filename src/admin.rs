@@ -13,9 +13,9 @@ use hyper::body::Incoming;
 use serde::Serialize;
 use tracing::{info, warn};
 
+use crate::http::Gateway;
 use crate::key::{self, RequestPart, RequestView};
 use crate::problem::GatewayError;
-use crate::proxy::Gateway;
 use crate::record::{StoredBody, StoredResponse};
 use crate::store::RecordState;
 use crate::{full, Body};
@@ -161,9 +161,9 @@ async fn keys(
         route: route_name,
         key: &key,
         scope: &scope,
-        store_key: &store_key,
+        store_key: store_key.as_str(),
         state: info.state.as_str(),
-        fence: info.fence,
+        fence: info.fence.get(),
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),

@@ -10,6 +10,8 @@ use http::header::HeaderName;
 use http::{HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
+use crate::store::{RequestHash, StoreKey};
+
 /// The request as key derivation sees it: borrowed, already buffered.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestView<'a> {
@@ -192,7 +194,7 @@ pub fn scope_hash(parts: &[RequestPart], req: &RequestView<'_>) -> Result<String
 
 /// SHA-256 over method, path, query, body and the route's `hash_headers`: what makes
 /// "the same request". Same key with a different hash is a 422.
-pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> [u8; 32] {
+pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> RequestHash {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/request/v1");
     field(&mut h, Some(req.method.as_str().as_bytes()));
@@ -203,7 +205,7 @@ pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> [u8; 
         field(&mut h, Some(name.as_str().as_bytes()));
         header_values(&mut h, req.headers, name);
     }
-    h.finalize().into()
+    RequestHash::new(h.finalize().into())
 }
 
 /// The store key of a record: `prefix:{tag}:route:scope:key`.
@@ -211,14 +213,14 @@ pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> [u8; 
 /// The `{tag}` is a Redis Cluster hash tag derived from the whole key, so a hostile client
 /// cannot steer many keys into one slot by putting braces in its key, and the rest stays
 /// readable for an operator in `redis-cli`.
-pub fn store_key(prefix: &str, route: &str, scope: &str, key: &str) -> String {
+pub fn store_key(prefix: &str, route: &str, scope: &str, key: &str) -> StoreKey {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/slot/v1");
     for part in [route, scope, key] {
         field(&mut h, Some(part.as_bytes()));
     }
     let tag = hex::encode(&h.finalize()[..6]);
-    format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}")
+    StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}"))
 }
 
 fn digest_parts(
@@ -467,6 +469,7 @@ mod tests {
             "k1",
         );
         assert_ne!(ka, kb);
+        let ka = ka.as_str();
         assert!(ka.starts_with("dedupe:{"), "{ka}");
         assert!(ka.ends_with(&format!(":payments:{sa}:k1")), "{ka}");
     }
@@ -474,6 +477,7 @@ mod tests {
     #[test]
     fn store_keys_hash_tag_ignores_braces_in_client_keys() {
         let k = store_key("p", "r", "-", "{evil}x");
+        let k = k.as_str();
         let open = k.find('{').unwrap();
         let close = k[open..].find('}').unwrap() + open;
         assert_eq!(

@@ -22,19 +22,21 @@
 
 pub mod admin;
 pub mod config;
+pub mod dedupe;
 pub mod framing;
+pub mod headers;
+pub mod http;
 pub mod key;
 pub mod metrics;
 pub mod problem;
-pub mod proxy;
 pub mod record;
+pub mod reload;
 pub mod route;
 pub mod server;
 pub mod store;
 pub mod upstream;
 
 use bytes::Bytes;
-use http::header::HeaderName;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 
@@ -43,9 +45,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body type of every request sent upstream and every response sent to a client.
 pub type Body = BoxBody<Bytes, BoxError>;
-
-/// `Idempotent-Replayed: true` marks a response served from the store.
-pub static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// A body holding the given bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {

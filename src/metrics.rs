@@ -4,84 +4,19 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-/// What the gateway did with one request's key: the label of every request metric and
-/// the `outcome` field of every access-log line. `fenced_out`, `released`,
-/// `outcome_unknown` and `unstored` are what became of a won claim afterwards (the
-/// log's `finish`); they are counted in addition to the request's `won` or `takeover`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Outcome {
-    /// Claimed the key and forwarded.
-    won,
-    /// Answered from the stored response.
-    replayed,
-    /// 409: in flight elsewhere.
-    conflict,
-    /// 422: same key, different request.
-    mismatch,
-    /// Took over an expired lease and forwarded.
-    takeover,
-    /// A completion refused because its fence was stale.
-    fenced_out,
-    /// The claim was released after a failure without effect.
-    released,
-    /// The upstream may have acted but did not answer: the claim is kept.
-    outcome_unknown,
-    /// A required key header was absent.
-    missing_key,
-    /// The key header or fingerprint input was unusable.
-    invalid_key,
-    /// The store failed; the route failed closed (503).
-    store_error,
-    /// The store failed; the route failed open and forwarded without dedupe.
-    fail_open,
-    /// Matched a route but carried no optional key: forwarded without dedupe.
-    no_key,
-    /// Matched no route: proxied untouched.
-    passthrough,
-    /// Refused before any key was looked at (framing, size).
-    rejected,
-    /// The upstream answered but the store failed to complete or release the claim.
-    unstored,
-}
-
-impl Outcome {
-    /// The label text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::won => "won",
-            Outcome::replayed => "replayed",
-            Outcome::conflict => "conflict",
-            Outcome::mismatch => "mismatch",
-            Outcome::takeover => "takeover",
-            Outcome::fenced_out => "fenced_out",
-            Outcome::released => "released",
-            Outcome::outcome_unknown => "outcome_unknown",
-            Outcome::missing_key => "missing_key",
-            Outcome::invalid_key => "invalid_key",
-            Outcome::store_error => "store_error",
-            Outcome::fail_open => "fail_open",
-            Outcome::no_key => "no_key",
-            Outcome::passthrough => "passthrough",
-            Outcome::rejected => "rejected",
-            Outcome::unstored => "unstored",
-        }
-    }
-}
-
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
 // not an allocation, on every request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteOutcome {
     route: Arc<str>,
-    outcome: Outcome,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -174,8 +109,10 @@ impl Metrics {
         }
     }
 
-    /// Counts one key outcome on a route (`-` for no route).
-    pub fn outcome(&self, route: &Arc<str>, outcome: Outcome) {
+    /// Counts one request outcome, or what became of a won claim, on a route (`-` for no
+    /// route). The labels are the names of [`crate::dedupe::Outcome`] and
+    /// [`crate::dedupe::Finish`].
+    pub fn outcome(&self, route: &Arc<str>, outcome: &'static str) {
         self.outcomes
             .get_or_create(&RouteOutcome {
                 route: route.clone(),

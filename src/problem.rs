@@ -9,9 +9,10 @@ use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use serde::Serialize;
 
+use crate::headers::REPLAYED;
 use crate::key::KeyError;
 use crate::record::StoredBody;
-use crate::{full, Body, REPLAYED};
+use crate::{full, Body};
 
 /// Every error the gateway answers itself.
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
 
+use crate::store::StoreKey;
+
 const MAGIC: &[u8; 4] = b"DGR1";
 
 /// What happened to the upstream's body when the record was stored.
@@ -48,7 +50,8 @@ pub enum RecordError {
 
 impl StoredResponse {
     /// Encodes the response under `key`.
-    pub fn encode(&self, key: &str) -> Bytes {
+    pub fn encode(&self, key: &StoreKey) -> Bytes {
+        let key = key.as_str();
         let body_len = match &self.body {
             StoredBody::Stored(b) => b.len(),
             _ => 0,
@@ -83,7 +86,8 @@ impl StoredResponse {
 
     /// Decodes a record, refusing it unless it was stored under `expected_key`.
     /// The body is a zero-copy slice of `bytes`.
-    pub fn decode(bytes: &Bytes, expected_key: &str) -> Result<Self, RecordError> {
+    pub fn decode(bytes: &Bytes, expected_key: &StoreKey) -> Result<Self, RecordError> {
+        let expected_key = expected_key.as_str();
         let mut r = Reader { buf: bytes, pos: 0 };
         if r.take(4)? != MAGIC {
             return Err(RecordError::Corrupt("bad magic"));
@@ -189,37 +193,43 @@ mod tests {
             StoredBody::Incomplete,
         ] {
             let r = sample(body);
-            let enc = r.encode("dedupe:{x}:r:-:k");
-            assert_eq!(StoredResponse::decode(&enc, "dedupe:{x}:r:-:k").unwrap(), r);
+            let enc = r.encode(&StoreKey::from_raw("dedupe:{x}:r:-:k"));
+            assert_eq!(
+                StoredResponse::decode(&enc, &StoreKey::from_raw("dedupe:{x}:r:-:k")).unwrap(),
+                r
+            );
         }
     }
 
     #[test]
     fn refuses_a_record_of_another_key() {
-        let enc = sample(StoredBody::TooLarge).encode("k1");
+        let enc = sample(StoredBody::TooLarge).encode(&StoreKey::from_raw("k1"));
         assert_eq!(
-            StoredResponse::decode(&enc, "k2"),
+            StoredResponse::decode(&enc, &StoreKey::from_raw("k2")),
             Err(RecordError::WrongKey)
         );
         assert_eq!(
-            StoredResponse::decode(&enc, "k"),
+            StoredResponse::decode(&enc, &StoreKey::from_raw("k")),
             Err(RecordError::WrongKey)
         );
     }
 
     #[test]
     fn refuses_corrupt_records_without_panicking() {
-        let enc = sample(StoredBody::Stored(Bytes::from_static(b"hello"))).encode("k");
+        let enc = sample(StoredBody::Stored(Bytes::from_static(b"hello")))
+            .encode(&StoreKey::from_raw("k"));
         for cut in 0..enc.len() {
             assert!(
-                StoredResponse::decode(&enc.slice(..cut), "k").is_err(),
+                StoredResponse::decode(&enc.slice(..cut), &StoreKey::from_raw("k")).is_err(),
                 "cut at {cut}"
             );
         }
         let mut extra = enc.to_vec();
         extra.push(0);
-        assert!(StoredResponse::decode(&Bytes::from(extra), "k").is_err());
-        assert!(StoredResponse::decode(&Bytes::from_static(b"nope"), "k").is_err());
+        assert!(StoredResponse::decode(&Bytes::from(extra), &StoreKey::from_raw("k")).is_err());
+        assert!(
+            StoredResponse::decode(&Bytes::from_static(b"nope"), &StoreKey::from_raw("k")).is_err()
+        );
     }
 
     #[test]
@@ -227,7 +237,8 @@ mod tests {
         // A fixed xorshift stream: hostile or corrupted store contents must decode to an
         // error, never a panic or a replay.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let valid = sample(StoredBody::Stored(Bytes::from_static(b"body"))).encode("k");
+        let valid = sample(StoredBody::Stored(Bytes::from_static(b"body")))
+            .encode(&StoreKey::from_raw("k"));
         for round in 0u32..5000 {
             let mut bytes = if round.is_multiple_of(2) {
                 valid.to_vec()
@@ -246,7 +257,7 @@ mod tests {
                     bytes.insert(at.min(bytes.len()), (x >> 16) as u8);
                 }
             }
-            let _ = StoredResponse::decode(&Bytes::from(bytes), "k");
+            let _ = StoredResponse::decode(&Bytes::from(bytes), &StoreKey::from_raw("k"));
         }
     }
 }

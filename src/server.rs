@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::framing::{AmbiguousFraming, Watched};
-use crate::proxy::{ConnInfo, Gateway};
+use crate::http::{ConnInfo, Gateway};
 use crate::store::{Store, StoreError};
 
 /// Why the gateway could not run.

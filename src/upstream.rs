@@ -110,7 +110,7 @@ impl Upstream {
         headers.remove(header::HOST);
         // The fence is the gateway's word to the upstream; a client must not forge it.
         // A winner sets its own after `prepare`.
-        headers.remove(&crate::proxy::IDEMPOTENCY_FENCE);
+        headers.remove(&crate::headers::IDEMPOTENCY_FENCE);
         let xff = HeaderName::from_static("x-forwarded-for");
         let ip = remote.ip().to_string();
         // Every prior hop, from every X-Forwarded-For line, then the client.

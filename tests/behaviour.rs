@@ -552,7 +552,7 @@ async fn upstream_silence_keeps_the_claim_until_the_lease_expires(b: Backend) {
 async fn start_with_config(
     config: dedupe_gateway::config::Config,
 ) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    use dedupe_gateway::{proxy::Gateway, server, store::Store};
+    use dedupe_gateway::{http::Gateway, server, store::Store};
     let store = Store::from_config(&config.store).unwrap();
     let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = public.local_addr().unwrap();

@@ -22,18 +22,18 @@ async fn redis_store_keeps_the_contract() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_is_bounded_and_sweeps_expired_records() {
-    use dedupe_gateway::store::{ClaimRequest, StoreError};
+    use dedupe_gateway::store::{Claimant, ClaimRequest, RequestHash, StoreError, StoreKey};
     let short = Duration::from_millis(20);
     let claim = |store: &Store, k: String| {
         let store = store.clone();
         async move {
             store
                 .claim(ClaimRequest {
-                    key: &k,
-                    request_hash: &[0; 32],
+                    key: &StoreKey::from_raw(k),
+                    request_hash: &RequestHash::new([0; 32]),
                     lease: short,
                     window: short,
-                    claimant: 0,
+                    claimant: Claimant::new(0),
                 })
                 .await
         }

@@ -11,11 +11,14 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The tokio clock, so the protocol's unit tests run on paused time.
+use tokio::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
+use super::{Claim, ClaimRequest, Fence, RecordInfo, RecordState, StoreError};
 
 const SHARDS: usize = 32;
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
@@ -28,7 +31,7 @@ struct Record {
     request_hash: [u8; 32],
     lease_until: Instant,
     expires_at: Instant,
-    claimant: u128,
+    claimant: super::Claimant,
     response: Option<Bytes>,
 }
 
@@ -150,34 +153,34 @@ impl MemoryStore {
         if self.len() >= self.inner.max_records {
             self.make_room(now);
         }
-        let mut shard = self.shard(req.key);
+        let mut shard = self.shard(req.key.as_str());
         shard.maybe_sweep(now, &self.inner.len);
         let lease_until = now + req.lease;
         let expires_at = now + req.lease + req.window;
         let fresh = |fence| Record {
             state: RecordState::InFlight,
             fence,
-            request_hash: *req.request_hash,
+            request_hash: *req.request_hash.as_bytes(),
             lease_until,
             expires_at,
             claimant: req.claimant,
             response: None,
         };
-        let claim = match shard.records.get_mut(req.key) {
+        let claim = match shard.records.get_mut(req.key.as_str()) {
             Some(r) if r.expires_at > now => {
                 if r.state == RecordState::Released {
                     *r = fresh(next_fence(r.fence));
                     Claim::Won {
-                        fence: r.fence,
+                        fence: Fence::new(r.fence),
                         takeover: false,
                     }
-                } else if r.request_hash != *req.request_hash {
+                } else if r.request_hash != *req.request_hash.as_bytes() {
                     return Ok(Claim::Mismatch);
                 } else if r.state == RecordState::Completed {
                     return Ok(Claim::Replay(r.response.clone().unwrap_or_default()));
                 } else if r.claimant == req.claimant {
                     return Ok(Claim::Won {
-                        fence: r.fence,
+                        fence: Fence::new(r.fence),
                         takeover: false,
                     });
                 } else if now < r.lease_until {
@@ -190,7 +193,7 @@ impl MemoryStore {
                     r.lease_until = lease_until;
                     r.expires_at = expires_at;
                     Claim::Won {
-                        fence: r.fence,
+                        fence: Fence::new(r.fence),
                         takeover: true,
                     }
                 }
@@ -199,7 +202,7 @@ impl MemoryStore {
             Some(r) => {
                 *r = fresh(next_fence(r.fence));
                 Claim::Won {
-                    fence: r.fence,
+                    fence: Fence::new(r.fence),
                     takeover: false,
                 }
             }
@@ -209,8 +212,8 @@ impl MemoryStore {
                 }
                 self.inner.len.fetch_add(1, Ordering::Relaxed);
                 let record = fresh(next_fence(0));
-                let fence = record.fence;
-                shard.records.insert(req.key.to_owned(), record);
+                let fence = Fence::new(record.fence);
+                shard.records.insert(req.key.as_str().to_owned(), record);
                 Claim::Won {
                     fence,
                     takeover: false,
@@ -280,7 +283,7 @@ impl MemoryStore {
             .filter(|r| r.expires_at > now)
             .map(|r| RecordInfo {
                 state: r.state,
-                fence: r.fence,
+                fence: Fence::new(r.fence),
                 lease_left: (r.state == RecordState::InFlight)
                     .then(|| r.lease_until.saturating_duration_since(now)),
                 expires_in: Some(r.expires_at - now),

@@ -17,6 +17,7 @@
 
 mod memory;
 mod redis;
+mod tokens;
 
 use std::time::Duration;
 
@@ -26,14 +27,15 @@ use crate::config::{Backend, StoreConfig};
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisClusterStore, RedisStore};
+pub use self::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
 
 /// A request to claim a key.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
     /// The namespaced store key.
-    pub key: &'a str,
+    pub key: &'a StoreKey,
     /// SHA-256 of the request; a different hash under the same key is a mismatch.
-    pub request_hash: &'a [u8; 32],
+    pub request_hash: &'a RequestHash,
     /// How long the claim is honoured before a retry may take over.
     pub lease: Duration,
     /// How long a completed record is remembered.
@@ -41,7 +43,7 @@ pub struct ClaimRequest<'a> {
     /// Who is claiming: unique per request attempt. Claiming again with the same id while
     /// the claim is in flight (a client-side retry of a claim whose reply was lost) wins
     /// again with the same fence instead of conflicting with itself.
-    pub claimant: u128,
+    pub claimant: Claimant,
 }
 
 /// The outcome of a claim.
@@ -50,7 +52,7 @@ pub enum Claim {
     /// This request owns the key: forward it upstream under `fence`.
     Won {
         /// The fencing token: forwarded upstream, required to complete or release.
-        fence: u64,
+        fence: Fence,
         /// The previous owner's lease expired without an outcome.
         takeover: bool,
     },
@@ -102,7 +104,7 @@ pub struct RecordInfo {
     /// State.
     pub state: RecordState,
     /// Current fencing token.
-    pub fence: u64,
+    pub fence: Fence,
     /// Lease time left (in flight only; zero when expired and awaiting takeover).
     pub lease_left: Option<Duration>,
     /// Time until the record is forgotten.
@@ -182,11 +184,12 @@ impl Store {
     /// Stores the response if `fence` still owns the in-flight record.
     pub async fn complete(
         &self,
-        key: &str,
-        fence: u64,
+        key: &StoreKey,
+        fence: Fence,
         record: Bytes,
         window: Duration,
     ) -> Result<Completion, StoreError> {
+        let (key, fence) = (key.as_str(), fence.get());
         let owned = dispatch!(self, s => s.complete(key, fence, record, window))?;
         Ok(if owned {
             Completion::Completed
@@ -199,20 +202,23 @@ impl Store {
     /// The record keeps its fence so the next owner's token is higher.
     pub async fn release(
         &self,
-        key: &str,
-        fence: u64,
+        key: &StoreKey,
+        fence: Fence,
         window: Duration,
     ) -> Result<bool, StoreError> {
+        let (key, fence) = (key.as_str(), fence.get());
         dispatch!(self, s => s.release(key, fence, window))
     }
 
     /// Reads a record for an operator.
-    pub async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
+    pub async fn inspect(&self, key: &StoreKey) -> Result<Option<RecordInfo>, StoreError> {
+        let key = key.as_str();
         dispatch!(self, s => s.inspect(key))
     }
 
     /// Deletes a record (an operator resolving an unknown outcome).
-    pub async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+    pub async fn forget(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let key = key.as_str();
         dispatch!(self, s => s.forget(key))
     }
 

@@ -151,11 +151,11 @@ async fn claim_on<C: ConnectionLike>(
 ) -> Result<Claim, StoreError> {
     let v: Value = scripts
         .claim
-        .key(req.key)
-        .arg(&req.request_hash[..])
+        .key(req.key.as_str())
+        .arg(&req.request_hash.as_bytes()[..])
         .arg(millis(req.lease))
         .arg(millis(req.window))
-        .arg(req.claimant.to_string())
+        .arg(req.claimant.get().to_string())
         .invoke_async(con)
         .await
         .map_err(unavailable)?;
@@ -166,7 +166,7 @@ async fn claim_on<C: ConnectionLike>(
     let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
     match code {
         Some(1) | Some(5) => Ok(Claim::Won {
-            fence: items.get(1).and_then(int).ok_or_else(|| bad(&items))? as u64,
+            fence: super::Fence::new(items.get(1).and_then(int).ok_or_else(|| bad(&items))? as u64),
             takeover: code == Some(5),
         }),
         // Take the record out of the reply rather than copy it: it can be large.
@@ -244,7 +244,7 @@ async fn inspect_on<C: ConnectionLike>(
     };
     Ok(Some(RecordInfo {
         state,
-        fence,
+        fence: super::Fence::new(fence),
         lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
         expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
         response,

@@ -4,31 +4,33 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use dedupe_gateway::store::{Claim, ClaimRequest, Completion, RecordState, Store};
+use dedupe_gateway::store::{
+    Claim, ClaimRequest, Claimant, Completion, Fence, RecordState, RequestHash, Store, StoreKey,
+};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-fn fresh_key(name: &str) -> String {
+fn fresh_key(name: &str) -> StoreKey {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!(
+    StoreKey::from_raw(format!(
         "contract:{{{nanos}{}}}:{name}",
         SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    ))
 }
 
-const H1: [u8; 32] = [1; 32];
-const H2: [u8; 32] = [2; 32];
+const H1: RequestHash = RequestHash::new([1; 32]);
+const H2: RequestHash = RequestHash::new([2; 32]);
 const LONG: Duration = Duration::from_secs(60);
 
 static CLAIMANT: AtomicU64 = AtomicU64::new(1);
 
 /// A claim by a new claimant.
 fn req<'a>(
-    key: &'a str,
-    hash: &'a [u8; 32],
+    key: &'a StoreKey,
+    hash: &'a RequestHash,
     lease: Duration,
     window: Duration,
 ) -> ClaimRequest<'a> {
@@ -37,12 +39,12 @@ fn req<'a>(
         request_hash: hash,
         lease,
         window,
-        claimant: (u128::from(CLAIMANT.fetch_add(1, Ordering::Relaxed)) << 64) | 7,
+        claimant: Claimant::new((u128::from(CLAIMANT.fetch_add(1, Ordering::Relaxed)) << 64) | 7),
     }
 }
 
 /// The fence of a won claim, checking whether it was a takeover.
-fn won(claim: Claim, takeover: bool) -> u64 {
+fn won(claim: Claim, takeover: bool) -> Fence {
     match claim {
         Claim::Won { fence, takeover: t } if t == takeover => fence,
         other => panic!("expected a win (takeover: {takeover}), got {other:?}"),
@@ -85,7 +87,7 @@ async fn a_retried_claim_wins_again(store: &Store) {
 async fn won_conflict_mismatch(store: &Store) {
     let k = fresh_key("won");
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
-    assert!(f > 0);
+    assert!(f > Fence::new(0));
     match store.claim(req(&k, &H1, LONG, LONG)).await.unwrap() {
         Claim::Conflict { retry_after } => {
             assert!(

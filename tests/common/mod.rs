@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dedupe_gateway::config::Config;
-use dedupe_gateway::proxy::Gateway;
+use dedupe_gateway::http::Gateway;
 use dedupe_gateway::server::{serve, Listeners};
 use dedupe_gateway::store::Store;
 use http::{HeaderMap, Request, Response, StatusCode};

@@ -1,0 +1,199 @@
+//! The dedupe protocol, apart from any transport: claim a key, forward the one winner,
+//! settle its lease, and answer everyone else from the store.
+//!
+//! [`run`] is the one entry. It knows the store, the route's [`Policy`] and a forwarder
+//! (a closure that performs the upstream call and classifies what came back as an
+//! [`Attempt`]); it knows nothing of HTTP. The HTTP edge ([`crate::http`]) builds the
+//! forwarder and turns the [`Settled`] result into a response.
+//!
+//! ```text
+//!            claim ──▶ Won(lease) ──▶ forward(Owned(fence)) ──▶ Final    ─▶ lease.complete
+//!              │                                             ├─▶ NotExecuted ─▶ lease.release
+//!              │                                             └─▶ Unknown  ─▶ lease.keep
+//!              ├─▶ Replay / Conflict / Mismatch  (answered from the store)
+//!              └─▶ store error ─▶ on_error: fail-closed 503, or forward(Unguarded)
+//! ```
+
+mod claim;
+mod lease;
+mod outcome;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_util::task::TaskTracker;
+use tracing::{error, warn};
+
+pub use self::lease::Lease;
+pub use self::outcome::{Finish, Outcome};
+use crate::config::{OnConflict, OnError};
+use crate::metrics::Metrics;
+use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
+
+/// What the protocol needs from the gateway around it.
+pub struct Env<'a> {
+    /// The dedupe store.
+    pub store: &'a Store,
+    /// Where store latencies and errors are counted.
+    pub metrics: &'a Metrics,
+    /// Claimant ids, unique per request attempt.
+    pub claimants: &'a Claimants,
+    /// The gateway's request tasks: once closed (shutdown), duplicates stop waiting.
+    pub tasks: &'a TaskTracker,
+}
+
+/// A route's dedupe settings, as the protocol uses them.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// How long a claim is honoured before a retry may take over.
+    pub lease: Duration,
+    /// How long a settled record is remembered.
+    pub window: Duration,
+    /// What an in-flight duplicate gets.
+    pub on_conflict: OnConflict,
+    /// With [`OnConflict::Wait`]: the longest a duplicate is held.
+    pub conflict_wait: Duration,
+    /// What happens when the store fails.
+    pub on_error: OnError,
+}
+
+/// What the forwarder is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Forward as the owner of the key under this fence.
+    Owned(Fence),
+    /// The store failed and the route fails open: forward without dedupe.
+    Unguarded,
+}
+
+/// How an upstream call ended, as the protocol needs to know it. `R` is whatever the
+/// transport answers its client with.
+pub enum Attempt<R> {
+    /// A final answer: store `record` (encoded under the store key) for replay.
+    Final {
+        /// The encoded [`crate::record::StoredResponse`].
+        record: Bytes,
+        /// What the client gets.
+        response: R,
+    },
+    /// The upstream did not act (unreachable, or it said it failed): free the key.
+    NotExecuted(R),
+    /// The upstream may have acted without answering: keep the claim until its lease ends.
+    Unknown(R),
+}
+
+impl<R> Attempt<R> {
+    fn into_response(self) -> R {
+        match self {
+            Attempt::Final { response, .. }
+            | Attempt::NotExecuted(response)
+            | Attempt::Unknown(response) => response,
+        }
+    }
+}
+
+/// What the client gets.
+#[derive(Debug)]
+pub enum Answer<R> {
+    /// The forwarder's response (the winner's, or a failed-open request's).
+    Forwarded(R),
+    /// The stored response, encoded, to replay.
+    Replay(Bytes),
+    /// Another request holds the key: 409, or the wait ran out.
+    Conflict {
+        /// Lease time left.
+        retry_after: Duration,
+    },
+    /// The key was used with a different request: 422.
+    Mismatch,
+    /// The store failed and the route fails closed: 503.
+    StoreUnavailable,
+}
+
+/// The end of one request's part in the protocol: built once, read by the access log.
+#[derive(Debug)]
+pub struct Settled<R> {
+    /// What the client gets.
+    pub answer: Answer<R>,
+    /// What the gateway did with the key.
+    pub outcome: Outcome,
+    /// What became of a won claim.
+    pub finish: Option<Finish>,
+    /// The fence a won claim held.
+    pub fence: Option<Fence>,
+}
+
+impl<R> Settled<R> {
+    fn answered(answer: Answer<R>, outcome: Outcome) -> Self {
+        Self {
+            answer,
+            outcome,
+            finish: None,
+            fence: None,
+        }
+    }
+}
+
+/// Runs one deduped request: claims `key`, forwards through `forward` if it wins (or if
+/// the store failed on a fail-open route), settles the lease by what the call returned.
+pub async fn run<R, F, Fut>(
+    env: &Env<'_>,
+    key: &StoreKey,
+    request_hash: &RequestHash,
+    policy: &Policy,
+    forward: F,
+) -> Settled<R>
+where
+    F: FnOnce(Forward) -> Fut,
+    Fut: Future<Output = Attempt<R>>,
+{
+    let claimed = claim::claim(env, key, request_hash, policy).await;
+    let (fence, takeover) = match claimed {
+        Ok(Claim::Won { fence, takeover }) => (fence, takeover),
+        Ok(Claim::Replay(record)) => {
+            return Settled::answered(Answer::Replay(record), Outcome::Replayed)
+        }
+        Ok(Claim::Conflict { retry_after }) => {
+            return Settled::answered(Answer::Conflict { retry_after }, Outcome::Conflict)
+        }
+        Ok(Claim::Mismatch) => return Settled::answered(Answer::Mismatch, Outcome::Mismatch),
+        Err(e) => {
+            return match policy.on_error {
+                OnError::FailClosed => {
+                    error!(error = %e, store_key = %key, "store claim failed; failing closed (503)");
+                    Settled::answered(Answer::StoreUnavailable, Outcome::StoreError)
+                }
+                OnError::FailOpen => {
+                    warn!(error = %e, store_key = %key,
+                        "store claim failed; failing open: forwarding without dedupe");
+                    let response = forward(Forward::Unguarded).await.into_response();
+                    Settled::answered(Answer::Forwarded(response), Outcome::FailOpen)
+                }
+            };
+        }
+    };
+    if takeover {
+        warn!(store_key = %key, fence = fence.get(),
+            "previous lease expired without an outcome; taking over under a new fence");
+    }
+    let _held = env.metrics.claim_held();
+    let lease = Lease::new(env.store, env.metrics, key, fence, policy.window);
+    let (finish, response) = match forward(Forward::Owned(fence)).await {
+        Attempt::Final { record, response } => (lease.complete(record).await, response),
+        Attempt::NotExecuted(response) => (lease.release().await, response),
+        Attempt::Unknown(response) => (lease.keep(), response),
+    };
+    Settled {
+        answer: Answer::Forwarded(response),
+        outcome: if takeover {
+            Outcome::Takeover
+        } else {
+            Outcome::Won
+        },
+        finish: Some(finish),
+        fence: Some(fence),
+    }
+}

@@ -1,0 +1,14 @@
+//! Every header name the gateway itself reads or writes, in one place: the HTTP edge, the
+//! upstream client and the admin API all take them from here.
+
+use http::header::HeaderName;
+
+/// `Idempotent-Replayed: true` marks a response served from the store.
+pub static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// `Idempotency-Key`, forwarded to the upstream with the derived key.
+pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// `Idempotency-Fence`, forwarded to the upstream with the claim's fencing token. A client
+/// never gets to send its own: the upstream client strips it from every request.
+pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-fence");

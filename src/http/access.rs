@@ -1,0 +1,77 @@
+//! The access record: built once from what a request ended as, then counted and logged.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use tracing::info;
+
+use crate::dedupe::{Finish, Outcome};
+use crate::metrics::Metrics;
+use crate::store::Fence;
+
+/// What one request did, for its access-log line and metrics.
+pub(super) struct Access {
+    pub started: Instant,
+    pub route: Arc<str>,
+    pub outcome: Outcome,
+    pub finish: Option<Finish>,
+    pub fence: Option<Fence>,
+    pub upstream: Option<Duration>,
+    /// The client's idempotency key (or fingerprint) and its scope hash.
+    pub key: Option<(String, String)>,
+}
+
+impl Access {
+    /// A request answered without a key: no claim, no fence.
+    pub fn keyless(started: Instant, route: Arc<str>, outcome: Outcome) -> Self {
+        Self {
+            started,
+            route,
+            outcome,
+            finish: None,
+            fence: None,
+            upstream: None,
+            key: None,
+        }
+    }
+
+    /// Counts the request and writes its access-log line: once per request.
+    pub fn account(&self, metrics: &Metrics, status: StatusCode, span: &tracing::Span) {
+        metrics.outcome(&self.route, self.outcome.as_str());
+        if let Some(finish) = self.finish.filter(|f| *f != Finish::Completed) {
+            metrics.outcome(&self.route, finish.as_str());
+        }
+        let route: &str = &self.route;
+        let outcome = self.outcome.as_str();
+        span.record("route", route);
+        span.record("outcome", outcome);
+        span.record("status", status.as_u16());
+        let (key, scope) = match &self.key {
+            Some((key, scope)) => (Some(key.as_str()), Some(scope.as_str())),
+            None => (None, None),
+        };
+        span.in_scope(|| {
+            info!(
+                target: "dedupe_gateway::access",
+                route,
+                outcome,
+                finish = self.finish.map(Finish::as_str),
+                status = status.as_u16(),
+                fence = self.fence.map(Fence::get),
+                upstream_ms = self.upstream.map(millis),
+                total_ms = millis(self.started.elapsed()),
+                key,
+                scope,
+                "request"
+            )
+        });
+    }
+}
+
+/// Milliseconds with microsecond precision. Whole microseconds over 1000.0 give the double
+/// nearest a three-decimal number, which prints without float noise (`1.058`, never
+/// `1.0576780000000001`).
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}

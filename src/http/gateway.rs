@@ -1,0 +1,99 @@
+//! The gateway's state: the live configuration (swapped whole on reload), the store, the
+//! metrics and the tracked request tasks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::dedupe::Env;
+use crate::metrics::Metrics;
+use crate::store::{Claimants, Store};
+use crate::upstream::Upstream;
+
+/// What the gateway knows about the client connection a request came on.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// Raised when a request head on this connection had both framing headers.
+    pub framing: crate::framing::AmbiguousFraming,
+}
+
+/// What a reload swaps: the configuration and the upstream client built from it.
+pub struct Live {
+    /// The validated configuration.
+    pub config: Config,
+    /// The pooled upstream client.
+    pub upstream: Upstream,
+}
+
+/// The gateway: reloadable configuration, the store, the metrics.
+pub struct Gateway {
+    // A request loads the snapshot once and keeps it to its end: a reload never changes
+    // the rules under a request half-way.
+    live: ArcSwap<Live>,
+    pub(super) store: Store,
+    pub(super) metrics: Metrics,
+    pub(super) tasks: TaskTracker,
+    pub(super) claimants: Claimants,
+    /// The route label of requests that match no route.
+    pub(super) no_route: Arc<str>,
+}
+
+impl Gateway {
+    /// A gateway over a validated config and a store.
+    pub fn new(config: Config, store: Store) -> Arc<Self> {
+        let upstream = Upstream::new(&config.server);
+        Arc::new(Self {
+            live: ArcSwap::from_pointee(Live { config, upstream }),
+            store,
+            metrics: Metrics::new(),
+            tasks: TaskTracker::new(),
+            claimants: Claimants::new(),
+            no_route: Arc::from("-"),
+        })
+    }
+
+    /// The configuration in force now.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
+    }
+
+    /// Applies a new configuration to new requests. Returns the settings that changed but
+    /// only take effect after a restart (listeners and store).
+    pub fn reload(&self, config: Config) -> Vec<&'static str> {
+        let (config, restart) = crate::reload::merge(&self.live().config, config);
+        let upstream = Upstream::new(&config.server);
+        self.live.store(Arc::new(Live { config, upstream }));
+        restart
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Requests past their claim, which shutdown waits for (within the grace period)
+    /// even when their clients have hung up.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// What the dedupe protocol runs against.
+    pub(super) fn env(&self) -> Env<'_> {
+        Env {
+            store: &self.store,
+            metrics: &self.metrics,
+            claimants: &self.claimants,
+            tasks: &self.tasks,
+        }
+    }
+}

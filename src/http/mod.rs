@@ -1,0 +1,23 @@
+//! The hyper edge: everything that knows HTTP. It checks a request's framing, picks its
+//! route, streams what needs no dedupe, reads and keys what does, hands that to the
+//! protocol ([`crate::dedupe::run`]) with a forwarder, and turns the settled result into
+//! a response and one access record.
+//!
+//! - [`gateway`]: the gateway's state (the live configuration as an atomic snapshot, the
+//!   store, the metrics, the request tasks).
+//! - `request`: the pipeline from a request to its response.
+//! - `passthrough`: streaming a request without dedupe.
+//! - `winner`: the won claim's upstream call, classified for the protocol.
+//! - `capture`: reading the winner's response body for the store.
+//! - `replay`: answering from a stored record.
+//! - `access`: the access record, logged and counted once per request.
+
+mod access;
+mod capture;
+pub mod gateway;
+mod passthrough;
+mod replay;
+mod request;
+mod winner;
+
+pub use self::gateway::{ConnInfo, Gateway, Live};

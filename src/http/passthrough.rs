@@ -1,0 +1,75 @@
+//! Forwarding without dedupe: streamed both ways, bounded by `upstream_timeout` until the
+//! response head.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tracing::warn;
+
+use super::Live;
+use crate::metrics::Metrics;
+use crate::problem::GatewayError;
+use crate::upstream::{strip_hop_by_hop, UpstreamError};
+use crate::{Body, BoxError};
+
+/// An upstream call's result and how long its head took.
+pub(super) struct Forwarded {
+    pub response: Result<Response<Body>, GatewayError>,
+    pub upstream: Option<Duration>,
+}
+
+impl Forwarded {
+    /// A call that ended in an error the gateway answers itself.
+    pub fn failed(e: GatewayError) -> Self {
+        Self {
+            response: Err(e),
+            upstream: None,
+        }
+    }
+}
+
+/// Forwards `req` as it is (after the proxy hop's header rules) and streams the answer.
+pub(super) async fn forward(
+    live: &Live,
+    metrics: &Metrics,
+    req: Request<Body>,
+    remote: SocketAddr,
+    route: &Arc<str>,
+) -> Forwarded {
+    let req = live.upstream.prepare(req, remote);
+    let started = Instant::now();
+    let sent =
+        tokio::time::timeout(live.config.server.upstream_timeout, live.upstream.send(req)).await;
+    match sent {
+        Err(_) => {
+            warn!(route = &**route, "upstream timed out");
+            Forwarded::failed(GatewayError::UpstreamTimeout)
+        }
+        Ok(Err(e)) => {
+            warn!(route = &**route, error = %e, "upstream request failed");
+            Forwarded::failed(match e {
+                UpstreamError::Connect(_) => GatewayError::UpstreamConnect,
+                UpstreamError::Broken(_) => GatewayError::UpstreamBroken,
+            })
+        }
+        Ok(Ok(resp)) => {
+            let took = started.elapsed();
+            metrics.upstream(route, resp.status().as_u16(), took);
+            Forwarded {
+                response: Ok(stream_response(resp)),
+                upstream: Some(took),
+            }
+        }
+    }
+}
+
+/// The upstream's response, streamed, without its hop-by-hop headers.
+pub(super) fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+    let (mut head, body) = resp.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    Response::from_parts(head, body.map_err(BoxError::from).boxed())
+}

@@ -1,0 +1,279 @@
+//! The pipeline from a client request to its response: framing check, route, key, then
+//! either a stream to the upstream or the dedupe protocol in a tracked task.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tracing::{error, warn, Instrument};
+
+use super::access::Access;
+use super::passthrough::{self, Forwarded};
+use super::winner::Winner;
+use super::{replay, ConnInfo, Gateway, Live};
+use crate::config::Config;
+use crate::dedupe::{self, Answer, Outcome, Policy};
+use crate::key::{self, KeyError, KeyRule, RequestView};
+use crate::problem::GatewayError;
+use crate::route::{self, Route};
+use crate::{Body, BoxError};
+
+/// A request's response, and what it did, for the access record.
+struct Handled {
+    response: Result<Response<Body>, GatewayError>,
+    access: Access,
+}
+
+/// How `dispatch` ended.
+enum Dispatched {
+    /// Answered without a claim: the caller accounts for it.
+    Handled(Handled),
+    /// Answered by the request's task, which accounted for it.
+    Settled(Response<Body>),
+}
+
+impl Gateway {
+    /// Handles one client request. Never fails: errors become problem+json responses.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+            route = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let live = self.live();
+        let handled = self
+            .dispatch(live, req, &conn, started)
+            .instrument(span.clone())
+            .await;
+        match handled {
+            Dispatched::Handled(handled) => self.conclude(handled, &span),
+            // Counted and logged by its task, which finishes even if the client left.
+            Dispatched::Settled(response) => response,
+        }
+    }
+
+    /// Turns an error into its response and accounts for the request: once per request.
+    fn conclude(&self, handled: Handled, span: &tracing::Span) -> Response<Body> {
+        let response = handled.response.unwrap_or_else(|e| e.to_response());
+        handled
+            .access
+            .account(&self.metrics, response.status(), span);
+        response
+    }
+
+    /// Answers a request that needs no claim, or runs the protocol in a tracked task that
+    /// accounts for the request itself.
+    async fn dispatch(
+        self: &Arc<Self>,
+        live: Arc<Live>,
+        req: Request<Incoming>,
+        conn: &ConnInfo,
+        started: Instant,
+    ) -> Dispatched {
+        let early = |route: &Arc<str>, outcome, response| {
+            Dispatched::Handled(Handled {
+                response,
+                access: Access::keyless(started, route.clone(), outcome),
+            })
+        };
+        // hyper drops Content-Length when both arrive, so the evidence is the connection's
+        // head scanner; the header check is defence in depth should hyper ever keep both.
+        let chunked = req.headers().contains_key(TRANSFER_ENCODING);
+        if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
+            return early(
+                &self.no_route,
+                Outcome::Rejected,
+                Err(GatewayError::AmbiguousFraming),
+            );
+        }
+        let Some(route_idx) = route::find(&live.config.routes, req.method(), req.uri().path())
+        else {
+            let req = req.map(|b| b.map_err(BoxError::from).boxed());
+            let route = &self.no_route;
+            let handled = self
+                .stream(&live, req, conn, route, Outcome::Passthrough, started)
+                .await;
+            return Dispatched::Handled(handled);
+        };
+        let route = &live.config.routes[route_idx];
+        let key_error = |e: KeyError| {
+            let outcome = match e {
+                KeyError::Missing { .. } => Outcome::MissingKey,
+                _ => Outcome::InvalidKey,
+            };
+            early(&route.name, outcome, Err(GatewayError::from(e)))
+        };
+
+        // A header key needs no body: refuse a bad one, or stream a keyless request on an
+        // optional-key route, before buffering anything.
+        let (parts, body) = req.into_parts();
+        let header_key = match &route.key {
+            KeyRule::Header { .. } => match route.key.derive(&view(&parts, &[])) {
+                Ok(Some(key)) => Some(key),
+                Ok(None) => {
+                    let body = body.map_err(BoxError::from).boxed();
+                    let req = Request::from_parts(parts, body);
+                    return Dispatched::Handled(
+                        self.stream(&live, req, conn, &route.name, Outcome::NoKey, started)
+                            .await,
+                    );
+                }
+                Err(e) => return key_error(e),
+            },
+            KeyRule::Fingerprint(_) => None,
+        };
+        let body = match read_body(body, &parts, &live.config).await {
+            Ok(body) => body,
+            Err(e) => return early(&route.name, Outcome::Rejected, Err(e)),
+        };
+        let view = view(&parts, &body);
+        let key = match header_key {
+            Some(key) => key,
+            // A fingerprint always yields a key or an error.
+            None => match route.key.derive(&view) {
+                Ok(Some(key)) => key,
+                Ok(None) => {
+                    return early(
+                        &route.name,
+                        Outcome::InvalidKey,
+                        Err(GatewayError::Internal),
+                    )
+                }
+                Err(e) => return key_error(e),
+            },
+        };
+        let scope = match key::scope_hash(&route.scope, &view) {
+            Ok(scope) => scope,
+            Err(e) => return key_error(e),
+        };
+        let request_hash = key::request_hash(&view, &route.hash_headers);
+        let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+        let policy = policy(route);
+        let route_name = route.name.clone();
+        let winner = Winner {
+            live: live.clone(),
+            route: route_idx,
+            parts,
+            body,
+            remote: conn.remote,
+            key: key.clone(),
+        };
+
+        // From the claim on, the request runs in its own task, tracked for shutdown: a
+        // client that hangs up must not abandon a claim or an upstream call under way and
+        // leave its outcome unknown.
+        let gateway = self.clone();
+        let span = tracing::Span::current();
+        let task = self.tasks.spawn(
+            async move {
+                let env = gateway.env();
+                let settled = dedupe::run(&env, &store_key, &request_hash, &policy, |forward| {
+                    winner.execute(&gateway.metrics, &store_key, forward)
+                })
+                .await;
+                let (response, upstream) = match settled.answer {
+                    Answer::Forwarded(Forwarded { response, upstream }) => (response, upstream),
+                    Answer::Replay(record) => (replay::respond(&record, &store_key), None),
+                    Answer::Conflict { retry_after } => {
+                        (Err(GatewayError::Conflict { retry_after }), None)
+                    }
+                    Answer::Mismatch => (Err(GatewayError::Mismatch), None),
+                    Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+                };
+                let access = Access {
+                    started,
+                    route: route_name,
+                    outcome: settled.outcome,
+                    finish: settled.finish,
+                    fence: settled.fence,
+                    upstream,
+                    key: Some((key, scope)),
+                };
+                gateway.conclude(Handled { response, access }, &span)
+            }
+            .in_current_span(),
+        );
+        Dispatched::Settled(match task.await {
+            Ok(response) => response,
+            Err(e) => {
+                error!(error = %e, "request task failed");
+                GatewayError::Internal.to_response()
+            }
+        })
+    }
+
+    /// Streams a request that needs no dedupe.
+    async fn stream(
+        &self,
+        live: &Live,
+        req: Request<Body>,
+        conn: &ConnInfo,
+        route: &Arc<str>,
+        outcome: Outcome,
+        started: Instant,
+    ) -> Handled {
+        let fwd = passthrough::forward(live, &self.metrics, req, conn.remote, route).await;
+        let mut access = Access::keyless(started, route.clone(), outcome);
+        access.upstream = fwd.upstream;
+        Handled {
+            response: fwd.response,
+            access,
+        }
+    }
+}
+
+/// A route's dedupe settings for the protocol.
+fn policy(route: &Route) -> Policy {
+    Policy {
+        lease: route.lease,
+        window: route.window,
+        on_conflict: route.on_conflict,
+        conflict_wait: route.conflict_wait,
+        on_error: route.on_error,
+    }
+}
+
+/// The parts of a request the key rules read.
+fn view<'a>(parts: &'a Parts, body: &'a [u8]) -> RequestView<'a> {
+    RequestView {
+        method: &parts.method,
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        headers: &parts.headers,
+        body,
+    }
+}
+
+/// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
+async fn read_body(body: Incoming, parts: &Parts, config: &Config) -> Result<Bytes, GatewayError> {
+    let limit = config.server.max_body;
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(GatewayError::BodyTooLarge { limit });
+    }
+    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+    match tokio::time::timeout(config.server.body_read_timeout, limited.collect()).await {
+        Err(_) => Err(GatewayError::BodyTimeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(GatewayError::BodyTooLarge { limit })
+        }
+        Ok(Err(e)) => {
+            warn!(error = %e, "request body could not be read");
+            Err(GatewayError::BodyUnreadable)
+        }
+    }
+}

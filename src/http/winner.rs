@@ -1,0 +1,150 @@
+//! The won claim's upstream call, classified for the protocol: a final answer to store,
+//! a failure without effect (release), or an unknown outcome (keep the claim).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, SET_COOKIE};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use tracing::{info, warn};
+
+use super::capture::{capture, Captured, Prefixed};
+use super::passthrough::{self, stream_response, Forwarded};
+use super::Live;
+use crate::dedupe::{Attempt, Forward};
+use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY};
+use crate::metrics::Metrics;
+use crate::problem::GatewayError;
+use crate::record::{StoredBody, StoredResponse};
+use crate::route::Route;
+use crate::store::StoreKey;
+use crate::upstream::{strip_hop_by_hop, UpstreamError};
+use crate::{full, BoxError};
+
+/// A keyed request, buffered, ready to go upstream once the protocol says how.
+pub(super) struct Winner {
+    pub live: Arc<Live>,
+    pub route: usize,
+    pub parts: Parts,
+    pub body: Bytes,
+    pub remote: SocketAddr,
+    /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
+    pub key: String,
+}
+
+impl Winner {
+    /// Performs the upstream call the protocol asked for.
+    pub async fn execute(
+        self,
+        metrics: &Metrics,
+        store_key: &StoreKey,
+        forward: Forward,
+    ) -> Attempt<Forwarded> {
+        let Winner {
+            live,
+            route,
+            parts,
+            body,
+            remote,
+            key,
+        } = self;
+        let route: &Route = &live.config.routes[route];
+        let req = Request::from_parts(parts, full(body));
+        let fence = match forward {
+            Forward::Owned(fence) => fence,
+            // Failing open: a plain forward. The protocol does not settle anything for it,
+            // so its classification is never read.
+            Forward::Unguarded => {
+                let fwd = passthrough::forward(&live, metrics, req, remote, &route.name).await;
+                return Attempt::Unknown(fwd);
+            }
+        };
+        let server = &live.config.server;
+        let mut req = live.upstream.prepare(req, remote);
+        // A header key is visible ASCII and a fingerprint is hex: both are valid values.
+        if let Ok(v) = HeaderValue::from_str(&key) {
+            req.headers_mut().insert(IDEMPOTENCY_KEY.clone(), v);
+        }
+        req.headers_mut()
+            .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));
+
+        let deadline = tokio::time::Instant::now() + server.upstream_timeout;
+        let started = Instant::now();
+        let sent = tokio::time::timeout_at(deadline, live.upstream.send(req)).await;
+        let resp = match sent {
+            Err(_) => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(),
+                    "upstream did not answer in time: outcome unknown");
+                return Attempt::Unknown(Forwarded::failed(GatewayError::UpstreamTimeout));
+            }
+            Ok(Err(UpstreamError::Connect(e))) => {
+                warn!(route = &*route.name, error = %e,
+                    "upstream unreachable: nothing was sent, releasing the claim");
+                return Attempt::NotExecuted(Forwarded::failed(GatewayError::UpstreamConnect));
+            }
+            Ok(Err(UpstreamError::Broken(e))) => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), error = %e,
+                    "upstream connection broke before an answer: outcome unknown");
+                return Attempt::Unknown(Forwarded::failed(GatewayError::UpstreamBroken));
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let took = started.elapsed();
+        metrics.upstream(&route.name, resp.status().as_u16(), took);
+        let forwarded = |response| Forwarded {
+            response,
+            upstream: Some(took),
+        };
+
+        if resp.status().is_server_error() {
+            // The upstream says it failed: the next retry should execute again.
+            return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
+        }
+
+        let (mut head, body) = resp.into_parts();
+        strip_hop_by_hop(&mut head.headers);
+        let limit = route.max_cached_body;
+        let mut stored_headers = head.headers.clone();
+        stored_headers.remove(SET_COOKIE);
+        let (stored_body, client_body) = match capture(body, limit, deadline).await {
+            Captured::Whole(bytes) => (StoredBody::Stored(bytes.clone()), Some(full(bytes))),
+            Captured::TooLarge(prefix, rest) => {
+                info!(
+                    route = &*route.name,
+                    limit, "response body larger than max_cached_body: stored without its body"
+                );
+                let streamed = Prefixed {
+                    prefix: Some(prefix),
+                    rest,
+                };
+                (
+                    StoredBody::TooLarge,
+                    Some(streamed.map_err(BoxError::from).boxed()),
+                )
+            }
+            Captured::Broken(reason) => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), reason,
+                    "upstream answered but its body broke off: stored as executed without a replayable body");
+                (StoredBody::Incomplete, None)
+            }
+        };
+        let record = StoredResponse {
+            status: head.status,
+            headers: stored_headers,
+            body: stored_body,
+        }
+        .encode(store_key);
+        let response = match client_body {
+            Some(body) => Ok(Response::from_parts(head, body)),
+            None => Err(GatewayError::UpstreamBroken),
+        };
+        Attempt::Final {
+            record,
+            response: forwarded(response),
+        }
+    }
+}
