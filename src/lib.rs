@@ -1,21 +1,43 @@
 //! dedupe-gateway: a reverse proxy that makes retried HTTP writes safe.
 //!
-//! Where a request goes:
+//! # Where a request goes
 //!
-//! 1. [`server`] accepts it (HTTP/1 or h2c) and hands it to [`proxy::Gateway::handle`].
-//! 2. [`route::find`] picks the first matching route; no match means it is streamed to the
-//!    upstream untouched ([`upstream`]).
-//! 3. On a route, the body is buffered (bounded), and [`key`] derives the idempotency key,
-//!    the tenant scope and the request hash: pure functions.
-//! 4. [`store::Store::claim`] claims the key in one atomic operation (memory, Redis or
-//!    Redis Cluster). The outcome decides: forward the winner, replay a stored response
-//!    ([`record`]), or refuse with 409 / 422.
-//! 5. The winner's upstream response is encoded ([`record`]) and stored with a
-//!    compare-and-set on its fencing token; 5xx and connect failures release the claim.
-//! 6. Every error the gateway makes itself becomes problem+json in one place: [`problem`].
+//! ```text
+//!  server ──▶ http::Gateway::handle ──▶ framing check ──▶ route::find
+//!                                                          │
+//!            no route, or no optional key ◀────────────────┤
+//!            http::passthrough (streamed)                  │ a route
+//!                                                          ▼
+//!                                      body read (bounded) ─▶ key: key, scope, request hash
+//!                                                          │
+//!                                                          ▼  (a tracked task from here)
+//!                       dedupe::run ─▶ store::Store::claim (one atomic operation)
+//!                         │ Won(Lease) ─▶ http::winner forwards ─▶ lease.complete / release / keep
+//!                         │ Replay ─────▶ http::replay (record, checked against its key)
+//!                         └ Conflict 409 / Mismatch 422 / store error (on_error)
+//!                                                          │
+//!            problem (errors → problem+json) ◀─────────────┘ ─▶ access record (log + metrics)
+//! ```
 //!
-//! [`config`] validates the TOML file before anything binds; [`admin`] serves metrics,
-//! health and key inspection on a separate port; [`metrics`] holds the counters.
+//! # The modules, lowest first (no module imports one listed after it)
+//!
+//! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster); the
+//!   values a claim is made of ([`store::StoreKey`], [`store::Fence`], ...).
+//! - [`record`]: the encoding of a stored response, bound to its store key (pure).
+//! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
+//! - [`route`]: validated routes, their policies and route matching (pure).
+//! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
+//! - [`headers`]: every header name the gateway reads or writes.
+//! - [`metrics`]: Prometheus counters and histograms.
+//! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
+//! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
+//! - [`upstream`]: the pooled upstream client and the proxy hop's header rules.
+//! - [`framing`]: the request-smuggling guard on the raw connection.
+//! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
+//! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
+//!   winner's call, replays, the access record.
+//! - [`admin`]: metrics, health and key inspection on a separate port.
+//! - [`server`]: listeners, connection limits, signals, graceful drain.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -51,4 +73,35 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    /// The README's layout section names every module this file declares, and the module
+    /// map above names them in the same order.
+    #[test]
+    fn readme_layout_and_module_map_match_the_modules() {
+        let lib = include_str!("lib.rs");
+        let readme = include_str!("../README.md");
+        let layout = readme
+            .split("## Layout")
+            .nth(1)
+            .expect("README has a Layout section");
+        let modules: Vec<&str> = lib
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub mod "))
+            .map(|l| l.trim_end_matches(';'))
+            .collect();
+        assert!(modules.len() > 10, "{modules:?}");
+        for m in &modules {
+            assert!(
+                layout.contains(&format!("src/{m}.rs")) || layout.contains(&format!("src/{m}/")),
+                "README layout misses module {m}"
+            );
+            assert!(
+                lib.contains(&format!("//! - [`{m}`]")),
+                "the module map in lib.rs misses {m}"
+            );
+        }
+    }
 }

@@ -56,6 +56,9 @@ pub enum GatewayError {
     /// The store failed and the route fails closed.
     #[error("dedupe store unavailable")]
     StoreUnavailable,
+    /// Too many requests whose clients hung up are still running: no new claim is made.
+    #[error("too many detached requests in flight")]
+    Overloaded,
     /// The upstream could not be reached; nothing was sent.
     #[error("upstream unreachable")]
     UpstreamConnect,
@@ -162,6 +165,11 @@ impl GatewayError {
                 "store-unavailable",
                 "Dedupe store unavailable",
             ),
+            Overloaded => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Gateway overloaded by requests whose clients left",
+            ),
             UpstreamConnect => (
                 StatusCode::BAD_GATEWAY,
                 "upstream-unreachable",
@@ -243,7 +251,7 @@ impl GatewayError {
                 resp.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
             }
-            GatewayError::StoreUnavailable => {
+            GatewayError::StoreUnavailable | GatewayError::Overloaded => {
                 resp.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }

@@ -22,7 +22,7 @@ async fn redis_store_keeps_the_contract() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_is_bounded_and_sweeps_expired_records() {
-    use dedupe_gateway::store::{Claimant, ClaimRequest, RequestHash, StoreError, StoreKey};
+    use dedupe_gateway::store::{ClaimRequest, Claimant, RequestHash, StoreError, StoreKey};
     let short = Duration::from_millis(20);
     let claim = |store: &Store, k: String| {
         let store = store.clone();

@@ -2,6 +2,7 @@
 //! metrics and the tracked request tasks.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -41,6 +42,8 @@ pub struct Gateway {
     pub(super) claimants: Claimants,
     /// The route label of requests that match no route.
     pub(super) no_route: Arc<str>,
+    /// Requests whose client hung up while their task still runs.
+    pub(super) detached: Arc<AtomicUsize>,
 }
 
 impl Gateway {
@@ -54,6 +57,7 @@ impl Gateway {
             tasks: TaskTracker::new(),
             claimants: Claimants::new(),
             no_route: Arc::from("-"),
+            detached: Arc::default(),
         })
     }
 
@@ -85,6 +89,11 @@ impl Gateway {
     /// even when their clients have hung up.
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
+    }
+
+    /// Requests whose client hung up while their claim's work still runs.
+    pub fn detached(&self) -> usize {
+        self.detached.load(Ordering::Relaxed)
     }
 
     /// What the dedupe protocol runs against.

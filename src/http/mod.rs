@@ -9,11 +9,13 @@
 //! - `passthrough`: streaming a request without dedupe.
 //! - `winner`: the won claim's upstream call, classified for the protocol.
 //! - `capture`: reading the winner's response body for the store.
+//! - `detach`: counting requests that outlive their client, so they can be bounded.
 //! - `replay`: answering from a stored record.
 //! - `access`: the access record, logged and counted once per request.
 
 mod access;
 mod capture;
+mod detach;
 pub mod gateway;
 mod passthrough;
 mod replay;

@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use tracing::{error, warn, Instrument};
 
 use super::access::Access;
+use super::detach::{TaskSide, Tether};
 use super::passthrough::{self, Forwarded};
 use super::winner::Winner;
 use super::{replay, ConnInfo, Gateway, Live};
@@ -157,6 +158,19 @@ impl Gateway {
         };
         let request_hash = key::request_hash(&view, &route.hash_headers);
         let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+        // Requests whose clients left keep running (their claims must settle), but only so
+        // many: past `max_connections` of them, no new claim is made.
+        if self.detached() >= live.config.server.max_connections {
+            warn!(
+                detached = self.detached(),
+                "too many requests whose clients left are still running; refusing new claims"
+            );
+            return early(
+                &route.name,
+                Outcome::Rejected,
+                Err(GatewayError::Overloaded),
+            );
+        }
         let policy = policy(route);
         let route_name = route.name.clone();
         let winner = Winner {
@@ -173,8 +187,11 @@ impl Gateway {
         // leave its outcome unknown.
         let gateway = self.clone();
         let span = tracing::Span::current();
+        let tether = Tether::new(&self.detached);
+        let _client = tether.client();
         let task = self.tasks.spawn(
             async move {
+                let _task = TaskSide(tether);
                 let env = gateway.env();
                 let settled = dedupe::run(&env, &store_key, &request_hash, &policy, |forward| {
                     winner.execute(&gateway.metrics, &store_key, forward)
