@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use dedupe_gateway::config::{Config, OnConflict};
+use dedupe_gateway::config::Config;
 use dedupe_gateway::key::KeyRule;
+use dedupe_gateway::route::OnConflict;
 
 /// Exit status for an unusable configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;

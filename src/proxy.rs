@@ -16,12 +16,12 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn, Instrument};
 
-use crate::config::{Config, OnConflict, OnError};
+use crate::config::Config;
 use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::metrics::{Metrics, Outcome};
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
-use crate::route::{self, Route};
+use crate::route::{self, OnConflict, OnError, Route};
 use crate::store::{Claim, ClaimRequest, Completion, Store, StoreError};
 use crate::upstream::{strip_hop_by_hop, Upstream, UpstreamError};
 use crate::{full, Body, BoxError, REPLAYED};

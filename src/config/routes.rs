@@ -1,0 +1,154 @@
+//! `[[routes]]` and the `[defaults]` they inherit: methods, path, key rule, scope and the
+//! per-route dedupe policy.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::defaults::DEFAULT_KEY_REQUIRED;
+use super::file::FileRoute;
+use super::server::ServerConfig;
+use super::store::StoreConfig;
+use super::{invalid, parse, ConfigError};
+use crate::key::{KeyRule, RequestPart};
+use crate::route::{OnConflict, OnError, PathPattern, Route};
+
+/// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
+pub(super) struct Inherited {
+    pub(super) lease: Duration,
+    pub(super) window: Duration,
+    pub(super) max_cached_body: u64,
+    pub(super) on_conflict: OnConflict,
+    pub(super) conflict_wait: Duration,
+    pub(super) on_error: OnError,
+}
+
+pub(super) fn validate(
+    at: &str,
+    r: &FileRoute,
+    inherited: Inherited,
+) -> Result<Route, ConfigError> {
+    if r.name.is_empty()
+        || r.name.len() > 64
+        || !r
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(invalid(
+            format!("{at}.name"),
+            "must be 1 to 64 letters, digits, '-' or '_'",
+        ));
+    }
+    if r.methods.is_empty() {
+        return Err(invalid(
+            format!("{at}.methods"),
+            "must list at least one method",
+        ));
+    }
+    let methods = r
+        .methods
+        .iter()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            Method::from_bytes(upper.as_bytes())
+                .map_err(|_| invalid(format!("{at}.methods"), format!("{m:?} is not a method")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
+
+    let key = match (&r.key.header, &r.key.fingerprint) {
+        (Some(h), None) => KeyRule::Header {
+            name: parse::header_name(&format!("{at}.key.header"), h)?,
+            required: r.key.required.unwrap_or(DEFAULT_KEY_REQUIRED),
+        },
+        (None, Some(parts)) => {
+            if r.key.required.is_some() {
+                return Err(invalid(
+                    format!("{at}.key.required"),
+                    "applies to header keys only; a fingerprint is always derived",
+                ));
+            }
+            if parts.is_empty() {
+                return Err(invalid(
+                    format!("{at}.key.fingerprint"),
+                    "must list at least one request part",
+                ));
+            }
+            KeyRule::Fingerprint(parse_parts(&format!("{at}.key.fingerprint"), parts)?)
+        }
+        _ => {
+            return Err(invalid(
+                format!("{at}.key"),
+                "set exactly one of `header` or `fingerprint`",
+            ))
+        }
+    };
+    let scope = parse_parts(&format!("{at}.scope"), &r.scope)?;
+    let hash_headers = r
+        .hash_headers
+        .iter()
+        .map(|h| parse::header_name(&format!("{at}.hash_headers"), h))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let lease = match &r.lease {
+        Some(v) => parse::duration(&format!("{at}.lease"), v)?,
+        None => inherited.lease,
+    };
+    let window = match &r.window {
+        Some(v) => parse::duration(&format!("{at}.window"), v)?,
+        None => inherited.window,
+    };
+    let max_cached_body = match &r.max_cached_body {
+        Some(v) => parse::size(&format!("{at}.max_cached_body"), v)?,
+        None => inherited.max_cached_body,
+    };
+    Ok(Route {
+        name: r.name.as_str().into(),
+        methods,
+        path,
+        key,
+        scope,
+        hash_headers,
+        lease,
+        window,
+        max_cached_body,
+        on_conflict: r.on_conflict.unwrap_or(inherited.on_conflict),
+        conflict_wait: match &r.conflict_wait {
+            Some(v) => parse::duration(&format!("{at}.conflict_wait"), v)?,
+            None => inherited.conflict_wait,
+        },
+        on_error: r.on_error.unwrap_or(inherited.on_error),
+    })
+}
+
+fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigError> {
+    parts
+        .iter()
+        .map(|p| RequestPart::parse(p).map_err(|e| invalid(at, e)))
+        .collect()
+}
+
+/// A winner may hold its claim for the whole upstream timeout plus its store calls. A lease
+/// shorter than that lets a retry take over a healthy but slow call and run the write again.
+pub(super) fn lease_warnings(
+    server: &ServerConfig,
+    store: &StoreConfig,
+    routes: &[Route],
+) -> Vec<String> {
+    let needed = server.upstream_timeout + store.timeout * 2;
+    routes
+        .iter()
+        .filter(|r| r.lease <= needed)
+        .map(|r| {
+            format!(
+                "routes[{}].lease: {} does not exceed server.upstream_timeout ({}) plus two store operations ({}): \
+                 a slow but healthy upstream call can be taken over by a retry and executed twice",
+                r.name,
+                humantime::format_duration(r.lease),
+                humantime::format_duration(server.upstream_timeout),
+                humantime::format_duration(store.timeout * 2),
+            )
+        })
+        .collect()
+}
