@@ -1,5 +1,9 @@
-//! Every default the configuration applies, named once. Validation reads these and nothing
-//! else; a test in this crate holds the README's reference table to them.
+//! Every default the configuration applies, and every bound it enforces, named once.
+//! Validation reads these and nothing else; a test in this crate holds the README's
+//! reference table to them.
+//!
+//! The bounds are sanity limits, far above any useful setting: they exist so that no value
+//! can overflow a deadline (`Instant + d`), a multiplication or an allocation at run time.
 
 use std::time::Duration;
 
@@ -53,32 +57,70 @@ pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
 
+/// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
+/// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
+/// `conflict_wait`).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Upper bound of `store.timeout`: one store operation.
+pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound of `lease`.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Upper bound of `window`.
+pub const MAX_WINDOW: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Upper bound of `max_body` and `max_cached_body`: both are held in memory whole.
+pub const MAX_BODY_LIMIT: u64 = 64 * MIB;
+/// Lower bound of `server.max_header_bytes`.
+pub const MIN_HEADER_BYTES: u64 = 8 * KIB;
+/// Upper bound of `server.max_header_bytes`.
+pub const MAX_HEADER_BYTES: u64 = MIB;
+/// Upper bound of `server.max_connections`.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+/// Upper bound of `server.max_concurrent_streams`.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
+/// Upper bound of `store.max_records`.
+pub const MAX_RECORDS: usize = 10_000_000;
+/// Upper bound of `store.prefix`, in bytes: the whole store key must fit the stored
+/// record's 16-bit key length, beside a route name and a client key.
+pub const MAX_PREFIX_LEN: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::parse;
 
-    /// The README's reference table: (field, default) for every row, backticks removed.
-    fn readme_defaults() -> Vec<(String, String)> {
+    /// One row of the README's reference table, backticks removed.
+    struct Row {
+        field: String,
+        default: String,
+        bound: String,
+    }
+
+    fn readme_rows() -> Vec<Row> {
         let readme = include_str!("../../README.md");
         let table = readme
             .split("### Reference")
             .nth(1)
             .expect("README has no \"### Reference\" section");
-        let mut rows = table.lines().skip_while(|l| !l.starts_with('|'));
-        let header: Vec<&str> = cells(rows.next().expect("no table header"));
+        let mut lines = table.lines().skip_while(|l| !l.starts_with('|'));
+        let header: Vec<&str> = cells(lines.next().expect("no table header"));
         let column = |name: &str| {
             header
                 .iter()
                 .position(|h| *h == name)
                 .unwrap_or_else(|| panic!("no {name:?} column in {header:?}"))
         };
-        let (field, default) = (column("field"), column("default"));
-        rows.skip(1) // the |---| line
+        let (field, default, bound) = (column("field"), column("default"), column("bound"));
+        lines
+            .skip(1) // the |---| line
             .take_while(|l| l.starts_with('|'))
             .map(|l| {
                 let c = cells(l);
-                (c[field].replace('`', ""), c[default].replace('`', ""))
+                let cell = |i: usize| c[i].replace('`', "");
+                Row {
+                    field: cell(field),
+                    default: cell(default),
+                    bound: cell(bound),
+                }
             })
             .collect()
     }
@@ -95,12 +137,27 @@ mod tests {
         toml::Value::String(text.to_owned()).try_into().unwrap()
     }
 
+    fn duration(text: &str) -> Option<Duration> {
+        parse::duration_allow_zero("readme", text, Duration::MAX).ok()
+    }
+
+    fn size(text: &str) -> Option<u64> {
+        parse::size("readme", text, 0, u64::MAX).ok()
+    }
+
+    fn number(text: &str) -> Option<u64> {
+        text.trim_end_matches(" bytes")
+            .replace(['_', ','], "")
+            .parse()
+            .ok()
+    }
+
     /// Whether the README's `text` states the named constant's value; `None` for a field
     /// that has no named default.
     fn states_default(field: &str, text: &str) -> Option<bool> {
-        let d = |v| parse::duration_allow_zero(field, text).ok() == Some(v);
-        let s = |v| parse::size(field, text).ok() == Some(v);
-        let n = |v: u64| text.replace(['_', ','], "").parse::<u64>().ok() == Some(v);
+        let d = |v| duration(text) == Some(v);
+        let s = |v| size(text) == Some(v);
+        let n = |v: u64| number(text) == Some(v);
         Some(match field {
             "server.upstream_timeout" => d(DEFAULT_UPSTREAM_TIMEOUT),
             "server.connect_timeout" => d(DEFAULT_CONNECT_TIMEOUT),
@@ -126,27 +183,76 @@ mod tests {
         })
     }
 
+    /// Whether the README's bound (`≤ MAX` or `MIN to MAX`) states the named constants;
+    /// `None` for a field without a bound.
+    fn states_bound(field: &str, text: &str) -> Option<bool> {
+        let (min, max) = match text.split_once(" to ") {
+            Some((min, max)) => (Some(min), max),
+            None => (None, text.strip_prefix("≤ ").unwrap_or(text)),
+        };
+        let d = |v| min.is_none() && duration(max) == Some(v);
+        let s = |lo: u64, hi| min.map_or(lo == 0, |m| size(m) == Some(lo)) && size(max) == Some(hi);
+        let n = |hi: u64| min.and_then(number) == Some(1) && number(max) == Some(hi);
+        Some(match field {
+            "server.upstream_timeout"
+            | "server.connect_timeout"
+            | "server.header_read_timeout"
+            | "server.body_read_timeout"
+            | "server.shutdown_grace"
+            | "defaults.conflict_wait" => d(MAX_TIMEOUT),
+            "store.timeout" => d(MAX_STORE_TIMEOUT),
+            "defaults.lease" => d(MAX_LEASE),
+            "defaults.window" => d(MAX_WINDOW),
+            "server.max_body" | "defaults.max_cached_body" => s(0, MAX_BODY_LIMIT),
+            "server.max_header_bytes" => s(MIN_HEADER_BYTES, MAX_HEADER_BYTES),
+            "server.max_connections" => n(MAX_CONNECTIONS as u64),
+            "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
+            "store.max_records" => n(MAX_RECORDS as u64),
+            "store.prefix" => min.is_none() && number(max) == Some(MAX_PREFIX_LEN as u64),
+            _ => return None,
+        })
+    }
+
     #[test]
-    fn the_readme_states_every_default_as_the_constants_say() {
-        let rows = readme_defaults();
-        assert!(rows.len() > 20, "README table not found whole: {rows:?}");
-        let mut checked = 0;
-        for (field, text) in &rows {
-            match states_default(field, text) {
+    fn the_readme_states_every_default_and_bound_as_the_constants_say() {
+        let rows = readme_rows();
+        assert!(rows.len() > 20, "README table not found whole");
+        let (mut defaults, mut bounds) = (0, 0);
+        for Row {
+            field,
+            default,
+            bound,
+        } in &rows
+        {
+            match states_default(field, default) {
                 Some(ok) => {
                     assert!(
                         ok,
-                        "README says {field} defaults to {text:?}; the constant differs"
+                        "README: {field} defaults to {default:?}; the constant differs"
                     );
-                    checked += 1;
+                    defaults += 1;
                 }
                 // A field without a named default says so in words, never with a value.
                 None => assert!(
-                    ["required", "—", "off", "none", "[]", "inherited"].contains(&text.as_str()),
-                    "README gives {field} the default {text:?}, which no DEFAULT_* constant backs"
+                    ["required", "—", "off", "none", "[]", "inherited"].contains(&default.as_str()),
+                    "README gives {field} the default {default:?}, which no constant backs"
+                ),
+            }
+            match states_bound(field, bound) {
+                Some(ok) => {
+                    assert!(
+                        ok,
+                        "README: {field} is bounded by {bound:?}; the constants differ"
+                    );
+                    bounds += 1;
+                }
+                None => assert!(
+                    bound.is_empty(),
+                    "README bounds {field} by {bound:?}, which no constant backs"
                 ),
             }
         }
-        assert_eq!(checked, 20, "every DEFAULT_* constant has its README row");
+        assert_eq!(defaults, 20, "every DEFAULT_* constant has its README row");
+        assert_eq!(bounds, 16, "every bounded field has its README bound");
     }
 }

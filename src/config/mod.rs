@@ -29,10 +29,6 @@ pub use server::{ServerConfig, UpstreamTarget};
 pub use store::{Backend, StoreConfig};
 
 use crate::route::Route;
-use defaults::{
-    DEFAULT_CONFLICT_WAIT, DEFAULT_LEASE, DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT,
-    DEFAULT_ON_ERROR, DEFAULT_WINDOW,
-};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -131,21 +127,7 @@ impl Config {
             })
             .transpose()?;
 
-        let d = &file.defaults;
-        let lease = parse::opt_duration("defaults.lease", d.lease.as_deref(), DEFAULT_LEASE)?;
-        let window = parse::opt_duration("defaults.window", d.window.as_deref(), DEFAULT_WINDOW)?;
-        let max_cached_body = parse::opt_size(
-            "defaults.max_cached_body",
-            d.max_cached_body.as_deref(),
-            DEFAULT_MAX_CACHED_BODY,
-        )?;
-        let on_conflict = d.on_conflict.unwrap_or(DEFAULT_ON_CONFLICT);
-        let conflict_wait = parse::opt_duration(
-            "defaults.conflict_wait",
-            d.conflict_wait.as_deref(),
-            DEFAULT_CONFLICT_WAIT,
-        )?;
-        let on_error = file.store.on_error.unwrap_or(DEFAULT_ON_ERROR);
+        let inherited = routes::Inherited::from_file(&file.defaults, file.store.on_error)?;
 
         let mut names = HashSet::new();
         let mut routes = Vec::with_capacity(file.routes.len());
@@ -155,18 +137,7 @@ impl Config {
             } else {
                 format!("routes[{}]", r.name)
             };
-            let route = routes::validate(
-                &at,
-                r,
-                routes::Inherited {
-                    lease,
-                    window,
-                    max_cached_body,
-                    on_conflict,
-                    conflict_wait,
-                    on_error,
-                },
-            )?;
+            let route = routes::validate(&at, r, &inherited)?;
             if !names.insert(route.name.clone()) {
                 return Err(invalid(format!("{at}.name"), "duplicate route name"));
             }

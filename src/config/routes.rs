@@ -5,8 +5,12 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::defaults::DEFAULT_KEY_REQUIRED;
-use super::file::FileRoute;
+use super::defaults::{
+    DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MAX_CACHED_BODY,
+    DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT,
+    MAX_WINDOW,
+};
+use super::file::{FileDefaults, FileRoute};
 use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
@@ -15,18 +19,66 @@ use crate::route::{OnConflict, OnError, PathPattern, Route};
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
 pub(super) struct Inherited {
-    pub(super) lease: Duration,
-    pub(super) window: Duration,
-    pub(super) max_cached_body: u64,
-    pub(super) on_conflict: OnConflict,
-    pub(super) conflict_wait: Duration,
-    pub(super) on_error: OnError,
+    lease: Duration,
+    window: Duration,
+    max_cached_body: u64,
+    on_conflict: OnConflict,
+    conflict_wait: Duration,
+    on_error: OnError,
+}
+
+impl Inherited {
+    /// Validates `[defaults]`; `on_error` is `[store] on_error`.
+    pub(super) fn from_file(
+        d: &FileDefaults,
+        on_error: Option<OnError>,
+    ) -> Result<Self, ConfigError> {
+        let at = |field: &str| format!("defaults.{field}");
+        Ok(Self {
+            lease: opt(d.lease.as_deref(), |v| lease(&at("lease"), v))?.unwrap_or(DEFAULT_LEASE),
+            window: opt(d.window.as_deref(), |v| window(&at("window"), v))?
+                .unwrap_or(DEFAULT_WINDOW),
+            max_cached_body: opt(d.max_cached_body.as_deref(), |v| {
+                max_cached_body(&at("max_cached_body"), v)
+            })?
+            .unwrap_or(DEFAULT_MAX_CACHED_BODY),
+            on_conflict: d.on_conflict.unwrap_or(DEFAULT_ON_CONFLICT),
+            conflict_wait: opt(d.conflict_wait.as_deref(), |v| {
+                conflict_wait(&at("conflict_wait"), v)
+            })?
+            .unwrap_or(DEFAULT_CONFLICT_WAIT),
+            on_error: on_error.unwrap_or(DEFAULT_ON_ERROR),
+        })
+    }
+}
+
+fn opt<T>(
+    v: Option<&str>,
+    parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+) -> Result<Option<T>, ConfigError> {
+    v.map(parse).transpose()
+}
+
+fn lease(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_LEASE)
+}
+
+fn window(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_WINDOW)
+}
+
+fn conflict_wait(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_TIMEOUT)
+}
+
+fn max_cached_body(at: &str, v: &str) -> Result<u64, ConfigError> {
+    parse::size(at, v, 0, MAX_BODY_LIMIT)
 }
 
 pub(super) fn validate(
     at: &str,
     r: &FileRoute,
-    inherited: Inherited,
+    inherited: &Inherited,
 ) -> Result<Route, ConfigError> {
     if r.name.is_empty()
         || r.name.len() > 64
@@ -92,15 +144,15 @@ pub(super) fn validate(
         .collect::<Result<Vec<_>, _>>()?;
 
     let lease = match &r.lease {
-        Some(v) => parse::duration(&format!("{at}.lease"), v)?,
+        Some(v) => lease(&format!("{at}.lease"), v)?,
         None => inherited.lease,
     };
     let window = match &r.window {
-        Some(v) => parse::duration(&format!("{at}.window"), v)?,
+        Some(v) => window(&format!("{at}.window"), v)?,
         None => inherited.window,
     };
     let max_cached_body = match &r.max_cached_body {
-        Some(v) => parse::size(&format!("{at}.max_cached_body"), v)?,
+        Some(v) => max_cached_body(&format!("{at}.max_cached_body"), v)?,
         None => inherited.max_cached_body,
     };
     Ok(Route {
@@ -115,7 +167,7 @@ pub(super) fn validate(
         max_cached_body,
         on_conflict: r.on_conflict.unwrap_or(inherited.on_conflict),
         conflict_wait: match &r.conflict_wait {
-            Some(v) => parse::duration(&format!("{at}.conflict_wait"), v)?,
+            Some(v) => conflict_wait(&format!("{at}.conflict_wait"), v)?,
             None => inherited.conflict_wait,
         },
         on_error: r.on_error.unwrap_or(inherited.on_error),

@@ -8,7 +8,8 @@ use http::uri::{Authority, Scheme};
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT, MAX_BODY_LIMIT,
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
 };
 use super::file::FileServer;
 use super::{invalid, parse, ConfigError};
@@ -58,51 +59,56 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         "server.upstream_timeout",
         s.upstream_timeout.as_deref(),
         DEFAULT_UPSTREAM_TIMEOUT,
+        MAX_TIMEOUT,
     )?;
     let connect_timeout = parse::opt_duration(
         "server.connect_timeout",
         s.connect_timeout.as_deref(),
         DEFAULT_CONNECT_TIMEOUT,
+        MAX_TIMEOUT,
     )?;
-    let max_body = parse::opt_size("server.max_body", s.max_body.as_deref(), DEFAULT_MAX_BODY)?;
+    let max_body = parse::opt_size(
+        "server.max_body",
+        s.max_body.as_deref(),
+        DEFAULT_MAX_BODY,
+        0,
+        MAX_BODY_LIMIT,
+    )?;
     let max_header_bytes = parse::opt_size(
         "server.max_header_bytes",
         s.max_header_bytes.as_deref(),
         DEFAULT_MAX_HEADER_BYTES,
+        MIN_HEADER_BYTES,
+        MAX_HEADER_BYTES,
     )?;
-    if !(8192..=1024 * 1024).contains(&max_header_bytes) {
-        return Err(invalid(
-            "server.max_header_bytes",
-            "must be between 8KiB and 1MiB",
-        ));
-    }
     let header_read_timeout = parse::opt_duration(
         "server.header_read_timeout",
         s.header_read_timeout.as_deref(),
         DEFAULT_HEADER_READ_TIMEOUT,
+        MAX_TIMEOUT,
     )?;
     let body_read_timeout = parse::opt_duration(
         "server.body_read_timeout",
         s.body_read_timeout.as_deref(),
         DEFAULT_BODY_READ_TIMEOUT,
+        MAX_TIMEOUT,
     )?;
     let shutdown_grace = match s.shutdown_grace.as_deref() {
-        Some(v) => parse::duration_allow_zero("server.shutdown_grace", v)?,
+        Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
-    let max_connections = s.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-    if max_connections == 0 {
-        return Err(invalid("server.max_connections", "must be at least 1"));
-    }
-    let max_concurrent_streams = s
-        .max_concurrent_streams
-        .unwrap_or(DEFAULT_MAX_CONCURRENT_STREAMS);
-    if max_concurrent_streams == 0 {
-        return Err(invalid(
-            "server.max_concurrent_streams",
-            "must be at least 1",
-        ));
-    }
+    let max_connections = parse::count(
+        "server.max_connections",
+        s.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+        MAX_CONNECTIONS,
+    )?;
+    let max_concurrent_streams = parse::count(
+        "server.max_concurrent_streams",
+        s.max_concurrent_streams,
+        DEFAULT_MAX_CONCURRENT_STREAMS,
+        MAX_CONCURRENT_STREAMS,
+    )?;
     Ok(ServerConfig {
         max_connections,
         max_concurrent_streams,

@@ -5,7 +5,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::defaults::{
-    DEFAULT_BACKEND, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_BACKEND, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT, MAX_PREFIX_LEN,
+    MAX_RECORDS, MAX_STORE_TIMEOUT,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
@@ -63,8 +64,18 @@ pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
             "must be non-empty letters, digits, '-', '_' or '.'",
         ));
     }
-    let timeout =
-        parse::opt_duration("store.timeout", s.timeout.as_deref(), DEFAULT_STORE_TIMEOUT)?;
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(invalid(
+            "store.prefix",
+            format!("is {} bytes long: at most {MAX_PREFIX_LEN}", prefix.len()),
+        ));
+    }
+    let timeout = parse::opt_duration(
+        "store.timeout",
+        s.timeout.as_deref(),
+        DEFAULT_STORE_TIMEOUT,
+        MAX_STORE_TIMEOUT,
+    )?;
     let check_url = |at: &str, url: &str| -> Result<String, ConfigError> {
         if url.starts_with("rediss://") {
             return Err(invalid(
@@ -129,10 +140,12 @@ pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
             "applies to backend = \"memory\" only",
         ));
     }
-    let max_records = s.max_records.unwrap_or(DEFAULT_MAX_RECORDS);
-    if max_records == 0 {
-        return Err(invalid("store.max_records", "must be at least 1"));
-    }
+    let max_records = parse::count(
+        "store.max_records",
+        s.max_records,
+        DEFAULT_MAX_RECORDS,
+        MAX_RECORDS,
+    )?;
     Ok(StoreConfig {
         backend,
         prefix,
