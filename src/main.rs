@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use dedupe_gateway::config::Config;
+use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::key::KeyRule;
 use dedupe_gateway::route::OnConflict;
 
@@ -79,8 +79,14 @@ fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path) -> Result<Config, anyhow::Error> {
-    Config::load(path, |k| std::env::var(k).ok())
-        .with_context(|| format!("invalid configuration {}", path.display()))
+    Config::load(path, |k| std::env::var(k).ok()).map_err(|e| {
+        // A bad DEDUPE_* variable is not the file's fault: say which one it is.
+        let context = match e {
+            ConfigError::Env { .. } => "invalid environment".to_owned(),
+            _ => format!("invalid configuration {}", path.display()),
+        };
+        anyhow::Error::new(e).context(context)
+    })
 }
 
 fn config_error(e: &anyhow::Error) -> ExitCode {

@@ -255,3 +255,122 @@ fn check_ends_quietly_when_stdout_is_closed() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// A value of the wrong type is named by its field and described in the README's words:
+/// no serde type names, no Rust types, no parser internals.
+#[test]
+fn check_names_the_field_of_a_mistyped_value() {
+    let cases = [
+        (
+            payments_route("lease = 5\n"),
+            "routes[payments].lease: expected a duration like \"30s\"",
+        ),
+        (
+            BASE.replace("listen = \"127.0.0.1:0\"", "listen = 8080"),
+            "server.listen: expected a string",
+        ),
+        (
+            payments_route("on_error = 5\n"),
+            "routes[payments].on_error: expected \"fail-closed\" or \"fail-open\"",
+        ),
+        (
+            payments_route("").replace(
+                "key = { header = \"Idempotency-Key\" }",
+                "key = \"Idempotency-Key\"",
+            ),
+            "routes[payments].key: expected a table like { header = \"Idempotency-Key\" }",
+        ),
+        (
+            format!("{BASE}[store]\nmax_records = -1\n"),
+            "store.max_records: expected a whole number",
+        ),
+        (
+            BASE.replace("[server]\n", "[server]\nmax_body = \"\"\n"),
+            "server.max_body: \"\" is not a size like",
+        ),
+        (
+            format!("bogus = 1\n{BASE}"),
+            "configuration: unknown field `bogus`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let (code, _, err) = check(&text);
+        assert_eq!(code, Some(64), "{err}");
+        assert!(err.contains(expected), "wanted {expected:?} in: {err}");
+        for internal in [
+            "invalid type",
+            "File",
+            "usize",
+            "cannot parse",
+            "struct",
+            "wanted",
+        ] {
+            assert!(!err.contains(internal), "{internal:?} in: {err}");
+        }
+    }
+}
+
+#[test]
+fn check_refuses_unknown_and_lowercase_methods_unless_the_route_opts_in() {
+    let with_methods = |methods: &str, extra: &str| {
+        payments_route(extra).replace("methods = [\"POST\"]", &format!("methods = {methods}"))
+    };
+    let (code, _, err) = check(&with_methods("[\"PSOT\"]", ""));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("routes[payments].methods: \"PSOT\" is not a standard HTTP method"),
+        "{err}"
+    );
+    assert!(err.contains("allow_extension_methods"), "{err}");
+
+    let (code, _, err) = check(&with_methods("[\"post\"]", ""));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("routes[payments].methods: \"post\""), "{err}");
+    assert!(err.contains("uppercase"), "{err}");
+
+    let (code, _, err) = check(&with_methods(
+        "[\"PO ST\"]",
+        "allow_extension_methods = true\n",
+    ));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("\"PO ST\" is not an HTTP method"), "{err}");
+
+    let (code, out, err) = check(&with_methods(
+        "[\"PROPFIND\", \"MKCOL\", \"PATCH\"]",
+        "allow_extension_methods = true\n",
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("route payments: PROPFIND,MKCOL,PATCH /p"),
+        "{out}"
+    );
+}
+
+/// A bad value from a `DEDUPE_*` variable names the variable, not the file.
+#[test]
+fn an_environment_error_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, BASE);
+    for (var, value, field) in [
+        ("DEDUPE_LISTEN", "nope", "server.listen"),
+        ("DEDUPE_UPSTREAM", "https://app:1", "server.upstream"),
+        ("DEDUPE_REDIS_URL", "redis://127.0.0.1:6379", "store.url"),
+        ("DEDUPE_ADMIN_LISTEN", "127.0.0.1", "admin.listen"),
+    ] {
+        let out = gateway()
+            .arg("check")
+            .arg("--config")
+            .arg(&p)
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{var}: {err}");
+        assert!(
+            err.contains(&format!("invalid environment: {var}: ")),
+            "{err}"
+        );
+        assert!(err.contains(&format!("(it sets {field})")), "{err}");
+        assert!(!err.contains("gateway.toml"), "names the file: {err}");
+    }
+}

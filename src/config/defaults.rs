@@ -56,6 +56,8 @@ pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
 
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
+/// `routes[].allow_extension_methods`.
+pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
@@ -179,6 +181,9 @@ mod tests {
             "defaults.conflict_wait" => d(DEFAULT_CONFLICT_WAIT),
             "defaults.max_cached_body" => s(DEFAULT_MAX_CACHED_BODY),
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
+            "routes[].allow_extension_methods" => {
+                text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
+            }
             _ => return None,
         })
     }
@@ -252,7 +257,7 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 20, "every DEFAULT_* constant has its README row");
+        assert_eq!(defaults, 21, "every DEFAULT_* constant has its README row");
         assert_eq!(bounds, 16, "every bounded field has its README bound");
     }
 }

@@ -9,7 +9,10 @@ use crate::route::{OnConflict, OnError};
 
 /// The TOML file, field for field.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a configuration file with a [server] table"
+)]
 pub struct FileConfig {
     /// `[server]`
     pub server: FileServer,
@@ -24,11 +27,23 @@ pub struct FileConfig {
     /// `[[routes]]`
     #[serde(default)]
     pub routes: Vec<FileRoute>,
+    /// Which fields the environment set, so their errors name the variable.
+    #[serde(skip)]
+    pub(super) from_env: Vec<EnvOverride>,
+}
+
+/// A field set by a `DEDUPE_*` variable.
+#[derive(Debug, Clone)]
+pub(super) struct EnvOverride {
+    /// The field, as errors name it (`server.listen`).
+    pub(super) field: &'static str,
+    /// The variable (`DEDUPE_LISTEN`).
+    pub(super) var: &'static str,
 }
 
 /// `[server]` as written.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [server] table")]
 pub struct FileServer {
     /// Public listen address.
     pub listen: String,
@@ -56,7 +71,7 @@ pub struct FileServer {
 
 /// `[store]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [store] table")]
 pub struct FileStore {
     /// Which backend.
     pub backend: Option<Backend>,
@@ -76,7 +91,7 @@ pub struct FileStore {
 
 /// `[defaults]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [defaults] table")]
 pub struct FileDefaults {
     /// In-flight lease.
     pub lease: Option<String>,
@@ -92,7 +107,7 @@ pub struct FileDefaults {
 
 /// `[admin]` as written.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "an [admin] table")]
 pub struct FileAdmin {
     /// Admin listen address.
     pub listen: String,
@@ -102,7 +117,10 @@ pub struct FileAdmin {
 
 /// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table like { header = \"Idempotency-Key\" } or { fingerprint = [\"path\"] }"
+)]
 pub struct FileKey {
     /// Header carrying the client's key.
     pub header: Option<String>,
@@ -114,7 +132,7 @@ pub struct FileKey {
 
 /// `[[routes]]` as written.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[routes]] table")]
 pub struct FileRoute {
     /// Unique route name (letters, digits, `-`, `_`).
     pub name: String,
@@ -142,25 +160,118 @@ pub struct FileRoute {
     pub max_cached_body: Option<String>,
     /// Overrides `[store] on_error`.
     pub on_error: Option<OnError>,
+    /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
+    /// a method is refused as a likely typo.
+    pub allow_extension_methods: Option<bool>,
 }
 
 impl FileConfig {
-    /// Parses TOML text. A mistake inside a `[[routes]]` entry is reported with the
-    /// route's name; anything else with toml's line and column.
+    /// Parses TOML text. Syntax errors carry toml's line and column; a field of the wrong
+    /// type or an unknown one is named by its path, with a route by its name
+    /// (`routes[payments].lease: expected a duration like "30s", found integer `5``).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| Self::locate_route_error(text).unwrap_or(e.into()))
-    }
-
-    fn locate_route_error(text: &str) -> Option<ConfigError> {
-        let table: toml::Table = text.parse().ok()?;
-        let routes = table.get("routes")?.as_array()?;
-        routes.iter().enumerate().find_map(|(i, route)| {
-            let e = route.clone().try_into::<FileRoute>().err()?;
-            let name = route
-                .get("name")
-                .and_then(toml::Value::as_str)
-                .map_or_else(|| i.to_string(), str::to_owned);
-            Some(invalid(format!("routes[{name}]"), e.message().trim()))
+        let deserializer = toml::Deserializer::parse(text)?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let message = e.inner().message();
+            let mut at = field_path(e.path(), text);
+            // The unknown name is in the message; the path stops at its table, so the
+            // name is said once.
+            if message.starts_with("unknown field") {
+                at = at
+                    .rsplit_once('.')
+                    .map_or("configuration", |(table, _)| table)
+                    .to_owned();
+            }
+            let message = plain_message(&at, message);
+            invalid(at, message)
         })
     }
+}
+
+/// `routes[0].key.header` as `routes[payments].key.header`: a route is named by its name.
+fn field_path(path: &serde_path_to_error::Path, text: &str) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    let mut in_routes = false;
+    for segment in path.iter() {
+        match segment {
+            Segment::Map { key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+                in_routes = out == "routes";
+            }
+            Segment::Seq { index } if in_routes => {
+                out.push_str(&format!("[{}]", route_name(text, *index)));
+                in_routes = false;
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    if out.is_empty() {
+        out.push_str("configuration");
+    }
+    out
+}
+
+/// The name of the `index`th route, or the index when it has none.
+fn route_name(text: &str, index: usize) -> String {
+    text.parse::<toml::Table>()
+        .ok()
+        .and_then(|t| {
+            t.get("routes")?
+                .get(index)?
+                .get("name")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| index.to_string())
+}
+
+/// serde's message in the user's words: what the field expects (a duration, a size), then
+/// what was found; no Rust type names.
+fn plain_message(at: &str, message: &str) -> String {
+    let field = at.rsplit('.').next().unwrap_or(at);
+    // toml's own words for a non-string where an enum belongs.
+    if message == "wanted string or table" {
+        let expected = expected_for(field).unwrap_or("a string");
+        return format!("expected {expected}");
+    }
+    let reshaped = ["invalid type: ", "invalid value: "]
+        .iter()
+        .find_map(|prefix| {
+            let (found, expected) = message.strip_prefix(prefix)?.rsplit_once(", expected ")?;
+            Some((found.to_owned(), expected.to_owned()))
+        });
+    let Some((found, expected)) = reshaped else {
+        return message.to_owned();
+    };
+    let expected = expected_for(field).unwrap_or(match expected.as_str() {
+        "usize" | "u32" | "u64" => "a whole number of at least 1",
+        "a sequence" => "an array",
+        other => other,
+    });
+    format!("expected {expected}, found {found}")
+}
+
+/// What a field holds, in the README's words, where serde's would be unhelpful.
+fn expected_for(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "lease"
+        | "window"
+        | "conflict_wait"
+        | "timeout"
+        | "upstream_timeout"
+        | "connect_timeout"
+        | "header_read_timeout"
+        | "body_read_timeout"
+        | "shutdown_grace" => "a duration like \"30s\"",
+        "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
+        "on_error" => "\"fail-closed\" or \"fail-open\"",
+        "on_conflict" => "\"reject\" or \"wait\"",
+        "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
+        _ => return None,
+    })
 }

@@ -41,7 +41,7 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is not valid TOML, or has an unknown or mistyped field.
+    /// The file is not valid TOML.
     #[error(transparent)]
     Parse(#[from] toml::de::Error),
     /// A field has a value the gateway cannot use.
@@ -50,6 +50,16 @@ pub enum ConfigError {
         /// Where: `server.listen`, `routes[payments].lease`, ...
         at: String,
         /// What is wrong with it.
+        message: String,
+    },
+    /// A `DEDUPE_*` environment variable set a field to a value the gateway cannot use.
+    #[error("{var}: {message} (it sets {at})")]
+    Env {
+        /// The variable: `DEDUPE_LISTEN`, ...
+        var: &'static str,
+        /// The field it sets: `server.listen`, ...
+        at: String,
+        /// What is wrong with the value.
         message: String,
     },
 }
@@ -104,6 +114,16 @@ impl Config {
 
     /// Validates a parsed file.
     pub fn from_file(file: FileConfig) -> Result<Self, ConfigError> {
+        Self::validate(&file).map_err(|e| match e {
+            ConfigError::Invalid { at, message } => match file.env_var_for(&at) {
+                Some(var) => ConfigError::Env { var, at, message },
+                None => ConfigError::Invalid { at, message },
+            },
+            e => e,
+        })
+    }
+
+    fn validate(file: &FileConfig) -> Result<Self, ConfigError> {
         let server = server::validate(&file.server)?;
         let store = store::validate(&file.store)?;
         let admin = file

@@ -6,9 +6,9 @@ use std::time::Duration;
 use http::Method;
 
 use super::defaults::{
-    DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MAX_CACHED_BODY,
-    DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT,
-    MAX_WINDOW,
+    DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT,
+    MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
 use super::file::{FileDefaults, FileRoute};
 use super::server::ServerConfig;
@@ -50,6 +50,39 @@ impl Inherited {
             on_error: on_error.unwrap_or(DEFAULT_ON_ERROR),
         })
     }
+}
+
+/// RFC 9110's methods and PATCH (RFC 5789).
+const STANDARD_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// A method as HTTP compares it: case-sensitive, so `post` would never match a `POST`.
+/// Outside the standard set, a name is far likelier a typo (`PSOT`) than a WebDAV verb, and
+/// a typo here silently switches dedupe off; such names need `allow_extension_methods`.
+fn method(at: &str, m: &str, extensions: bool) -> Result<Method, ConfigError> {
+    let method = Method::from_bytes(m.as_bytes())
+        .map_err(|_| invalid(at, format!("{m:?} is not an HTTP method")))?;
+    if m.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(invalid(
+            at,
+            format!(
+                "{m:?}: methods are case-sensitive and written in uppercase: {:?}",
+                m.to_ascii_uppercase()
+            ),
+        ));
+    }
+    if !extensions && !STANDARD_METHODS.contains(&m) {
+        return Err(invalid(
+            at,
+            format!(
+                "{m:?} is not a standard HTTP method ({}); set allow_extension_methods = true \
+                 on this route if the API really uses it",
+                STANDARD_METHODS.join(", ")
+            ),
+        ));
+    }
+    Ok(method)
 }
 
 fn opt<T>(
@@ -98,14 +131,13 @@ pub(super) fn validate(
             "must list at least one method",
         ));
     }
+    let extensions = r
+        .allow_extension_methods
+        .unwrap_or(DEFAULT_ALLOW_EXTENSION_METHODS);
     let methods = r
         .methods
         .iter()
-        .map(|m| {
-            let upper = m.to_ascii_uppercase();
-            Method::from_bytes(upper.as_bytes())
-                .map_err(|_| invalid(format!("{at}.methods"), format!("{m:?} is not a method")))
-        })
+        .map(|m| method(&format!("{at}.methods"), m, extensions))
         .collect::<Result<Vec<_>, _>>()?;
     let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
 

@@ -39,7 +39,7 @@ lease = "2s"
 window = "1h"
 [[routes]]
 name = "a"
-methods = ["post"]
+methods = ["POST"]
 path = "/a"
 key = { header = "Idempotency-Key" }
 [[routes]]
@@ -116,7 +116,7 @@ fn routes_need_unique_safe_names_methods_and_paths() {
     };
     assert!(err(&r("a:b", "[\"POST\"]", "/a")).contains("routes[a:b].name"));
     assert!(err(&r("a", "[]", "/a")).contains("routes[a].methods"));
-    assert!(err(&r("a", "[\"PO ST\"]", "/a")).contains("not a method"));
+    assert!(err(&r("a", "[\"PO ST\"]", "/a")).contains("not an HTTP method"));
     assert!(err(&r("a", "[\"POST\"]", "a")).contains("routes[a].path"));
     let twice = format!(
         "{}{}",
