@@ -1,14 +1,15 @@
 //! The `dedupe-gateway` binary: parses the command line, sets up logging, loads the
 //! configuration and hands over to the library.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use dedupe_gateway::config::{Config, OnConflict};
+use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::key::KeyRule;
+use dedupe_gateway::route::OnConflict;
 
 /// Exit status for an unusable configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
@@ -49,10 +50,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => match load(&config) {
-            Ok(c) => {
-                print_routes(&c);
-                ExitCode::SUCCESS
-            }
+            Ok(c) => match print_routes(&mut std::io::stdout().lock(), &c) {
+                // A reader that stopped early (`check ... | head -2`) has what it wanted.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    report(&format!("cannot write to stdout: {e}"));
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            },
             Err(e) => config_error(&e),
         },
         Command::Run { config: path } => {
@@ -65,7 +70,7 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
-                    eprintln!("dedupe-gateway: {e:#}");
+                    report(&format!("{e:#}"));
                     ExitCode::FAILURE
                 }
             }
@@ -74,13 +79,25 @@ fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path) -> Result<Config, anyhow::Error> {
-    Config::load(path, |k| std::env::var(k).ok())
-        .with_context(|| format!("invalid configuration {}", path.display()))
+    Config::load(path, |k| std::env::var(k).ok()).map_err(|e| {
+        // A bad DEDUPE_* variable is not the file's fault: say which one it is.
+        let context = match e {
+            ConfigError::Env { .. } => "invalid environment".to_owned(),
+            _ => format!("invalid configuration {}", path.display()),
+        };
+        anyhow::Error::new(e).context(context)
+    })
 }
 
 fn config_error(e: &anyhow::Error) -> ExitCode {
-    eprintln!("dedupe-gateway: {e:#}");
+    report(&format!("{e:#}"));
     ExitCode::from(EXIT_CONFIG)
+}
+
+/// Prints a message on stderr. Unlike `eprintln!`, a closed stderr is no panic: the exit
+/// status still tells what happened.
+fn report(message: &str) {
+    let _ = writeln!(std::io::stderr(), "dedupe-gateway: {message}");
 }
 
 fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
@@ -110,20 +127,21 @@ fn init_tracing(format: Option<LogFormat>) {
     }
 }
 
-fn print_routes(c: &Config) {
-    println!(
+fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
+    writeln!(
+        out,
         "configuration ok: listen {}, upstream {}://{}{}, store {}",
         c.server.listen,
         c.server.upstream.scheme,
         c.server.upstream.authority,
         c.server.upstream.base_path,
         c.store.backend.as_str(),
-    );
+    )?;
     for w in &c.warnings {
-        println!("warning: {w}");
+        writeln!(out, "warning: {w}")?;
     }
     if c.routes.is_empty() {
-        println!("no routes: every request is proxied without dedupe");
+        writeln!(out, "no routes: every request is proxied without dedupe")?;
     }
     for r in &c.routes {
         let methods: Vec<&str> = r.methods.iter().map(|m| m.as_str()).collect();
@@ -147,7 +165,8 @@ fn print_routes(c: &Config) {
                 format!("wait up to {}", humantime::format_duration(r.conflict_wait))
             }
         };
-        println!(
+        writeln!(
+            out,
             "route {}: {} {} key={} lease={} window={} on_conflict={}",
             r.name,
             methods.join(","),
@@ -156,6 +175,7 @@ fn print_routes(c: &Config) {
             humantime::format_duration(r.lease),
             humantime::format_duration(r.window),
             conflict,
-        );
+        )?;
     }
+    Ok(())
 }

@@ -7,9 +7,33 @@ use std::time::Duration;
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use http::header::HeaderName;
 use http::Method;
+use serde::Deserialize;
 
-use crate::config::{OnConflict, OnError};
 use crate::key::{KeyRule, RequestPart};
+
+/// What a deduped request does when the store fails or times out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"fail-closed\" or \"fail-open\""
+)]
+pub enum OnError {
+    /// Answer 503 and forward nothing.
+    FailClosed,
+    /// Forward without dedupe (logged and counted).
+    FailOpen,
+}
+
+/// What an in-flight duplicate gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", expecting = "\"reject\" or \"wait\"")]
+pub enum OnConflict {
+    /// 409 with `Retry-After`.
+    Reject,
+    /// Hold the duplicate (up to `conflict_wait`) until the first request finishes, then
+    /// answer it with the stored response; 409 if the wait runs out.
+    Wait,
+}
 
 /// A path pattern: an exact path, or a glob where `*` matches any run of characters
 /// (slashes included), so `/v1/payments/*` is a prefix match.

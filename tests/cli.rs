@@ -154,3 +154,223 @@ fn check_warns_when_a_lease_is_shorter_than_the_upstream_timeout() {
     assert_eq!(code, Some(0));
     assert!(out.contains("warning: routes[payments].lease"), "{out}");
 }
+
+/// Values that once passed `check` and then panicked at run time (or in `check` itself):
+/// every one is now refused with exit 64 and the field's name.
+#[test]
+fn check_refuses_out_of_range_numbers_naming_the_field() {
+    let huge = [
+        "500000000000y",
+        "500000000000d",
+        "18446744073709551615s 999999999ns 1ns",
+    ];
+    let server =
+        |field: &str, v: &str| BASE.replace("[server]\n", &format!("[server]\n{field} = {v}\n"));
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for v in huge {
+        let q = format!("{v:?}");
+        for field in ["lease", "window", "conflict_wait"] {
+            cases.push((
+                payments_route(&format!("{field} = {q}\n")),
+                format!("routes[payments].{field}"),
+            ));
+            cases.push((
+                format!("{BASE}[defaults]\n{field} = {q}\n"),
+                format!("defaults.{field}"),
+            ));
+        }
+        for field in [
+            "upstream_timeout",
+            "header_read_timeout",
+            "shutdown_grace",
+            "connect_timeout",
+            "body_read_timeout",
+        ] {
+            cases.push((server(field, &q), format!("server.{field}")));
+        }
+        cases.push((
+            format!("{BASE}[store]\ntimeout = {q}\n"),
+            "store.timeout".into(),
+        ));
+    }
+    cases.push((
+        server("max_connections", "9223372036854775807"),
+        "server.max_connections".into(),
+    ));
+    cases.push((
+        server("max_connections", "1000001"),
+        "server.max_connections".into(),
+    ));
+    cases.push((
+        server("max_concurrent_streams", "4294967295"),
+        "server.max_concurrent_streams".into(),
+    ));
+    cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
+    cases.push((
+        payments_route("max_cached_body = \"1TiB\"\n"),
+        "routes[payments].max_cached_body".into(),
+    ));
+    cases.push((
+        format!("{BASE}[store]\nmax_records = 9223372036854775807\n"),
+        "store.max_records".into(),
+    ));
+    cases.push((
+        format!("{BASE}[store]\nprefix = \"{}\"\n", "p".repeat(70_000)),
+        "store.prefix".into(),
+    ));
+    for (text, field) in cases {
+        let (code, _, err) = check(&text);
+        assert_eq!(code, Some(64), "{field}: {err}");
+        assert!(err.contains(&format!("{field}:")), "{field}: {err}");
+        assert!(!err.contains("panicked"), "{field}: {err}");
+    }
+}
+
+#[test]
+fn check_accepts_the_largest_values_in_bounds() {
+    let text = payments_route("lease = \"1day\"\nwindow = \"365d\"\nconflict_wait = \"1h\"\n")
+        .replace(
+        "[server]\n",
+        "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\n",
+    ) + "[store]\nprefix = \""
+        + &"p".repeat(256)
+        + "\"\ntimeout = \"1min\"\n";
+    let (code, out, err) = check(&text);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("lease=1day window=11months 30days"), "{out}");
+}
+
+/// `check ... | head -2`: a reader that closes the pipe early ends the output quietly.
+#[test]
+fn check_ends_quietly_when_stdout_is_closed() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    // Closed before the gateway writes a byte, so every write meets a broken pipe.
+    drop(reader);
+    let out = gateway()
+        .args(["check", "--config", "config/example.toml"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+/// A value of the wrong type is named by its field and described in the README's words:
+/// no serde type names, no Rust types, no parser internals.
+#[test]
+fn check_names_the_field_of_a_mistyped_value() {
+    let cases = [
+        (
+            payments_route("lease = 5\n"),
+            "routes[payments].lease: expected a duration like \"30s\"",
+        ),
+        (
+            BASE.replace("listen = \"127.0.0.1:0\"", "listen = 8080"),
+            "server.listen: expected a string",
+        ),
+        (
+            payments_route("on_error = 5\n"),
+            "routes[payments].on_error: expected \"fail-closed\" or \"fail-open\"",
+        ),
+        (
+            payments_route("").replace(
+                "key = { header = \"Idempotency-Key\" }",
+                "key = \"Idempotency-Key\"",
+            ),
+            "routes[payments].key: expected a table like { header = \"Idempotency-Key\" }",
+        ),
+        (
+            format!("{BASE}[store]\nmax_records = -1\n"),
+            "store.max_records: expected a whole number",
+        ),
+        (
+            BASE.replace("[server]\n", "[server]\nmax_body = \"\"\n"),
+            "server.max_body: \"\" is not a size like",
+        ),
+        (
+            format!("bogus = 1\n{BASE}"),
+            "configuration: unknown field `bogus`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let (code, _, err) = check(&text);
+        assert_eq!(code, Some(64), "{err}");
+        assert!(err.contains(expected), "wanted {expected:?} in: {err}");
+        for internal in [
+            "invalid type",
+            "File",
+            "usize",
+            "cannot parse",
+            "struct",
+            "wanted",
+        ] {
+            assert!(!err.contains(internal), "{internal:?} in: {err}");
+        }
+    }
+}
+
+#[test]
+fn check_refuses_unknown_and_lowercase_methods_unless_the_route_opts_in() {
+    let with_methods = |methods: &str, extra: &str| {
+        payments_route(extra).replace("methods = [\"POST\"]", &format!("methods = {methods}"))
+    };
+    let (code, _, err) = check(&with_methods("[\"PSOT\"]", ""));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("routes[payments].methods: \"PSOT\" is not a standard HTTP method"),
+        "{err}"
+    );
+    assert!(err.contains("allow_extension_methods"), "{err}");
+
+    let (code, _, err) = check(&with_methods("[\"post\"]", ""));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("routes[payments].methods: \"post\""), "{err}");
+    assert!(err.contains("uppercase"), "{err}");
+
+    let (code, _, err) = check(&with_methods(
+        "[\"PO ST\"]",
+        "allow_extension_methods = true\n",
+    ));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("\"PO ST\" is not an HTTP method"), "{err}");
+
+    let (code, out, err) = check(&with_methods(
+        "[\"PROPFIND\", \"MKCOL\", \"PATCH\"]",
+        "allow_extension_methods = true\n",
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("route payments: PROPFIND,MKCOL,PATCH /p"),
+        "{out}"
+    );
+}
+
+/// A bad value from a `DEDUPE_*` variable names the variable, not the file.
+#[test]
+fn an_environment_error_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, BASE);
+    for (var, value, field) in [
+        ("DEDUPE_LISTEN", "nope", "server.listen"),
+        ("DEDUPE_UPSTREAM", "https://app:1", "server.upstream"),
+        ("DEDUPE_REDIS_URL", "redis://127.0.0.1:6379", "store.url"),
+        ("DEDUPE_ADMIN_LISTEN", "127.0.0.1", "admin.listen"),
+    ] {
+        let out = gateway()
+            .arg("check")
+            .arg("--config")
+            .arg(&p)
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{var}: {err}");
+        assert!(
+            err.contains(&format!("invalid environment: {var}: ")),
+            "{err}"
+        );
+        assert!(err.contains(&format!("(it sets {field})")), "{err}");
+        assert!(!err.contains("gateway.toml"), "names the file: {err}");
+    }
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Env, Policy};
-use crate::config::OnConflict;
+use crate::route::OnConflict;
 use crate::store::{Claim, ClaimRequest, RequestHash, StoreError, StoreKey};
 
 /// The first pause between two polls of a waiting duplicate; it doubles up to

@@ -29,8 +29,8 @@ use tracing::{error, warn};
 
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome};
-use crate::config::{OnConflict, OnError};
 use crate::metrics::Metrics;
+use crate::route::{OnConflict, OnError};
 use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
 
 /// What the protocol needs from the gateway around it.

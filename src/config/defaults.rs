@@ -1,0 +1,263 @@
+//! Every default the configuration applies, and every bound it enforces, named once.
+//! Validation reads these and nothing else; a test in this crate holds the README's
+//! reference table to them.
+//!
+//! The bounds are sanity limits, far above any useful setting: they exist so that no value
+//! can overflow a deadline (`Instant + d`), a multiplication or an allocation at run time.
+
+use std::time::Duration;
+
+use super::store::Backend;
+use crate::route::{OnConflict, OnError};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// `server.upstream_timeout`.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// `server.connect_timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `server.max_body`.
+pub const DEFAULT_MAX_BODY: u64 = MIB;
+/// `server.max_header_bytes`.
+pub const DEFAULT_MAX_HEADER_BYTES: u64 = 64 * KIB;
+/// `server.header_read_timeout`.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// `server.body_read_timeout`.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// `server.shutdown_grace`.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// `server.max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// `server.max_concurrent_streams`.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+
+/// `store.backend`.
+pub const DEFAULT_BACKEND: Backend = Backend::Memory;
+/// `store.prefix`.
+pub const DEFAULT_PREFIX: &str = "dedupe";
+/// `store.timeout`.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(250);
+/// `store.on_error`.
+pub const DEFAULT_ON_ERROR: OnError = OnError::FailClosed;
+/// `store.max_records`.
+pub const DEFAULT_MAX_RECORDS: usize = 1_000_000;
+
+/// `defaults.lease`.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// `defaults.window`.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// `defaults.on_conflict`.
+pub const DEFAULT_ON_CONFLICT: OnConflict = OnConflict::Reject;
+/// `defaults.conflict_wait`.
+pub const DEFAULT_CONFLICT_WAIT: Duration = Duration::from_secs(10);
+/// `defaults.max_cached_body`.
+pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
+
+/// `routes[].key.required`.
+pub const DEFAULT_KEY_REQUIRED: bool = true;
+/// `routes[].allow_extension_methods`.
+pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
+
+/// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
+/// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
+/// `conflict_wait`).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Upper bound of `store.timeout`: one store operation.
+pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound of `lease`.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Upper bound of `window`.
+pub const MAX_WINDOW: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Upper bound of `max_body` and `max_cached_body`: both are held in memory whole.
+pub const MAX_BODY_LIMIT: u64 = 64 * MIB;
+/// Lower bound of `server.max_header_bytes`.
+pub const MIN_HEADER_BYTES: u64 = 8 * KIB;
+/// Upper bound of `server.max_header_bytes`.
+pub const MAX_HEADER_BYTES: u64 = MIB;
+/// Upper bound of `server.max_connections`.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+/// Upper bound of `server.max_concurrent_streams`.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
+/// Upper bound of `store.max_records`.
+pub const MAX_RECORDS: usize = 10_000_000;
+/// Upper bound of `store.prefix`, in bytes: the whole store key must fit the stored
+/// record's 16-bit key length, beside a route name and a client key.
+pub const MAX_PREFIX_LEN: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    /// One row of the README's reference table, backticks removed.
+    struct Row {
+        field: String,
+        default: String,
+        bound: String,
+    }
+
+    fn readme_rows() -> Vec<Row> {
+        let readme = include_str!("../../README.md");
+        let table = readme
+            .split("### Reference")
+            .nth(1)
+            .expect("README has no \"### Reference\" section");
+        let mut lines = table.lines().skip_while(|l| !l.starts_with('|'));
+        let header: Vec<&str> = cells(lines.next().expect("no table header"));
+        let column = |name: &str| {
+            header
+                .iter()
+                .position(|h| *h == name)
+                .unwrap_or_else(|| panic!("no {name:?} column in {header:?}"))
+        };
+        let (field, default, bound) = (column("field"), column("default"), column("bound"));
+        lines
+            .skip(1) // the |---| line
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                let c = cells(l);
+                let cell = |i: usize| c[i].replace('`', "");
+                Row {
+                    field: cell(field),
+                    default: cell(default),
+                    bound: cell(bound),
+                }
+            })
+            .collect()
+    }
+
+    fn cells(line: &str) -> Vec<&str> {
+        line.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect()
+    }
+
+    fn enum_value<T: serde::de::DeserializeOwned>(text: &str) -> T {
+        toml::Value::String(text.to_owned()).try_into().unwrap()
+    }
+
+    fn duration(text: &str) -> Option<Duration> {
+        parse::duration_allow_zero("readme", text, Duration::MAX).ok()
+    }
+
+    fn size(text: &str) -> Option<u64> {
+        parse::size("readme", text, 0, u64::MAX).ok()
+    }
+
+    fn number(text: &str) -> Option<u64> {
+        text.trim_end_matches(" bytes")
+            .replace(['_', ','], "")
+            .parse()
+            .ok()
+    }
+
+    /// Whether the README's `text` states the named constant's value; `None` for a field
+    /// that has no named default.
+    fn states_default(field: &str, text: &str) -> Option<bool> {
+        let d = |v| duration(text) == Some(v);
+        let s = |v| size(text) == Some(v);
+        let n = |v: u64| number(text) == Some(v);
+        Some(match field {
+            "server.upstream_timeout" => d(DEFAULT_UPSTREAM_TIMEOUT),
+            "server.connect_timeout" => d(DEFAULT_CONNECT_TIMEOUT),
+            "server.max_body" => s(DEFAULT_MAX_BODY),
+            "server.max_header_bytes" => s(DEFAULT_MAX_HEADER_BYTES),
+            "server.header_read_timeout" => d(DEFAULT_HEADER_READ_TIMEOUT),
+            "server.body_read_timeout" => d(DEFAULT_BODY_READ_TIMEOUT),
+            "server.shutdown_grace" => d(DEFAULT_SHUTDOWN_GRACE),
+            "server.max_connections" => n(DEFAULT_MAX_CONNECTIONS as u64),
+            "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
+            "store.backend" => enum_value::<Backend>(text) == DEFAULT_BACKEND,
+            "store.prefix" => text == DEFAULT_PREFIX,
+            "store.timeout" => d(DEFAULT_STORE_TIMEOUT),
+            "store.on_error" => enum_value::<OnError>(text) == DEFAULT_ON_ERROR,
+            "store.max_records" => n(DEFAULT_MAX_RECORDS as u64),
+            "defaults.lease" => d(DEFAULT_LEASE),
+            "defaults.window" => d(DEFAULT_WINDOW),
+            "defaults.on_conflict" => enum_value::<OnConflict>(text) == DEFAULT_ON_CONFLICT,
+            "defaults.conflict_wait" => d(DEFAULT_CONFLICT_WAIT),
+            "defaults.max_cached_body" => s(DEFAULT_MAX_CACHED_BODY),
+            "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
+            "routes[].allow_extension_methods" => {
+                text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
+            }
+            _ => return None,
+        })
+    }
+
+    /// Whether the README's bound (`≤ MAX` or `MIN to MAX`) states the named constants;
+    /// `None` for a field without a bound.
+    fn states_bound(field: &str, text: &str) -> Option<bool> {
+        let (min, max) = match text.split_once(" to ") {
+            Some((min, max)) => (Some(min), max),
+            None => (None, text.strip_prefix("≤ ").unwrap_or(text)),
+        };
+        let d = |v| min.is_none() && duration(max) == Some(v);
+        let s = |lo: u64, hi| min.map_or(lo == 0, |m| size(m) == Some(lo)) && size(max) == Some(hi);
+        let n = |hi: u64| min.and_then(number) == Some(1) && number(max) == Some(hi);
+        Some(match field {
+            "server.upstream_timeout"
+            | "server.connect_timeout"
+            | "server.header_read_timeout"
+            | "server.body_read_timeout"
+            | "server.shutdown_grace"
+            | "defaults.conflict_wait" => d(MAX_TIMEOUT),
+            "store.timeout" => d(MAX_STORE_TIMEOUT),
+            "defaults.lease" => d(MAX_LEASE),
+            "defaults.window" => d(MAX_WINDOW),
+            "server.max_body" | "defaults.max_cached_body" => s(0, MAX_BODY_LIMIT),
+            "server.max_header_bytes" => s(MIN_HEADER_BYTES, MAX_HEADER_BYTES),
+            "server.max_connections" => n(MAX_CONNECTIONS as u64),
+            "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
+            "store.max_records" => n(MAX_RECORDS as u64),
+            "store.prefix" => min.is_none() && number(max) == Some(MAX_PREFIX_LEN as u64),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn the_readme_states_every_default_and_bound_as_the_constants_say() {
+        let rows = readme_rows();
+        assert!(rows.len() > 20, "README table not found whole");
+        let (mut defaults, mut bounds) = (0, 0);
+        for Row {
+            field,
+            default,
+            bound,
+        } in &rows
+        {
+            match states_default(field, default) {
+                Some(ok) => {
+                    assert!(
+                        ok,
+                        "README: {field} defaults to {default:?}; the constant differs"
+                    );
+                    defaults += 1;
+                }
+                // A field without a named default says so in words, never with a value.
+                None => assert!(
+                    ["required", "—", "off", "none", "[]", "inherited"].contains(&default.as_str()),
+                    "README gives {field} the default {default:?}, which no constant backs"
+                ),
+            }
+            match states_bound(field, bound) {
+                Some(ok) => {
+                    assert!(
+                        ok,
+                        "README: {field} is bounded by {bound:?}; the constants differ"
+                    );
+                    bounds += 1;
+                }
+                None => assert!(
+                    bound.is_empty(),
+                    "README bounds {field} by {bound:?}, which no constant backs"
+                ),
+            }
+        }
+        assert_eq!(defaults, 21, "every DEFAULT_* constant has its README row");
+        assert_eq!(bounds, 16, "every bounded field has its README bound");
+    }
+}

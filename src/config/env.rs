@@ -1,0 +1,60 @@
+//! The environment overrides a container sets (`DEDUPE_*`), applied to the parsed file
+//! before validation.
+
+use super::file::{EnvOverride, FileAdmin, FileConfig};
+
+impl FileConfig {
+    /// Applies the environment overrides a container sets (`DEDUPE_LISTEN`,
+    /// `DEDUPE_UPSTREAM`, `DEDUPE_REDIS_URL`, `DEDUPE_REDIS_URLS`, `DEDUPE_ADMIN_LISTEN`,
+    /// `DEDUPE_ADMIN_TOKEN`). `lookup` is the environment; tests pass a map. An error in a
+    /// value set here names the variable, not the file.
+    pub fn apply_env(&mut self, lookup: impl Fn(&str) -> Option<String>) {
+        let mut set = |var: &'static str, field: &'static str| {
+            let v = lookup(var)?;
+            self.from_env.push(EnvOverride { field, var });
+            Some(v)
+        };
+        let listen = set("DEDUPE_LISTEN", "server.listen");
+        let upstream = set("DEDUPE_UPSTREAM", "server.upstream");
+        let url = set("DEDUPE_REDIS_URL", "store.url");
+        let urls = set("DEDUPE_REDIS_URLS", "store.urls");
+        let admin_listen = set("DEDUPE_ADMIN_LISTEN", "admin.listen");
+        let admin_token = set("DEDUPE_ADMIN_TOKEN", "admin.token");
+        if let Some(v) = listen {
+            self.server.listen = v;
+        }
+        if let Some(v) = upstream {
+            self.server.upstream = v;
+        }
+        if let Some(v) = url {
+            self.store.url = Some(v);
+        }
+        if let Some(v) = urls {
+            self.store.urls = Some(v.split(',').map(|s| s.trim().to_owned()).collect());
+        }
+        if let Some(v) = admin_listen {
+            match &mut self.admin {
+                Some(admin) => admin.listen = v,
+                None => {
+                    self.admin = Some(FileAdmin {
+                        listen: v,
+                        token: None,
+                    })
+                }
+            }
+        }
+        if let Some(v) = admin_token {
+            if let Some(admin) = &mut self.admin {
+                admin.token = Some(v);
+            }
+        }
+    }
+
+    /// The variable that set `field`, if one did.
+    pub(super) fn env_var_for(&self, field: &str) -> Option<&'static str> {
+        self.from_env
+            .iter()
+            .find(|o| o.field == field)
+            .map(|o| o.var)
+    }
+}

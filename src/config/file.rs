@@ -1,0 +1,277 @@
+//! Stage one: the file as written. Every struct rejects unknown fields, so a typo in a key
+//! rule is an error instead of a route that silently does not dedupe.
+
+use serde::Deserialize;
+
+use super::store::Backend;
+use super::{invalid, ConfigError};
+use crate::route::{OnConflict, OnError};
+
+/// The TOML file, field for field.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a configuration file with a [server] table"
+)]
+pub struct FileConfig {
+    /// `[server]`
+    pub server: FileServer,
+    /// `[store]`
+    #[serde(default)]
+    pub store: FileStore,
+    /// `[defaults]`
+    #[serde(default)]
+    pub defaults: FileDefaults,
+    /// `[admin]`
+    pub admin: Option<FileAdmin>,
+    /// `[[routes]]`
+    #[serde(default)]
+    pub routes: Vec<FileRoute>,
+    /// Which fields the environment set, so their errors name the variable.
+    #[serde(skip)]
+    pub(super) from_env: Vec<EnvOverride>,
+}
+
+/// A field set by a `DEDUPE_*` variable.
+#[derive(Debug, Clone)]
+pub(super) struct EnvOverride {
+    /// The field, as errors name it (`server.listen`).
+    pub(super) field: &'static str,
+    /// The variable (`DEDUPE_LISTEN`).
+    pub(super) var: &'static str,
+}
+
+/// `[server]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [server] table")]
+pub struct FileServer {
+    /// Public listen address.
+    pub listen: String,
+    /// `http://host:port[/base]`.
+    pub upstream: String,
+    /// Deadline for the upstream's whole answer (head and the body the gateway stores).
+    pub upstream_timeout: Option<String>,
+    /// Deadline for opening a TCP connection to the upstream.
+    pub connect_timeout: Option<String>,
+    /// Largest request body buffered for a deduped route.
+    pub max_body: Option<String>,
+    /// Largest request head (request line and headers) accepted.
+    pub max_header_bytes: Option<String>,
+    /// How long a client may take to send the request head.
+    pub header_read_timeout: Option<String>,
+    /// How long a client may take to send a deduped request's body.
+    pub body_read_timeout: Option<String>,
+    /// How long in-flight requests may run after SIGTERM.
+    pub shutdown_grace: Option<String>,
+    /// Most client connections served at once; more wait in the listen backlog.
+    pub max_connections: Option<usize>,
+    /// Most concurrent HTTP/2 streams (requests) per connection.
+    pub max_concurrent_streams: Option<u32>,
+}
+
+/// `[store]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [store] table")]
+pub struct FileStore {
+    /// Which backend.
+    pub backend: Option<Backend>,
+    /// Namespace of every stored key.
+    pub prefix: Option<String>,
+    /// Redis URL (`backend = "redis"`).
+    pub url: Option<String>,
+    /// Cluster seed URLs (`backend = "redis-cluster"`).
+    pub urls: Option<Vec<String>>,
+    /// Deadline of one store operation.
+    pub timeout: Option<String>,
+    /// Default failure behaviour.
+    pub on_error: Option<OnError>,
+    /// Memory backend: most records held before new claims fail.
+    pub max_records: Option<usize>,
+}
+
+/// `[defaults]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [defaults] table")]
+pub struct FileDefaults {
+    /// In-flight lease.
+    pub lease: Option<String>,
+    /// Dedupe window.
+    pub window: Option<String>,
+    /// In-flight duplicate behaviour.
+    pub on_conflict: Option<OnConflict>,
+    /// With `on_conflict = "wait"`: the longest a duplicate is held.
+    pub conflict_wait: Option<String>,
+    /// Largest upstream body stored for replay.
+    pub max_cached_body: Option<String>,
+}
+
+/// `[admin]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "an [admin] table")]
+pub struct FileAdmin {
+    /// Admin listen address.
+    pub listen: String,
+    /// Optional bearer token.
+    pub token: Option<String>,
+}
+
+/// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table like { header = \"Idempotency-Key\" } or { fingerprint = [\"path\"] }"
+)]
+pub struct FileKey {
+    /// Header carrying the client's key.
+    pub header: Option<String>,
+    /// Whether a request without the header is refused (400) or passed through.
+    pub required: Option<bool>,
+    /// Request parts hashed into the key.
+    pub fingerprint: Option<Vec<String>>,
+}
+
+/// `[[routes]]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [[routes]] table")]
+pub struct FileRoute {
+    /// Unique route name (letters, digits, `-`, `_`).
+    pub name: String,
+    /// Methods deduped on this route.
+    pub methods: Vec<String>,
+    /// Exact path, or a glob such as `/v1/payments/*`.
+    pub path: String,
+    /// Key rule.
+    pub key: FileKey,
+    /// Parts whose hash namespaces the key.
+    #[serde(default)]
+    pub scope: Vec<String>,
+    /// Extra headers folded into the request hash.
+    #[serde(default)]
+    pub hash_headers: Vec<String>,
+    /// Overrides `[defaults] lease`.
+    pub lease: Option<String>,
+    /// Overrides `[defaults] window`.
+    pub window: Option<String>,
+    /// Overrides `[defaults] on_conflict`.
+    pub on_conflict: Option<OnConflict>,
+    /// Overrides `[defaults] conflict_wait`.
+    pub conflict_wait: Option<String>,
+    /// Overrides `[defaults] max_cached_body`.
+    pub max_cached_body: Option<String>,
+    /// Overrides `[store] on_error`.
+    pub on_error: Option<OnError>,
+    /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
+    /// a method is refused as a likely typo.
+    pub allow_extension_methods: Option<bool>,
+}
+
+impl FileConfig {
+    /// Parses TOML text. Syntax errors carry toml's line and column; a field of the wrong
+    /// type or an unknown one is named by its path, with a route by its name
+    /// (`routes[payments].lease: expected a duration like "30s", found integer `5``).
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let deserializer = toml::Deserializer::parse(text)?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let message = e.inner().message();
+            let mut at = field_path(e.path(), text);
+            // The unknown name is in the message; the path stops at its table, so the
+            // name is said once.
+            if message.starts_with("unknown field") {
+                at = at
+                    .rsplit_once('.')
+                    .map_or("configuration", |(table, _)| table)
+                    .to_owned();
+            }
+            let message = plain_message(&at, message);
+            invalid(at, message)
+        })
+    }
+}
+
+/// `routes[0].key.header` as `routes[payments].key.header`: a route is named by its name.
+fn field_path(path: &serde_path_to_error::Path, text: &str) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    let mut in_routes = false;
+    for segment in path.iter() {
+        match segment {
+            Segment::Map { key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+                in_routes = out == "routes";
+            }
+            Segment::Seq { index } if in_routes => {
+                out.push_str(&format!("[{}]", route_name(text, *index)));
+                in_routes = false;
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    if out.is_empty() {
+        out.push_str("configuration");
+    }
+    out
+}
+
+/// The name of the `index`th route, or the index when it has none.
+fn route_name(text: &str, index: usize) -> String {
+    text.parse::<toml::Table>()
+        .ok()
+        .and_then(|t| {
+            t.get("routes")?
+                .get(index)?
+                .get("name")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| index.to_string())
+}
+
+/// serde's message in the user's words: what the field expects (a duration, a size), then
+/// what was found; no Rust type names.
+fn plain_message(at: &str, message: &str) -> String {
+    let field = at.rsplit('.').next().unwrap_or(at);
+    // toml's own words for a non-string where an enum belongs.
+    if message == "wanted string or table" {
+        let expected = expected_for(field).unwrap_or("a string");
+        return format!("expected {expected}");
+    }
+    let reshaped = ["invalid type: ", "invalid value: "]
+        .iter()
+        .find_map(|prefix| {
+            let (found, expected) = message.strip_prefix(prefix)?.rsplit_once(", expected ")?;
+            Some((found.to_owned(), expected.to_owned()))
+        });
+    let Some((found, expected)) = reshaped else {
+        return message.to_owned();
+    };
+    let expected = expected_for(field).unwrap_or(match expected.as_str() {
+        "usize" | "u32" | "u64" => "a whole number of at least 1",
+        "a sequence" => "an array",
+        other => other,
+    });
+    format!("expected {expected}, found {found}")
+}
+
+/// What a field holds, in the README's words, where serde's would be unhelpful.
+fn expected_for(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "lease"
+        | "window"
+        | "conflict_wait"
+        | "timeout"
+        | "upstream_timeout"
+        | "connect_timeout"
+        | "header_read_timeout"
+        | "body_read_timeout"
+        | "shutdown_grace" => "a duration like \"30s\"",
+        "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
+        "on_error" => "\"fail-closed\" or \"fail-open\"",
+        "on_conflict" => "\"reject\" or \"wait\"",
+        "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
+        _ => return None,
+    })
+}

@@ -1,0 +1,175 @@
+//! Configuration in two stages: the `File*` structs ([`file`]) mirror the TOML file and
+//! reject unknown fields (a typo in a key rule must never silently switch dedupe off); then
+//! [`Config::from_file`] validates them into a [`Config`] with parsed durations, sizes,
+//! header names and compiled path matchers. Every error names the route and the field.
+//!
+//! - [`file`]: the file as written; [`env`]: the `DEDUPE_*` overrides applied to it;
+//! - [`defaults`]: every default, named;
+//! - `server`, `store`, `routes`: validation of each section; `parse`: value syntaxes.
+//!
+//! Nothing here does I/O except [`Config::load`], which reads the file.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+pub mod defaults;
+mod env;
+mod file;
+mod parse;
+mod routes;
+mod server;
+mod store;
+#[cfg(test)]
+mod tests;
+
+pub use crate::route::{OnConflict, OnError};
+pub use file::{FileAdmin, FileConfig, FileDefaults, FileKey, FileRoute, FileServer, FileStore};
+pub use server::{ServerConfig, UpstreamTarget};
+pub use store::{Backend, StoreConfig};
+
+use crate::route::Route;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error(transparent)]
+    Parse(#[from] toml::de::Error),
+    /// A field has a value the gateway cannot use.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where: `server.listen`, `routes[payments].lease`, ...
+        at: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A `DEDUPE_*` environment variable set a field to a value the gateway cannot use.
+    #[error("{var}: {message} (it sets {at})")]
+    Env {
+        /// The variable: `DEDUPE_LISTEN`, ...
+        var: &'static str,
+        /// The field it sets: `server.listen`, ...
+        at: String,
+        /// What is wrong with the value.
+        message: String,
+    },
+}
+
+pub(crate) fn invalid(at: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        at: at.into(),
+        message: message.into(),
+    }
+}
+
+/// A validated configuration: everything parsed, nothing left to fail at request time.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Public listener and upstream.
+    pub server: ServerConfig,
+    /// The dedupe store.
+    pub store: StoreConfig,
+    /// Admin listener, when configured.
+    pub admin: Option<AdminConfig>,
+    /// Routes in file order; the first match wins.
+    pub routes: Vec<Route>,
+    /// Valid but risky settings, for `check` to print and `run` to log.
+    pub warnings: Vec<String>,
+}
+
+/// Validated `[admin]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Admin listen address.
+    pub listen: SocketAddr,
+    /// Bearer token required on every admin request, when set.
+    pub token: Option<String>,
+}
+
+impl Config {
+    /// Reads, parses, applies environment overrides and validates a config file.
+    pub fn load(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut file = FileConfig::parse(&text)?;
+        file.apply_env(env);
+        Self::from_file(file)
+    }
+
+    /// Parses and validates TOML text without environment overrides.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_file(FileConfig::parse(text)?)
+    }
+
+    /// Validates a parsed file.
+    pub fn from_file(file: FileConfig) -> Result<Self, ConfigError> {
+        Self::validate(&file).map_err(|e| match e {
+            ConfigError::Invalid { at, message } => match file.env_var_for(&at) {
+                Some(var) => ConfigError::Env { var, at, message },
+                None => ConfigError::Invalid { at, message },
+            },
+            e => e,
+        })
+    }
+
+    fn validate(file: &FileConfig) -> Result<Self, ConfigError> {
+        let server = server::validate(&file.server)?;
+        let store = store::validate(&file.store)?;
+        let admin = file
+            .admin
+            .as_ref()
+            .map(|a| {
+                let listen = parse::addr("admin.listen", &a.listen)?;
+                if listen == server.listen && listen.port() != 0 {
+                    return Err(invalid(
+                        "admin.listen",
+                        "must differ from server.listen: the admin port is never the public port",
+                    ));
+                }
+                if a.token.as_deref() == Some("") {
+                    return Err(invalid("admin.token", "must not be empty"));
+                }
+                Ok(AdminConfig {
+                    listen,
+                    token: a.token.clone(),
+                })
+            })
+            .transpose()?;
+
+        let inherited = routes::Inherited::from_file(&file.defaults, file.store.on_error)?;
+
+        let mut names = HashSet::new();
+        let mut routes = Vec::with_capacity(file.routes.len());
+        for (i, r) in file.routes.iter().enumerate() {
+            let at = if r.name.is_empty() {
+                format!("routes[{i}]")
+            } else {
+                format!("routes[{}]", r.name)
+            };
+            let route = routes::validate(&at, r, &inherited)?;
+            if !names.insert(route.name.clone()) {
+                return Err(invalid(format!("{at}.name"), "duplicate route name"));
+            }
+            routes.push(route);
+        }
+        let warnings = routes::lease_warnings(&server, &store, &routes);
+        Ok(Config {
+            server,
+            store,
+            admin,
+            routes,
+            warnings,
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! `[[routes]]` and the `[defaults]` they inherit: methods, path, key rule, scope and the
+//! per-route dedupe policy.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::defaults::{
+    DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT,
+    MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+};
+use super::file::{FileDefaults, FileRoute};
+use super::server::ServerConfig;
+use super::store::StoreConfig;
+use super::{invalid, parse, ConfigError};
+use crate::key::{KeyRule, RequestPart};
+use crate::route::{OnConflict, OnError, PathPattern, Route};
+
+/// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
+pub(super) struct Inherited {
+    lease: Duration,
+    window: Duration,
+    max_cached_body: u64,
+    on_conflict: OnConflict,
+    conflict_wait: Duration,
+    on_error: OnError,
+}
+
+impl Inherited {
+    /// Validates `[defaults]`; `on_error` is `[store] on_error`.
+    pub(super) fn from_file(
+        d: &FileDefaults,
+        on_error: Option<OnError>,
+    ) -> Result<Self, ConfigError> {
+        let at = |field: &str| format!("defaults.{field}");
+        Ok(Self {
+            lease: opt(d.lease.as_deref(), |v| lease(&at("lease"), v))?.unwrap_or(DEFAULT_LEASE),
+            window: opt(d.window.as_deref(), |v| window(&at("window"), v))?
+                .unwrap_or(DEFAULT_WINDOW),
+            max_cached_body: opt(d.max_cached_body.as_deref(), |v| {
+                max_cached_body(&at("max_cached_body"), v)
+            })?
+            .unwrap_or(DEFAULT_MAX_CACHED_BODY),
+            on_conflict: d.on_conflict.unwrap_or(DEFAULT_ON_CONFLICT),
+            conflict_wait: opt(d.conflict_wait.as_deref(), |v| {
+                conflict_wait(&at("conflict_wait"), v)
+            })?
+            .unwrap_or(DEFAULT_CONFLICT_WAIT),
+            on_error: on_error.unwrap_or(DEFAULT_ON_ERROR),
+        })
+    }
+}
+
+/// RFC 9110's methods and PATCH (RFC 5789).
+const STANDARD_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// A method as HTTP compares it: case-sensitive, so `post` would never match a `POST`.
+/// Outside the standard set, a name is far likelier a typo (`PSOT`) than a WebDAV verb, and
+/// a typo here silently switches dedupe off; such names need `allow_extension_methods`.
+fn method(at: &str, m: &str, extensions: bool) -> Result<Method, ConfigError> {
+    let method = Method::from_bytes(m.as_bytes())
+        .map_err(|_| invalid(at, format!("{m:?} is not an HTTP method")))?;
+    if m.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(invalid(
+            at,
+            format!(
+                "{m:?}: methods are case-sensitive and written in uppercase: {:?}",
+                m.to_ascii_uppercase()
+            ),
+        ));
+    }
+    if !extensions && !STANDARD_METHODS.contains(&m) {
+        return Err(invalid(
+            at,
+            format!(
+                "{m:?} is not a standard HTTP method ({}); set allow_extension_methods = true \
+                 on this route if the API really uses it",
+                STANDARD_METHODS.join(", ")
+            ),
+        ));
+    }
+    Ok(method)
+}
+
+fn opt<T>(
+    v: Option<&str>,
+    parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+) -> Result<Option<T>, ConfigError> {
+    v.map(parse).transpose()
+}
+
+fn lease(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_LEASE)
+}
+
+fn window(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_WINDOW)
+}
+
+fn conflict_wait(at: &str, v: &str) -> Result<Duration, ConfigError> {
+    parse::duration(at, v, MAX_TIMEOUT)
+}
+
+fn max_cached_body(at: &str, v: &str) -> Result<u64, ConfigError> {
+    parse::size(at, v, 0, MAX_BODY_LIMIT)
+}
+
+pub(super) fn validate(
+    at: &str,
+    r: &FileRoute,
+    inherited: &Inherited,
+) -> Result<Route, ConfigError> {
+    if r.name.is_empty()
+        || r.name.len() > 64
+        || !r
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(invalid(
+            format!("{at}.name"),
+            "must be 1 to 64 letters, digits, '-' or '_'",
+        ));
+    }
+    if r.methods.is_empty() {
+        return Err(invalid(
+            format!("{at}.methods"),
+            "must list at least one method",
+        ));
+    }
+    let extensions = r
+        .allow_extension_methods
+        .unwrap_or(DEFAULT_ALLOW_EXTENSION_METHODS);
+    let methods = r
+        .methods
+        .iter()
+        .map(|m| method(&format!("{at}.methods"), m, extensions))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
+
+    let key = match (&r.key.header, &r.key.fingerprint) {
+        (Some(h), None) => KeyRule::Header {
+            name: parse::header_name(&format!("{at}.key.header"), h)?,
+            required: r.key.required.unwrap_or(DEFAULT_KEY_REQUIRED),
+        },
+        (None, Some(parts)) => {
+            if r.key.required.is_some() {
+                return Err(invalid(
+                    format!("{at}.key.required"),
+                    "applies to header keys only; a fingerprint is always derived",
+                ));
+            }
+            if parts.is_empty() {
+                return Err(invalid(
+                    format!("{at}.key.fingerprint"),
+                    "must list at least one request part",
+                ));
+            }
+            KeyRule::Fingerprint(parse_parts(&format!("{at}.key.fingerprint"), parts)?)
+        }
+        _ => {
+            return Err(invalid(
+                format!("{at}.key"),
+                "set exactly one of `header` or `fingerprint`",
+            ))
+        }
+    };
+    let scope = parse_parts(&format!("{at}.scope"), &r.scope)?;
+    let hash_headers = r
+        .hash_headers
+        .iter()
+        .map(|h| parse::header_name(&format!("{at}.hash_headers"), h))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let lease = match &r.lease {
+        Some(v) => lease(&format!("{at}.lease"), v)?,
+        None => inherited.lease,
+    };
+    let window = match &r.window {
+        Some(v) => window(&format!("{at}.window"), v)?,
+        None => inherited.window,
+    };
+    let max_cached_body = match &r.max_cached_body {
+        Some(v) => max_cached_body(&format!("{at}.max_cached_body"), v)?,
+        None => inherited.max_cached_body,
+    };
+    Ok(Route {
+        name: r.name.as_str().into(),
+        methods,
+        path,
+        key,
+        scope,
+        hash_headers,
+        lease,
+        window,
+        max_cached_body,
+        on_conflict: r.on_conflict.unwrap_or(inherited.on_conflict),
+        conflict_wait: match &r.conflict_wait {
+            Some(v) => conflict_wait(&format!("{at}.conflict_wait"), v)?,
+            None => inherited.conflict_wait,
+        },
+        on_error: r.on_error.unwrap_or(inherited.on_error),
+    })
+}
+
+fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigError> {
+    parts
+        .iter()
+        .map(|p| RequestPart::parse(p).map_err(|e| invalid(at, e)))
+        .collect()
+}
+
+/// A winner may hold its claim for the whole upstream timeout plus its store calls. A lease
+/// shorter than that lets a retry take over a healthy but slow call and run the write again.
+pub(super) fn lease_warnings(
+    server: &ServerConfig,
+    store: &StoreConfig,
+    routes: &[Route],
+) -> Vec<String> {
+    let needed = server.upstream_timeout + store.timeout * 2;
+    routes
+        .iter()
+        .filter(|r| r.lease <= needed)
+        .map(|r| {
+            format!(
+                "routes[{}].lease: {} does not exceed server.upstream_timeout ({}) plus two store operations ({}): \
+                 a slow but healthy upstream call can be taken over by a retry and executed twice",
+                r.name,
+                humantime::format_duration(r.lease),
+                humantime::format_duration(server.upstream_timeout),
+                humantime::format_duration(store.timeout * 2),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,154 @@
+//! `[server]`: the public listener, the upstream and their limits.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+
+use super::defaults::{
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT, MAX_BODY_LIMIT,
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
+};
+use super::file::FileServer;
+use super::{invalid, parse, ConfigError};
+
+/// Validated `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Public listen address.
+    pub listen: SocketAddr,
+    /// Where requests go.
+    pub upstream: UpstreamTarget,
+    /// Deadline for the upstream's answer.
+    pub upstream_timeout: Duration,
+    /// Deadline for a TCP connect to the upstream.
+    pub connect_timeout: Duration,
+    /// Largest buffered request body on deduped routes.
+    pub max_body: u64,
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Deadline for receiving a request head.
+    pub header_read_timeout: Duration,
+    /// Deadline for receiving a deduped request's body.
+    pub body_read_timeout: Duration,
+    /// Drain time after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Most client connections served at once.
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+}
+
+/// The upstream base URL, split for cheap per-request URI building.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTarget {
+    /// Always `http`.
+    pub scheme: Scheme,
+    /// `host:port`.
+    pub authority: Authority,
+    /// Base path without a trailing slash (`""` when none).
+    pub base_path: String,
+}
+
+pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
+    let listen = parse::addr("server.listen", &s.listen)?;
+    let upstream = upstream("server.upstream", &s.upstream)?;
+    let upstream_timeout = parse::opt_duration(
+        "server.upstream_timeout",
+        s.upstream_timeout.as_deref(),
+        DEFAULT_UPSTREAM_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
+    let connect_timeout = parse::opt_duration(
+        "server.connect_timeout",
+        s.connect_timeout.as_deref(),
+        DEFAULT_CONNECT_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
+    let max_body = parse::opt_size(
+        "server.max_body",
+        s.max_body.as_deref(),
+        DEFAULT_MAX_BODY,
+        0,
+        MAX_BODY_LIMIT,
+    )?;
+    let max_header_bytes = parse::opt_size(
+        "server.max_header_bytes",
+        s.max_header_bytes.as_deref(),
+        DEFAULT_MAX_HEADER_BYTES,
+        MIN_HEADER_BYTES,
+        MAX_HEADER_BYTES,
+    )?;
+    let header_read_timeout = parse::opt_duration(
+        "server.header_read_timeout",
+        s.header_read_timeout.as_deref(),
+        DEFAULT_HEADER_READ_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
+    let body_read_timeout = parse::opt_duration(
+        "server.body_read_timeout",
+        s.body_read_timeout.as_deref(),
+        DEFAULT_BODY_READ_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
+    let shutdown_grace = match s.shutdown_grace.as_deref() {
+        Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
+        None => DEFAULT_SHUTDOWN_GRACE,
+    };
+    let max_connections = parse::count(
+        "server.max_connections",
+        s.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+        MAX_CONNECTIONS,
+    )?;
+    let max_concurrent_streams = parse::count(
+        "server.max_concurrent_streams",
+        s.max_concurrent_streams,
+        DEFAULT_MAX_CONCURRENT_STREAMS,
+        MAX_CONCURRENT_STREAMS,
+    )?;
+    Ok(ServerConfig {
+        max_connections,
+        max_concurrent_streams,
+        listen,
+        upstream,
+        upstream_timeout,
+        connect_timeout,
+        max_body,
+        max_header_bytes: max_header_bytes as usize,
+        header_read_timeout,
+        body_read_timeout,
+        shutdown_grace,
+    })
+}
+
+fn upstream(at: &str, v: &str) -> Result<UpstreamTarget, ConfigError> {
+    let uri: http::Uri = v
+        .parse()
+        .map_err(|_| invalid(at, format!("{v:?} is not a URL like http://127.0.0.1:9000")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(invalid(
+                at,
+                "https upstreams are not supported: reach the upstream over http on a private network or a TLS sidecar",
+            ))
+        }
+        _ => return Err(invalid(at, format!("{v:?} must start with http://"))),
+    }
+    let authority = uri
+        .authority()
+        .cloned()
+        .ok_or_else(|| invalid(at, format!("{v:?} has no host")))?;
+    if uri.query().is_some() {
+        return Err(invalid(at, "must not carry a query string"));
+    }
+    let base_path = uri.path().trim_end_matches('/').to_owned();
+    Ok(UpstreamTarget {
+        scheme: Scheme::HTTP,
+        authority,
+        base_path,
+    })
+}

@@ -1,0 +1,156 @@
+//! `[store]`: which backend, its URLs and limits.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::defaults::{
+    DEFAULT_BACKEND, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT, MAX_PREFIX_LEN,
+    MAX_RECORDS, MAX_STORE_TIMEOUT,
+};
+use super::file::FileStore;
+use super::{invalid, parse, ConfigError};
+
+/// The store backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"memory\", \"redis\" or \"redis-cluster\""
+)]
+pub enum Backend {
+    /// In-process store: protects one gateway process.
+    Memory,
+    /// One Redis server (or a replicated primary).
+    Redis,
+    /// A Redis Cluster.
+    RedisCluster,
+}
+
+impl Backend {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis => "redis",
+            Backend::RedisCluster => "redis-cluster",
+        }
+    }
+}
+
+/// Validated `[store]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Which backend.
+    pub backend: Backend,
+    /// Namespace of every stored key.
+    pub prefix: String,
+    /// Redis URLs: one for `redis`, the seeds for `redis-cluster`, none for memory.
+    pub urls: Vec<String>,
+    /// Deadline of one store operation.
+    pub timeout: Duration,
+    /// Memory backend capacity.
+    pub max_records: usize,
+}
+
+pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
+    let prefix = s.prefix.as_deref().unwrap_or(DEFAULT_PREFIX).to_owned();
+    if prefix.is_empty()
+        || !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(invalid(
+            "store.prefix",
+            "must be non-empty letters, digits, '-', '_' or '.'",
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(invalid(
+            "store.prefix",
+            format!("is {} bytes long: at most {MAX_PREFIX_LEN}", prefix.len()),
+        ));
+    }
+    let timeout = parse::opt_duration(
+        "store.timeout",
+        s.timeout.as_deref(),
+        DEFAULT_STORE_TIMEOUT,
+        MAX_STORE_TIMEOUT,
+    )?;
+    let check_url = |at: &str, url: &str| -> Result<String, ConfigError> {
+        if url.starts_with("rediss://") {
+            return Err(invalid(
+                at,
+                "TLS (rediss://) is not built in: reach Redis over a private network or a TLS sidecar",
+            ));
+        }
+        if !(url.starts_with("redis://") || url.starts_with("unix://")) {
+            return Err(invalid(at, format!("{url:?} is not a redis:// URL")));
+        }
+        // The redis crate's own parser: a URL it cannot use fails here, not at start-up.
+        redis::Client::open(url)
+            .map(|_| url.to_owned())
+            .map_err(|e| invalid(at, format!("{url:?}: {e}")))
+    };
+    let backend = s.backend.unwrap_or(DEFAULT_BACKEND);
+    let urls = match backend {
+        Backend::Memory => {
+            if s.url.is_some() || s.urls.is_some() {
+                return Err(invalid(
+                    "store.url",
+                    "set only with backend = \"redis\" or \"redis-cluster\"",
+                ));
+            }
+            Vec::new()
+        }
+        Backend::Redis => {
+            if s.urls.is_some() {
+                return Err(invalid(
+                    "store.urls",
+                    "is for backend = \"redis-cluster\"; use store.url",
+                ));
+            }
+            let url = s
+                .url
+                .as_deref()
+                .ok_or_else(|| invalid("store.url", "required with backend = \"redis\""))?;
+            vec![check_url("store.url", url)?]
+        }
+        Backend::RedisCluster => {
+            if s.url.is_some() {
+                return Err(invalid(
+                    "store.url",
+                    "is for backend = \"redis\"; use store.urls",
+                ));
+            }
+            let urls = s.urls.as_deref().unwrap_or_default();
+            if urls.is_empty() {
+                return Err(invalid(
+                    "store.urls",
+                    "at least one seed URL is required with backend = \"redis-cluster\"",
+                ));
+            }
+            urls.iter()
+                .map(|u| check_url("store.urls", u))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    if s.max_records.is_some() && backend != Backend::Memory {
+        return Err(invalid(
+            "store.max_records",
+            "applies to backend = \"memory\" only",
+        ));
+    }
+    let max_records = parse::count(
+        "store.max_records",
+        s.max_records,
+        DEFAULT_MAX_RECORDS,
+        MAX_RECORDS,
+    )?;
+    Ok(StoreConfig {
+        backend,
+        prefix,
+        urls,
+        timeout,
+        max_records,
+    })
+}

@@ -1,0 +1,194 @@
+//! Validation of whole files: the errors a user sees, and the defaults they get.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::*;
+use crate::key::KeyRule;
+
+const BASE: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+upstream = "http://127.0.0.1:9000/api/"
+"#;
+
+fn with(extra: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(&format!("{BASE}{extra}"))
+}
+
+fn err(extra: &str) -> String {
+    with(extra).unwrap_err().to_string()
+}
+
+#[test]
+fn the_issue_example_validates() {
+    let c = Config::from_toml(include_str!("../../config/example.toml")).unwrap();
+    assert_eq!(c.routes.len(), 3);
+    assert_eq!(c.routes[1].window, Duration::from_secs(72 * 3600));
+    assert_eq!(c.routes[0].lease, Duration::from_secs(30));
+    assert_eq!(c.server.max_body, 1024 * 1024);
+}
+
+#[test]
+fn defaults_apply_and_routes_override() {
+    let c = with(
+        r#"
+[defaults]
+lease = "2s"
+window = "1h"
+[[routes]]
+name = "a"
+methods = ["POST"]
+path = "/a"
+key = { header = "Idempotency-Key" }
+[[routes]]
+name = "b"
+methods = ["POST"]
+path = "/b/*"
+key = { header = "Idempotency-Key", required = false }
+lease = "250ms"
+on_error = "fail-open"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.server.upstream.base_path, "/api");
+    assert_eq!(c.routes[0].lease, Duration::from_secs(2));
+    assert_eq!(c.routes[0].methods, vec![Method::POST]);
+    assert_eq!(c.routes[1].lease, Duration::from_millis(250));
+    assert_eq!(c.routes[1].window, Duration::from_secs(3600));
+    assert_eq!(c.routes[1].on_error, OnError::FailOpen);
+    assert!(matches!(
+        c.routes[1].key,
+        KeyRule::Header {
+            required: false,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_name() {
+    let e = err(r#"
+[[routes]]
+name = "a"
+methods = ["POST"]
+path = "/a"
+key = { header = "Idempotency-Key", requierd = true }
+"#);
+    assert!(e.contains("requierd"), "{e}");
+    let e = err("[defaults]\nleese = \"1s\"\n");
+    assert!(e.contains("leese"), "{e}");
+}
+
+#[test]
+fn bad_duration_names_the_route_and_field() {
+    let e = err(r#"
+[[routes]]
+name = "payments"
+methods = ["POST"]
+path = "/a"
+key = { header = "Idempotency-Key" }
+lease = "thirty seconds"
+"#);
+    assert!(e.starts_with("routes[payments].lease:"), "{e}");
+    let e = err("[defaults]\nwindow = \"0s\"\n");
+    assert!(e.contains("defaults.window"), "{e}");
+}
+
+#[test]
+fn key_rules_are_checked() {
+    let route = |key: &str| {
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {key}\n")
+    };
+    assert!(err(&route("{ }")).contains("routes[r].key"));
+    assert!(err(&route(r#"{ header = "A", fingerprint = ["path"] }"#)).contains("exactly one"));
+    assert!(err(&route(r#"{ fingerprint = [] }"#)).contains("at least one"));
+    assert!(err(&route(r#"{ fingerprint = ["jsn:/a"] }"#)).contains("jsn:/a"));
+    assert!(err(&route(r#"{ fingerprint = ["json:a"] }"#)).contains("JSON pointer"));
+    assert!(err(&route(r#"{ header = "bad header" }"#)).contains("header name"));
+}
+
+#[test]
+fn routes_need_unique_safe_names_methods_and_paths() {
+    let r = |name: &str, methods: &str, path: &str| {
+        format!("[[routes]]\nname = \"{name}\"\nmethods = {methods}\npath = \"{path}\"\nkey = {{ header = \"K\" }}\n")
+    };
+    assert!(err(&r("a:b", "[\"POST\"]", "/a")).contains("routes[a:b].name"));
+    assert!(err(&r("a", "[]", "/a")).contains("routes[a].methods"));
+    assert!(err(&r("a", "[\"PO ST\"]", "/a")).contains("not an HTTP method"));
+    assert!(err(&r("a", "[\"POST\"]", "a")).contains("routes[a].path"));
+    let twice = format!(
+        "{}{}",
+        r("a", "[\"POST\"]", "/a"),
+        r("a", "[\"POST\"]", "/b")
+    );
+    assert!(err(&twice).contains("duplicate route name"));
+}
+
+#[test]
+fn store_settings_are_checked() {
+    assert!(err("[store]\nbackend = \"redis\"\n").contains("store.url"));
+    assert!(err("[store]\nbackend = \"mongo\"\n").contains("mongo"));
+    assert!(err("[store]\nbackend = \"redis\"\nurl = \"http://x\"\n").contains("redis://"));
+    assert!(err("[store]\nbackend = \"redis\"\nurl = \"rediss://x:6380\"\n").contains("TLS"));
+    assert!(
+        err("[store]\nbackend = \"redis\"\nurl = \"redis://x:notaport\"\n").contains("store.url")
+    );
+    assert!(err("[store]\nbackend = \"redis-cluster\"\nurls = []\n").contains("store.urls"));
+    let c = with("[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379/0\"\ntimeout = \"100ms\"\non_error = \"fail-open\"\n").unwrap();
+    assert_eq!(c.store.timeout, Duration::from_millis(100));
+    assert_eq!(c.store.urls, vec!["redis://127.0.0.1:6379/0".to_owned()]);
+}
+
+#[test]
+fn server_settings_are_checked() {
+    let e = Config::from_toml("[server]\nlisten = \"nope\"\nupstream = \"http://a:1\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("server.listen"), "{e}");
+    let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"https://a:1\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("https"), "{e}");
+    assert!(err("[admin]\nlisten = \"127.0.0.1:8080\"\n").contains("admin.listen"));
+    let e = Config::from_toml(
+        "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://a:1\"\nmax_body = \"lots\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("server.max_body"), "{e}");
+}
+
+#[test]
+fn a_lease_shorter_than_the_upstream_timeout_is_warned_about() {
+    let route = |lease: &str| {
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nlease = \"{lease}\"\n")
+    };
+    let c = with(&route("30s")).unwrap();
+    assert_eq!(c.warnings.len(), 1);
+    assert!(
+        c.warnings[0].starts_with("routes[r].lease"),
+        "{:?}",
+        c.warnings
+    );
+    assert!(with(&route("31s")).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn environment_overrides_apply_before_validation() {
+    let mut f = FileConfig::parse(BASE).unwrap();
+    f.apply_env(|k| match k {
+        "DEDUPE_LISTEN" => Some("0.0.0.0:9999".into()),
+        "DEDUPE_UPSTREAM" => Some("http://app:3000".into()),
+        "DEDUPE_ADMIN_LISTEN" => Some("0.0.0.0:9901".into()),
+        "DEDUPE_REDIS_URL" => Some("redis://redis:6379".into()),
+        _ => None,
+    });
+    f.store.backend = Some(Backend::Redis);
+    let c = Config::from_file(f).unwrap();
+    assert_eq!(c.server.listen.port(), 9999);
+    assert_eq!(c.server.upstream.authority.as_str(), "app:3000");
+    assert_eq!(c.admin.unwrap().listen.port(), 9901);
+    assert_eq!(c.store.urls, vec!["redis://redis:6379".to_owned()]);
+}
