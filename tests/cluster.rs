@@ -1,12 +1,13 @@
 //! A real 3-master Redis Cluster: the store contract, and storms through the gateway.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, Http, RedisServer, TestGateway, Upstream};
 use dedupe_gateway::store::{RedisClusterStore, Store};
+use dedupe_test_support::{
+    contract, free_port, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
+    Upstream,
+};
 use http::StatusCode;
 
 struct Cluster {
@@ -75,28 +76,14 @@ async fn cluster_keeps_the_store_contract_and_survives_storms() {
     let store = Store::Cluster(Box::new(
         RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap(),
     ));
-    common::contract::run_all(&store).await;
+    contract::run_all(&store).await;
 
     // Through the gateway: a storm on one key, then many keys spread over every master.
     let up = Upstream::start().await;
-    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    let rest = format!(
-        r#"
-[store]
-backend = "redis-cluster"
-urls = [{}]
-timeout = "1s"
-
-[[routes]]
-name = "orders"
-methods = ["POST"]
-path = "/orders"
-key = {{ header = "Idempotency-Key" }}
-lease = "10s"
-"#,
-        urls.join(", ")
-    );
-    let gw = TestGateway::start(&up, "", &rest).await;
+    let config = GatewayConfig::new(up.url())
+        .store(StoreCfg::cluster(cluster.urls()).timeout("1s"))
+        .route(RouteCfg::header("orders", "/orders").lease("10s"));
+    let gw = TestGateway::start(&config).await;
     let http = Http::new();
     let mut tasks = Vec::new();
     for _ in 0..100 {

@@ -1,23 +1,21 @@
 //! Every single-node backend passes the same store contract (the cluster runs it in
 //! `tests/cluster.rs`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::RedisServer;
 use dedupe_gateway::store::{MemoryStore, RedisStore, Store};
+use dedupe_test_support::{contract, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_keeps_the_contract() {
-    common::contract::run_all(&Store::Memory(MemoryStore::new(10_000))).await;
+    contract::run_all(&Store::Memory(MemoryStore::new(10_000))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_keeps_the_contract() {
     let redis = RedisServer::start();
     let store = Store::Redis(RedisStore::new(&redis.url(), Duration::from_secs(1)).unwrap());
-    common::contract::run_all(&store).await;
+    contract::run_all(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
