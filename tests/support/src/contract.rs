@@ -1,4 +1,8 @@
 //! The store contract: one suite every backend (memory, redis, redis-cluster) must pass.
+//!
+//! Each check is an `async fn(&Store)`; `store_contract!` turns them into one test per
+//! check for a backend, so one failing check does not hide the others. Every check makes
+//! its own keys, so checks can share a store (and a cluster) and run concurrently.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -6,17 +10,38 @@ use std::time::Duration;
 use bytes::Bytes;
 use dedupe_gateway::store::{Claim, ClaimRequest, Completion, RecordState, Store};
 
-/// Runs every contract check against `store`.
-pub async fn run_all(store: &Store) {
-    won_conflict_mismatch(store).await;
-    complete_then_replay(store).await;
-    takeover_raises_the_fence_and_fences_out_the_zombie(store).await;
-    release_lets_the_next_claim_win_with_a_higher_fence(store).await;
-    window_expiry_forgets_the_key_but_not_the_fence_order(store).await;
-    abandoned_claims_expire(store).await;
-    inspect_and_forget(store).await;
-    concurrent_claims_have_one_winner(store).await;
-    a_retried_claim_wins_again(store).await;
+/// One `#[tokio::test]` per contract check, in a module named `$backend`, each on the
+/// store that `$make()` returns. `$make` is a function in the invoking module:
+/// `fn() -> (Store, G)`; `G` is kept alive for the test (the redis-server behind the store).
+///
+/// A new check is listed here as well as written below.
+#[macro_export]
+macro_rules! store_contract {
+    ($backend:ident, $make:ident) => {
+        $crate::store_contract!(
+            @tests $backend, $make,
+            won_conflict_mismatch,
+            complete_then_replay,
+            takeover_raises_the_fence_and_fences_out_the_zombie,
+            release_lets_the_next_claim_win_with_a_higher_fence,
+            window_expiry_forgets_the_key_but_not_the_fence_order,
+            abandoned_claims_expire,
+            inspect_and_forget,
+            concurrent_claims_have_one_winner,
+            a_retried_claim_wins_again,
+        );
+    };
+    (@tests $backend:ident, $make:ident, $($check:ident),+ $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let (store, _alive) = super::$make();
+                    $crate::contract::$check(&store).await;
+                }
+            )+
+        }
+    };
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
