@@ -8,14 +8,13 @@
 //! `BENCH_REQUESTS` sets the measured requests per scenario (default 20000).
 //! Run with `cargo bench --bench throughput`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{store_section, Backend, Http, RedisServer, TestGateway, Upstream};
+use dedupe_test_support::{
+    Backend, GatewayConfig, Http, RedisServer, RouteCfg, TestGateway, Upstream,
+};
 
 /// Requests in flight at any time.
 const CONCURRENCY: usize = 32;
@@ -25,17 +24,16 @@ const DEFAULT_REQUESTS: usize = 20_000;
 const WARMUP_REQUESTS: usize = 500;
 const BODY: &str = r#"{"amount":100}"#;
 
-const ROUTES: &str = r#"
-[defaults]
-lease = "5s"
-window = "1h"
-
-[[routes]]
-name = "payments"
-methods = ["POST"]
-path = "/v1/payments/*"
-key = { header = "Idempotency-Key", required = true }
-"#;
+/// The gateway under test, in front of `upstream`, on `store`.
+fn config(upstream: &Upstream, store: dedupe_test_support::StoreCfg) -> GatewayConfig {
+    GatewayConfig::new(upstream.url())
+        .max_body("64KiB")
+        .upstream_timeout("5s")
+        .store(store)
+        .default_lease("5s")
+        .default_window("1h")
+        .route(RouteCfg::header("payments", "/v1/payments/*").required(true))
+}
 
 /// How each request of a run is keyed.
 #[derive(Clone)]
@@ -271,7 +269,6 @@ async fn main() {
     let n = requests();
     let http = Http::new();
     let up = Upstream::start().await;
-    let server_extra = "max_body = \"64KiB\"\nupstream_timeout = \"5s\"";
 
     let mut backends = vec![Backend::Memory];
     if on_path("redis-server") {
@@ -294,9 +291,9 @@ async fn main() {
     // Kept alive until the end: dropping a RedisServer kills it.
     let mut redis: Vec<RedisServer> = Vec::new();
     for backend in backends {
-        let (store, server) = store_section(backend);
+        let (store, server) = backend.start_store();
         redis.extend(server);
-        let gw = TestGateway::start(&up, server_extra, &format!("{store}{ROUTES}")).await;
+        let gw = TestGateway::start(&config(&up, store)).await;
         let prefix = match backend {
             Backend::Memory => "memory",
             Backend::Redis => "redis",

@@ -1,74 +1,44 @@
 //! The gateway's behaviour against a real counting upstream, on the embedded store and on
 //! a real redis-server. Every test counts the upstream's side effects: that is the truth.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{store_section, Backend, Http, RedisServer, TestGateway, Upstream};
+use dedupe_test_support::{
+    eventually, Backend, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
+    Upstream,
+};
 use http::StatusCode;
 
-const ROUTES: &str = r#"
-[defaults]
-lease = "5s"
-window = "1h"
-
-[[routes]]
-name = "payments"
-methods = ["POST", "PATCH"]
-path = "/v1/payments/*"
-key = { header = "Idempotency-Key", required = true }
-scope = ["header:Authorization"]
-
-[[routes]]
-name = "optional"
-methods = ["POST"]
-path = "/optional"
-key = { header = "Idempotency-Key", required = false }
-
-[[routes]]
-name = "webhooks"
-methods = ["POST"]
-path = "/webhooks/*"
-key = { fingerprint = ["method", "path", "json:/order_id", "json:/event_type", "header:X-Source"] }
-
-[[routes]]
-name = "short-lease"
-methods = ["POST"]
-path = "/short/*"
-key = { header = "Idempotency-Key" }
-lease = "1s"
-
-[[routes]]
-name = "brief-window"
-methods = ["POST"]
-path = "/brief/*"
-key = { header = "Idempotency-Key" }
-window = "1s"
-
-[[routes]]
-name = "patient"
-methods = ["POST"]
-path = "/patient/*"
-key = { header = "Idempotency-Key" }
-on_conflict = "wait"
-conflict_wait = "5s"
-
-[[routes]]
-name = "impatient"
-methods = ["POST"]
-path = "/impatient/*"
-key = { header = "Idempotency-Key" }
-on_conflict = "wait"
-conflict_wait = "200ms"
-
-[[routes]]
-name = "small-cache"
-methods = ["POST"]
-path = "/small/*"
-key = { header = "Idempotency-Key" }
-max_cached_body = "1KiB"
-"#;
+/// The routes every behaviour runs under, in front of `upstream`, on `store`.
+fn config(upstream: &str, store: StoreCfg) -> GatewayConfig {
+    GatewayConfig::new(upstream)
+        .store(store)
+        .default_lease("5s")
+        .default_window("1h")
+        .route(
+            RouteCfg::header("payments", "/v1/payments/*")
+                .methods(&["POST", "PATCH"])
+                .required(true)
+                .scope(&["header:Authorization"]),
+        )
+        .route(RouteCfg::header("optional", "/optional").required(false))
+        .route(RouteCfg::fingerprint(
+            "webhooks",
+            "/webhooks/*",
+            &[
+                "method",
+                "path",
+                "json:/order_id",
+                "json:/event_type",
+                "header:X-Source",
+            ],
+        ))
+        .route(RouteCfg::header("short-lease", "/short/*").lease("1s"))
+        .route(RouteCfg::header("brief-window", "/brief/*").window("1s"))
+        .route(RouteCfg::header("patient", "/patient/*").on_conflict_wait("5s"))
+        .route(RouteCfg::header("impatient", "/impatient/*").on_conflict_wait("200ms"))
+        .route(RouteCfg::header("small-cache", "/small/*").max_cached_body("1KiB"))
+}
 
 struct Env {
     up: Upstream,
@@ -78,13 +48,14 @@ struct Env {
 }
 
 async fn env(backend: Backend) -> Env {
-    env_with(backend, "max_body = \"64KiB\"\nupstream_timeout = \"5s\"").await
+    env_with(backend, |c| c.max_body("64KiB").upstream_timeout("5s")).await
 }
 
-async fn env_with(backend: Backend, server_extra: &str) -> Env {
+/// As `env`, with `server` setting the `[server]` fields the test needs.
+async fn env_with(backend: Backend, server: impl FnOnce(GatewayConfig) -> GatewayConfig) -> Env {
     let up = Upstream::start().await;
-    let (store, redis) = store_section(backend);
-    let gw = TestGateway::start(&up, server_extra, &format!("{store}{ROUTES}")).await;
+    let (store, redis) = backend.start_store();
+    let gw = TestGateway::start(&server(config(&up.url(), store))).await;
     Env {
         up,
         gw,
@@ -501,17 +472,11 @@ async fn connect_failure_releases_the_claim(b: Backend) {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap();
     drop(dead);
-    let (store, _redis) = store_section(b);
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{dead_addr}\"\n{store}{ROUTES}"
-    );
-    let config = dedupe_gateway::config::Config::from_toml(&text).unwrap();
-    let up = Upstream::start().await; // only for the helper's signature
-    let _ = up;
-    let gw = start_with_config(config).await;
+    let (store, _redis) = b.start_store();
+    let gw = TestGateway::start(&config(&format!("http://{dead_addr}"), store)).await;
     let http = Http::new();
     let h = [("Idempotency-Key", "k"), AUTH_A];
-    let url = format!("http://{}/v1/payments/p", gw.0);
+    let url = gw.url("/v1/payments/p");
     let r = http.post(&url, &h, "{}").await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
@@ -524,7 +489,7 @@ async fn connect_failure_releases_the_claim(b: Backend) {
 }
 
 async fn upstream_silence_keeps_the_claim_until_the_lease_expires(b: Backend) {
-    let e = env_with(b, "upstream_timeout = \"200ms\"").await;
+    let e = env_with(b, |c| c.upstream_timeout("200ms")).await;
     let url = e.gw.url("/short/silent");
     let r = e
         .http
@@ -547,27 +512,6 @@ async fn upstream_silence_keeps_the_claim_until_the_lease_expires(b: Backend) {
     let r = e.http.post(&url, &[("Idempotency-Key", "s")], "{}").await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(e.up.increasing_fences().len(), 2);
-}
-
-async fn start_with_config(
-    config: dedupe_gateway::config::Config,
-) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    use dedupe_gateway::{http::Gateway, server, store::Store};
-    let store = Store::from_config(&config.store).unwrap();
-    let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = public.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(
-        Gateway::new(config, store),
-        server::Listeners {
-            public,
-            admin: None,
-        },
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    (addr, tx)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -630,7 +574,7 @@ async fn oversized_request_heads_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_never_arrives_times_out_with_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let e = env_with(Backend::Memory, "body_read_timeout = \"200ms\"").await;
+    let e = env_with(Backend::Memory, |c| c.body_read_timeout("200ms")).await;
     let mut s = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
     s.write_all(b"POST /v1/payments/p HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow\r\nContent-Length: 10\r\n\r\n{}")
         .await
@@ -660,7 +604,7 @@ async fn a_client_that_hangs_up_does_not_abandon_its_claim() {
     drop(s);
     // The upstream's answer is still stored: the retry replays it instead of waiting out
     // the lease (409) or executing again.
-    let stored = common::eventually(Duration::from_secs(5), || async {
+    let stored = eventually(Duration::from_secs(5), || async {
         e.http
             .post(
                 &e.gw.url("/short/hangup"),
@@ -683,7 +627,7 @@ async fn a_client_that_hangs_up_does_not_abandon_its_claim() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_max_connections_wait_for_a_free_slot() {
-    let e = env_with(Backend::Memory, "max_connections = 1").await;
+    let e = env_with(Backend::Memory, |c| c.max_connections(1)).await;
     let idle = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let http = e.http.clone();
@@ -762,10 +706,9 @@ async fn a_wait_that_runs_out_is_409(b: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_gives_its_slot_back() {
     use tokio::io::AsyncReadExt;
-    let e = env_with(
-        Backend::Memory,
-        "max_connections = 1\nheader_read_timeout = \"200ms\"",
-    )
+    let e = env_with(Backend::Memory, |c| {
+        c.max_connections(1).header_read_timeout("200ms")
+    })
     .await;
     // Connects and never sends a byte: it must not hold the only slot for long.
     let mut silent = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
@@ -790,10 +733,9 @@ async fn a_silent_connection_gives_its_slot_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_http2_preface_gives_its_slot_back() {
     use tokio::io::AsyncWriteExt;
-    let e = env_with(
-        Backend::Memory,
-        "max_connections = 1\nheader_read_timeout = \"200ms\"",
-    )
+    let e = env_with(Backend::Memory, |c| {
+        c.max_connections(1).header_read_timeout("200ms")
+    })
     .await;
     // Half an HTTP/2 preface, then nothing: the protocol is never decided.
     let mut stalled = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();

@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use dedupe_test_support::{GatewayConfig, RouteCfg};
+
 fn gateway() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
 }
@@ -15,7 +17,8 @@ fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
 
 const BASE: &str = "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://127.0.0.1:9\"\n";
 
-/// A file with one header-key route named `payments`, plus `extra` inside that route.
+/// A file with one header-key route named `payments`, plus `extra` inside that route: the
+/// literal text whose handling the tests check.
 fn payments_route(extra: &str) -> String {
     format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\n{extra}")
 }
@@ -146,11 +149,10 @@ fn the_kubernetes_config_map_carries_the_checked_config() {
 
 #[test]
 fn check_warns_when_a_lease_is_shorter_than_the_upstream_timeout() {
-    let text = payments_route("lease = \"30s\"\n").replace(
-        "upstream = \"http://127.0.0.1:9\"\n",
-        "upstream = \"http://127.0.0.1:9\"\nupstream_timeout = \"30s\"\n",
-    );
-    let (code, out, _) = check(&text);
+    let config = GatewayConfig::new("http://127.0.0.1:9")
+        .upstream_timeout("30s")
+        .route(RouteCfg::header("payments", "/p").lease("30s"));
+    let (code, out, _) = check(&config.to_toml());
     assert_eq!(code, Some(0));
     assert!(out.contains("warning: routes[payments].lease"), "{out}");
 }

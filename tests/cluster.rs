@@ -1,12 +1,17 @@
 //! A real 3-master Redis Cluster: the store contract, and storms through the gateway.
-
-mod common;
+//!
+//! The cluster starts once per test binary and every test shares it, each on keys of its
+//! own; its redis-servers end with the binary (see `RedisServer`).
 
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{free_port, Http, RedisServer, TestGateway, Upstream};
 use dedupe_gateway::store::{RedisClusterStore, Store};
+use dedupe_test_support::{
+    free_port, store_contract, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
+    Upstream,
+};
 use http::StatusCode;
 
 struct Cluster {
@@ -68,35 +73,35 @@ impl Cluster {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_keeps_the_store_contract_and_survives_storms() {
-    let cluster = Cluster::start();
+/// The cluster this test binary shares, started by the first test that asks.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(Cluster::start)
+}
 
-    let store = Store::Cluster(Box::new(
-        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap(),
-    ));
-    common::contract::run_all(&store).await;
+/// A client of the shared cluster, on the calling test's runtime.
+fn cluster_store() -> (Store, ()) {
+    let store = RedisClusterStore::new(&cluster().urls(), Duration::from_secs(2)).unwrap();
+    (Store::Cluster(Box::new(store)), ())
+}
+
+store_contract!(contract, cluster_store);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_survives_storms() {
+    let cluster = cluster();
 
     // Through the gateway: a storm on one key, then many keys spread over every master.
     let up = Upstream::start().await;
-    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    let rest = format!(
-        r#"
-[store]
-backend = "redis-cluster"
-urls = [{}]
-timeout = "1s"
-
-[[routes]]
-name = "orders"
-methods = ["POST"]
-path = "/orders"
-key = {{ header = "Idempotency-Key" }}
-lease = "10s"
-"#,
-        urls.join(", ")
-    );
-    let gw = TestGateway::start(&up, "", &rest).await;
+    let config = GatewayConfig::new(up.url())
+        // A prefix of its own: the contract's records share the cluster.
+        .store(
+            StoreCfg::cluster(cluster.urls())
+                .timeout("1s")
+                .prefix("storm"),
+        )
+        .route(RouteCfg::header("orders", "/orders").lease("10s"));
+    let gw = TestGateway::start(&config).await;
     let http = Http::new();
     let mut tasks = Vec::new();
     for _ in 0..100 {
@@ -141,7 +146,7 @@ lease = "10s"
     let holding = cluster
         .nodes
         .iter()
-        .filter(|n| n.cmd::<i64>(&["DBSIZE"]) > 0)
+        .filter(|n| !n.cmd::<Vec<String>>(&["KEYS", "storm:*"]).is_empty())
         .count();
     assert_eq!(holding, 3, "every master holds records");
 }

@@ -1,24 +1,20 @@
 //! Operating the gateway: admin port (metrics, health, keys, token), SIGTERM drain,
 //! SIGHUP reload, JSON access logs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{GatewayProcess, Http, RedisServer, TestGateway, Upstream};
+use dedupe_test_support::{
+    eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
+    Upstream,
+};
 use http::StatusCode;
 
-const ROUTES: &str = r#"
-[defaults]
-lease = "5s"
-
-[[routes]]
-name = "payments"
-methods = ["POST"]
-path = "/v1/payments/*"
-key = { header = "Idempotency-Key" }
-scope = ["header:Authorization"]
-"#;
+/// One scoped payments route in front of `up`.
+fn payments(up: &Upstream) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .default_lease("5s")
+        .route(RouteCfg::header("payments", "/v1/payments/*").scope(&["header:Authorization"]))
+}
 
 fn counter(metrics: &str, route: &str, outcome: &str) -> u64 {
     let prefix = format!("dedupe_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}} ");
@@ -31,12 +27,7 @@ fn counter(metrics: &str, route: &str, outcome: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_each_key_outcome() {
     let up = Upstream::start().await;
-    let gw = TestGateway::start(
-        &up,
-        "",
-        &format!("[admin]\nlisten = \"127.0.0.1:0\"\n{ROUTES}"),
-    )
-    .await;
+    let gw = TestGateway::start(&payments(&up).admin()).await;
     let http = Http::new();
     let url = gw.url("/v1/payments/1");
     let metrics = || async { http.get(&gw.admin_url("/metrics"), &[]).await.text() };
@@ -91,8 +82,7 @@ async fn metrics_count_each_key_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_can_be_inspected_and_forgotten_behind_the_admin_token() {
     let up = Upstream::start().await;
-    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"s3cret\"\n";
-    let gw = TestGateway::start(&up, "", &format!("{admin}{ROUTES}")).await;
+    let gw = TestGateway::start(&payments(&up).admin_with_token("s3cret")).await;
     let http = Http::new();
     let url = gw.url("/v1/payments/1");
     let tenant = ("Authorization", "Bearer tenant-a");
@@ -173,22 +163,19 @@ async fn keys_can_be_inspected_and_forgotten_behind_the_admin_token() {
     );
 }
 
-fn redis_config(up: &Upstream, redis: &RedisServer, extra_server: &str) -> String {
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n{extra_server}\n\
-         [store]\nbackend = \"redis\"\nurl = \"{}\"\n\
-         [defaults]\nlease = \"1s\"\n\
-         [[routes]]\nname = \"orders\"\nmethods = [\"POST\"]\npath = \"/orders\"\nkey = {{ header = \"Idempotency-Key\" }}\n",
-        up.url(),
-        redis.url()
-    )
+/// An orders route with a 1s lease in front of `up`, on `redis`.
+fn redis_config(up: &Upstream, redis: &RedisServer) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(StoreCfg::redis(redis.url()))
+        .default_lease("1s")
+        .route(RouteCfg::header("orders", "/orders"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_slow_upstream_call_finish_and_store_its_response() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let mut a = GatewayProcess::start(&redis_config(&up, &redis, "shutdown_grace = \"10s\""));
+    let mut a = GatewayProcess::start(&redis_config(&up, &redis).shutdown_grace("10s"));
     let http = Http::new();
     let url = a.url("/orders");
     let h = http.clone();
@@ -216,7 +203,7 @@ async fn sigterm_lets_a_slow_upstream_call_finish_and_store_its_response() {
     );
 
     // Its response was stored: another gateway on the same Redis replays it.
-    let b = GatewayProcess::start(&redis_config(&up, &redis, ""));
+    let b = GatewayProcess::start(&redis_config(&up, &redis));
     let replay = http
         .post(&b.url("/orders"), &[("Idempotency-Key", "drain")], "{}")
         .await;
@@ -229,7 +216,7 @@ async fn sigterm_lets_a_slow_upstream_call_finish_and_store_its_response() {
 async fn a_request_cut_off_by_the_grace_period_keeps_its_claim_for_a_takeover() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let mut a = GatewayProcess::start(&redis_config(&up, &redis, "shutdown_grace = \"100ms\""));
+    let mut a = GatewayProcess::start(&redis_config(&up, &redis).shutdown_grace("100ms"));
     let http = Http::new();
     let url = a.url("/orders");
     let h = http.clone();
@@ -250,7 +237,7 @@ async fn a_request_cut_off_by_the_grace_period_keeps_its_claim_for_a_takeover() 
         "the cut-off client gets no made-up answer"
     );
 
-    let b = GatewayProcess::start(&redis_config(&up, &redis, ""));
+    let b = GatewayProcess::start(&redis_config(&up, &redis));
     let r = http
         .post(&b.url("/orders"), &[("Idempotency-Key", "cut")], "{}")
         .await;
@@ -270,10 +257,7 @@ async fn a_request_cut_off_by_the_grace_period_keeps_its_claim_for_a_takeover() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_broken() {
     let up = Upstream::start().await;
-    let base = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n",
-        up.url()
-    );
+    let base = GatewayConfig::new(up.url());
     let gw = GatewayProcess::start(&base);
     let http = Http::new();
     let url = gw.url("/new");
@@ -281,10 +265,9 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
     http.post(&url, &[("Idempotency-Key", "n")], "{}").await;
     assert_eq!(up.effects(), 2, "no route yet: proxied twice");
 
-    let with_route = format!(
-        "{base}[[routes]]\nname = \"new\"\nmethods = [\"POST\"]\npath = \"/new\"\nkey = {{ header = \"Idempotency-Key\" }}\n"
-    );
-    std::fs::write(&gw.config_path, &with_route).unwrap();
+    let new = RouteCfg::header("new", "/new");
+    let with_route = base.clone().route(new.clone());
+    std::fs::write(&gw.config_path, with_route.to_toml()).unwrap();
     gw.signal("HUP");
     gw.wait_logged("configuration reloaded").await;
     http.post(&url, &[("Idempotency-Key", "n")], "{}").await;
@@ -294,7 +277,8 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
         .replayed());
     assert_eq!(up.effects(), 3);
 
-    std::fs::write(&gw.config_path, format!("{with_route}\nlease = \"soon\"\n")).unwrap();
+    let broken = base.route(new.lease("soon"));
+    std::fs::write(&gw.config_path, broken.to_toml()).unwrap();
     gw.signal("HUP");
     gw.wait_logged("configuration refused").await;
     assert!(
@@ -305,8 +289,8 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
     );
 
     // Listen changes are reported as needing a restart.
-    let moved = with_route.replace("127.0.0.1:0", "127.0.0.1:1");
-    std::fs::write(&gw.config_path, moved).unwrap();
+    let moved = with_route.listen("127.0.0.1:1");
+    std::fs::write(&gw.config_path, moved.to_toml()).unwrap();
     gw.signal("HUP");
     gw.wait_logged("takes effect only after a restart").await;
     assert!(http
@@ -322,7 +306,7 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
             .cloned()
             .collect::<Vec<_>>()
     };
-    common::eventually(Duration::from_secs(5), || async {
+    eventually(Duration::from_secs(5), || async {
         access_lines().len() >= 6
     })
     .await;
@@ -339,11 +323,11 @@ async fn sighup_applies_new_routes_and_keeps_the_old_config_when_the_new_one_is_
 async fn a_container_sets_listen_upstream_and_admin_through_the_environment() {
     let up = Upstream::start().await;
     // The file names addresses that do not work here; the environment overrides them.
-    let file = "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:9\"\n\
-                [[routes]]\nname = \"orders\"\nmethods = [\"POST\"]\npath = \"/orders\"\n\
-                key = { header = \"Idempotency-Key\" }\n";
+    let file = GatewayConfig::new("http://127.0.0.1:9")
+        .listen("127.0.0.1:1")
+        .route(RouteCfg::header("orders", "/orders"));
     let gw = GatewayProcess::start_with_env(
-        file,
+        &file,
         &[
             ("DEDUPE_LISTEN", "127.0.0.1:0"),
             ("DEDUPE_UPSTREAM", &up.url()),

@@ -1,54 +1,34 @@
 //! Many gateways on one Redis, and Redis misbehaving: stopped, paused, restarted.
 //! Real redis-server processes and real gateway processes on ephemeral loopback ports.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{eventually, GatewayProcess, Http, RedisServer, TestGateway, Upstream};
+use dedupe_test_support::{
+    eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
+    Upstream,
+};
 use http::StatusCode;
 
-fn routes(lease: &str) -> String {
-    format!(
-        r#"
-[defaults]
-lease = "{lease}"
-window = "1h"
-
-[[routes]]
-name = "orders"
-methods = ["POST"]
-path = "/orders/*"
-key = {{ header = "Idempotency-Key" }}
-
-[[routes]]
-name = "open"
-methods = ["POST"]
-path = "/open/*"
-key = {{ header = "Idempotency-Key" }}
-on_error = "fail-open"
-"#
-    )
+/// A fail-closed `orders` route and a fail-open `open` route in front of `up`, on `store`.
+fn config(up: &Upstream, store: StoreCfg, lease: &str) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(store)
+        .default_lease(lease)
+        .default_window("1h")
+        .route(RouteCfg::header("orders", "/orders/*"))
+        .route(RouteCfg::header("open", "/open/*").fail_open())
 }
 
-/// An in-process gateway on `redis`; `store_extra` adds lines to `[store]`.
-async fn gateway_on(redis: &RedisServer, up: &Upstream, store_extra: &str) -> TestGateway {
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\n{store_extra}",
-        redis.url()
-    );
-    TestGateway::start(up, "", &format!("{store}{}", routes("5s"))).await
+/// An in-process gateway on `store` with a 5s lease.
+async fn gateway_on(up: &Upstream, store: StoreCfg) -> TestGateway {
+    TestGateway::start(&config(up, store, "5s")).await
 }
 
-fn process_config(up: &Upstream, redis: &RedisServer, lease: &str) -> String {
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\nupstream_timeout = \"10s\"\n\
-         [store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\n{}",
-        up.url(),
-        redis.url(),
-        routes(lease)
-    )
+/// A gateway process on `redis` with a `lease`.
+fn process_config(up: &Upstream, redis: &RedisServer, lease: &str) -> GatewayConfig {
+    let store = StoreCfg::redis(redis.url()).timeout("500ms");
+    config(up, store, lease).upstream_timeout("10s")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,12 +125,8 @@ async fn killed_winner_is_taken_over_by_the_other_gateway_after_its_lease() {
 async fn redis_down_fails_closed_or_open_per_route_and_recovers_without_restart() {
     let mut redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway_on(
-        &redis,
-        &up,
-        "timeout = \"250ms\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .await;
+    let store = StoreCfg::redis(redis.url()).timeout("250ms");
+    let gw = TestGateway::start(&config(&up, store, "5s").admin()).await;
     let http = Http::new();
     let ok = http
         .post(&gw.url("/orders/a"), &[("Idempotency-Key", "before")], "{}")
@@ -219,7 +195,7 @@ async fn redis_down_fails_closed_or_open_per_route_and_recovers_without_restart(
 async fn paused_redis_past_the_store_timeout_fails_fast_instead_of_hanging() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway_on(&redis, &up, "timeout = \"200ms\"\n").await;
+    let gw = gateway_on(&up, StoreCfg::redis(redis.url()).timeout("200ms")).await;
     let http = Http::new();
     // Connect and load the scripts first.
     http.post(&gw.url("/orders/p"), &[("Idempotency-Key", "warm")], "{}")
@@ -271,7 +247,7 @@ fn top_level_calls(redis: &RedisServer, before: &HashMap<String, u64>) -> (u64, 
 async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway_on(&redis, &up, "").await;
+    let gw = gateway_on(&up, StoreCfg::redis(redis.url())).await;
     let http = Http::new();
     // Connect and load the scripts (EVALSHA, NOSCRIPT, SCRIPT LOAD happen once).
     http.post(&gw.url("/orders/w"), &[("Idempotency-Key", "warm")], "{}")
@@ -327,7 +303,7 @@ async fn a_winner_costs_two_round_trips_a_replay_and_a_conflict_one() {
 async fn records_are_one_hash_key_each_and_replays_check_the_key() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway_on(&redis, &up, "prefix = \"t\"\n").await;
+    let gw = gateway_on(&up, StoreCfg::redis(redis.url()).prefix("t")).await;
     let http = Http::new();
     http.post(&gw.url("/orders/r"), &[("Idempotency-Key", "one")], "{}")
         .await;
@@ -368,7 +344,7 @@ async fn records_are_one_hash_key_each_and_replays_check_the_key() {
 async fn a_claim_whose_reply_timed_out_does_not_strand_its_key() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway_on(&redis, &up, "timeout = \"300ms\"\n").await;
+    let gw = gateway_on(&up, StoreCfg::redis(redis.url()).timeout("300ms")).await;
     let http = Http::new();
     http.post(&gw.url("/orders/t"), &[("Idempotency-Key", "warm")], "{}")
         .await;

@@ -1,24 +1,25 @@
-//! Every single-node backend passes the same store contract (the cluster runs it in
-//! `tests/cluster.rs`).
-
-mod common;
+//! Every single-node backend passes the same store contract, one test per check (the
+//! cluster runs it in `tests/cluster.rs`).
 
 use std::time::Duration;
 
-use common::RedisServer;
 use dedupe_gateway::store::{MemoryStore, RedisStore, Store};
+use dedupe_test_support::{store_contract, RedisServer};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_store_keeps_the_contract() {
-    common::contract::run_all(&Store::Memory(MemoryStore::new(10_000))).await;
+/// The embedded store.
+fn memory_store() -> (Store, ()) {
+    (Store::Memory(MemoryStore::new(10_000)), ())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_store_keeps_the_contract() {
+/// A store on a redis-server of the test's own.
+fn redis_store() -> (Store, RedisServer) {
     let redis = RedisServer::start();
     let store = Store::Redis(RedisStore::new(&redis.url(), Duration::from_secs(1)).unwrap());
-    common::contract::run_all(&store).await;
+    (store, redis)
 }
+
+store_contract!(memory, memory_store);
+store_contract!(redis, redis_store);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_is_bounded_and_sweeps_expired_records() {

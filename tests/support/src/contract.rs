@@ -1,4 +1,8 @@
 //! The store contract: one suite every backend (memory, redis, redis-cluster) must pass.
+//!
+//! Each check is an `async fn(&Store)`; `store_contract!` turns them into one test per
+//! check for a backend, so one failing check does not hide the others. Every check makes
+//! its own keys, so checks can share a store (and a cluster) and run concurrently.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -7,6 +11,40 @@ use bytes::Bytes;
 use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimant, Completion, Fence, RecordState, RequestHash, Store, StoreKey,
 };
+
+/// One `#[tokio::test]` per contract check, in a module named `$backend`, each on the
+/// store that `$make()` returns. `$make` is a function in the invoking module:
+/// `fn() -> (Store, G)`; `G` is kept alive for the test (the redis-server behind the store).
+///
+/// A new check is listed here as well as written below.
+#[macro_export]
+macro_rules! store_contract {
+    ($backend:ident, $make:ident) => {
+        $crate::store_contract!(
+            @tests $backend, $make,
+            won_conflict_mismatch,
+            complete_then_replay,
+            takeover_raises_the_fence_and_fences_out_the_zombie,
+            release_lets_the_next_claim_win_with_a_higher_fence,
+            window_expiry_forgets_the_key_but_not_the_fence_order,
+            abandoned_claims_expire,
+            inspect_and_forget,
+            concurrent_claims_have_one_winner,
+            a_retried_claim_wins_again,
+        );
+    };
+    (@tests $backend:ident, $make:ident, $($check:ident),+ $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let (store, _alive) = super::$make();
+                    $crate::contract::$check(&store).await;
+                }
+            )+
+        }
+    };
+}
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -51,20 +89,8 @@ fn won(claim: Claim, takeover: bool) -> Fence {
     }
 }
 
-/// Runs every contract check against `store`.
-pub async fn run_all(store: &Store) {
-    won_conflict_mismatch(store).await;
-    complete_then_replay(store).await;
-    takeover_raises_the_fence_and_fences_out_the_zombie(store).await;
-    release_lets_the_next_claim_win_with_a_higher_fence(store).await;
-    window_expiry_forgets_the_key_but_not_the_fence_order(store).await;
-    abandoned_claims_expire(store).await;
-    inspect_and_forget(store).await;
-    concurrent_claims_have_one_winner(store).await;
-    a_retried_claim_wins_again(store).await;
-}
-
-async fn a_retried_claim_wins_again(store: &Store) {
+/// The same claimant asking again (its first reply was lost) wins again, not a conflict.
+pub async fn a_retried_claim_wins_again(store: &Store) {
     let k = fresh_key("retried");
     let first = req(&k, &H1, LONG, LONG);
     let f = won(store.claim(first).await.unwrap(), false);
@@ -84,7 +110,8 @@ async fn a_retried_claim_wins_again(store: &Store) {
     );
 }
 
-async fn won_conflict_mismatch(store: &Store) {
+/// The first claim wins; the same request in flight conflicts; another request mismatches.
+pub async fn won_conflict_mismatch(store: &Store) {
     let k = fresh_key("won");
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     assert!(f > Fence::new(0));
@@ -103,7 +130,8 @@ async fn won_conflict_mismatch(store: &Store) {
     );
 }
 
-async fn complete_then_replay(store: &Store) {
+/// A completed record replays byte for byte; completing again is idempotent, releasing it refused.
+pub async fn complete_then_replay(store: &Store) {
     let k = fresh_key("replay");
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let record = Bytes::from_static(b"\x00binary\xffrecord");
@@ -135,7 +163,8 @@ async fn complete_then_replay(store: &Store) {
     );
 }
 
-async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
+/// After the lease a claim takes over with a higher fence; the old owner can neither complete nor release.
+pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     let k = fresh_key("takeover");
     let lease = Duration::from_millis(400);
     let f1 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), false);
@@ -188,7 +217,8 @@ async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) {
     );
 }
 
-async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
+/// A released claim lets the next claim win, with a higher fence.
+pub async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
     let k = fresh_key("release");
     let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     assert!(store.release(&k, f1, LONG).await.unwrap());
@@ -225,7 +255,8 @@ async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
     );
 }
 
-async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
+/// After the window the key is new, but its fences keep rising.
+pub async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
     let k = fresh_key("window");
     let window = Duration::from_millis(500);
     let f1 = won(
@@ -252,7 +283,8 @@ async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store) {
     );
 }
 
-async fn abandoned_claims_expire(store: &Store) {
+/// A claim never settled expires after its lease and window.
+pub async fn abandoned_claims_expire(store: &Store) {
     let k = fresh_key("abandoned");
     let (lease, window) = (Duration::from_millis(200), Duration::from_millis(200));
     store.claim(req(&k, &H1, lease, window)).await.unwrap();
@@ -263,7 +295,8 @@ async fn abandoned_claims_expire(store: &Store) {
     assert_eq!(store.inspect(&k).await.unwrap(), None);
 }
 
-async fn inspect_and_forget(store: &Store) {
+/// Records can be inspected and forgotten; a forgotten key's old owner stays fenced out.
+pub async fn inspect_and_forget(store: &Store) {
     let k = fresh_key("inspect");
     assert_eq!(store.inspect(&k).await.unwrap(), None);
     let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
@@ -295,7 +328,8 @@ async fn inspect_and_forget(store: &Store) {
     );
 }
 
-async fn concurrent_claims_have_one_winner(store: &Store) {
+/// Of 64 concurrent claims on one key exactly one wins.
+pub async fn concurrent_claims_have_one_winner(store: &Store) {
     let k = fresh_key("race");
     let mut tasks = Vec::new();
     for _ in 0..64 {

@@ -1,0 +1,111 @@
+//! The HTTP client the tests talk to gateways with.
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// A whole response, body collected.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// Whether the gateway marked this a replay (`Idempotent-Replayed: true`).
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+
+    /// The problem+json `type`; panics unless the reply is a problem.
+    pub fn problem_type(&self) -> String {
+        assert_eq!(
+            self.headers
+                .get("content-type")
+                .map(|v| v.to_str().unwrap()),
+            Some("application/problem+json"),
+            "not a problem: {self:?}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        v["type"].as_str().unwrap().to_owned()
+    }
+
+    /// The body as text, for assertion messages.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A pooled HTTP client; clones share the pool.
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(64)
+                .build_http(),
+        }
+    }
+}
+
+impl Http {
+    /// A client speaking HTTP/1.1.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A client speaking HTTP/2 with prior knowledge (h2c).
+    pub fn h2c() -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    /// Sends one request; a transport error comes back as its message.
+    pub async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<Reply, String> {
+        let mut b = Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    /// A POST that must get an answer.
+    pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+        self.send("POST", url, headers, body).await.unwrap()
+    }
+
+    /// A GET that must get an answer.
+    pub async fn get(&self, url: &str, headers: &[(&str, &str)]) -> Reply {
+        self.send("GET", url, headers, "").await.unwrap()
+    }
+}

@@ -1,0 +1,359 @@
+//! A typed builder for gateway config files.
+//!
+//! Tests describe the config they need in code; `to_toml` renders it as the file text the
+//! real loader then parses (`Config::from_toml` in process, a file for the binary), so the
+//! parser is exercised on every test. Durations and sizes stay strings in the file's own
+//! vocabulary ("2s", "64KiB"). Tests of the parser's handling of particular text (typos,
+//! bad values) keep that text literally instead.
+
+use serde::Serialize;
+
+/// A whole config file. Listens on `127.0.0.1:0`; everything left unset is left out of
+/// the file, so the gateway's defaults apply.
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayConfig {
+    server: Server,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<StoreCfg>,
+    #[serde(skip_serializing_if = "Defaults::is_empty")]
+    defaults: Defaults,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin: Option<Admin>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    routes: Vec<RouteCfg>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Server {
+    listen: String,
+    upstream: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_body: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    header_read_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_read_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shutdown_grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+struct Defaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<String>,
+}
+
+impl Defaults {
+    fn is_empty(&self) -> bool {
+        self.lease.is_none() && self.window.is_none()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Admin {
+    listen: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+}
+
+impl GatewayConfig {
+    /// A gateway on `127.0.0.1:0` in front of `upstream`, with no routes.
+    pub fn new(upstream: impl Into<String>) -> Self {
+        Self {
+            server: Server {
+                listen: "127.0.0.1:0".to_owned(),
+                upstream: upstream.into(),
+                upstream_timeout: None,
+                max_body: None,
+                header_read_timeout: None,
+                body_read_timeout: None,
+                shutdown_grace: None,
+                max_connections: None,
+            },
+            store: None,
+            defaults: Defaults::default(),
+            admin: None,
+            routes: Vec::new(),
+        }
+    }
+
+    /// `server.listen`.
+    pub fn listen(mut self, addr: &str) -> Self {
+        self.server.listen = addr.to_owned();
+        self
+    }
+
+    /// `server.upstream_timeout`.
+    pub fn upstream_timeout(mut self, d: &str) -> Self {
+        self.server.upstream_timeout = Some(d.to_owned());
+        self
+    }
+
+    /// `server.max_body`.
+    pub fn max_body(mut self, size: &str) -> Self {
+        self.server.max_body = Some(size.to_owned());
+        self
+    }
+
+    /// `server.header_read_timeout`.
+    pub fn header_read_timeout(mut self, d: &str) -> Self {
+        self.server.header_read_timeout = Some(d.to_owned());
+        self
+    }
+
+    /// `server.body_read_timeout`.
+    pub fn body_read_timeout(mut self, d: &str) -> Self {
+        self.server.body_read_timeout = Some(d.to_owned());
+        self
+    }
+
+    /// `server.shutdown_grace`.
+    pub fn shutdown_grace(mut self, d: &str) -> Self {
+        self.server.shutdown_grace = Some(d.to_owned());
+        self
+    }
+
+    /// `server.max_connections`.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.server.max_connections = Some(n);
+        self
+    }
+
+    /// The `[store]` section.
+    pub fn store(mut self, store: StoreCfg) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// `defaults.lease`.
+    pub fn default_lease(mut self, d: &str) -> Self {
+        self.defaults.lease = Some(d.to_owned());
+        self
+    }
+
+    /// `defaults.window`.
+    pub fn default_window(mut self, d: &str) -> Self {
+        self.defaults.window = Some(d.to_owned());
+        self
+    }
+
+    /// An admin listener on `127.0.0.1:0` without a token.
+    pub fn admin(mut self) -> Self {
+        self.admin = Some(Admin {
+            listen: "127.0.0.1:0".to_owned(),
+            token: None,
+        });
+        self
+    }
+
+    /// An admin listener on `127.0.0.1:0` behind `token`.
+    pub fn admin_with_token(mut self, token: &str) -> Self {
+        self.admin = Some(Admin {
+            listen: "127.0.0.1:0".to_owned(),
+            token: Some(token.to_owned()),
+        });
+        self
+    }
+
+    /// Adds a route after those already added (the first match wins).
+    pub fn route(mut self, route: RouteCfg) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    /// Whether the file has an `[admin]` section.
+    pub(crate) fn has_admin(&self) -> bool {
+        self.admin.is_some()
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a test config renders as TOML")
+    }
+}
+
+/// The `[store]` section.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreCfg {
+    backend: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    urls: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefix: Option<String>,
+}
+
+impl StoreCfg {
+    fn backend(backend: &'static str) -> Self {
+        Self {
+            backend,
+            url: None,
+            urls: None,
+            timeout: None,
+            prefix: None,
+        }
+    }
+
+    /// `backend = "memory"`: the embedded store.
+    pub fn memory() -> Self {
+        Self::backend("memory")
+    }
+
+    /// `backend = "redis"` at `url`.
+    pub fn redis(url: impl Into<String>) -> Self {
+        Self {
+            url: Some(url.into()),
+            ..Self::backend("redis")
+        }
+    }
+
+    /// `backend = "redis-cluster"` seeded with `urls`.
+    pub fn cluster(urls: Vec<String>) -> Self {
+        Self {
+            urls: Some(urls),
+            ..Self::backend("redis-cluster")
+        }
+    }
+
+    /// `store.timeout`.
+    pub fn timeout(mut self, d: &str) -> Self {
+        self.timeout = Some(d.to_owned());
+        self
+    }
+
+    /// `store.prefix`.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Some(prefix.to_owned());
+        self
+    }
+}
+
+/// One `[[routes]]` entry; `methods = ["POST"]` unless set.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteCfg {
+    name: String,
+    methods: Vec<String>,
+    path: String,
+    key: Key,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    scope: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_conflict: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conflict_wait: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_cached_body: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_error: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Key {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    required: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<Vec<String>>,
+}
+
+impl RouteCfg {
+    fn keyed(name: &str, path: &str, key: Key) -> Self {
+        Self {
+            name: name.to_owned(),
+            methods: vec!["POST".to_owned()],
+            path: path.to_owned(),
+            key,
+            scope: Vec::new(),
+            lease: None,
+            window: None,
+            on_conflict: None,
+            conflict_wait: None,
+            max_cached_body: None,
+            on_error: None,
+        }
+    }
+
+    /// A route keyed by the `Idempotency-Key` header.
+    pub fn header(name: &str, path: &str) -> Self {
+        let key = Key {
+            header: Some("Idempotency-Key".to_owned()),
+            required: None,
+            fingerprint: None,
+        };
+        Self::keyed(name, path, key)
+    }
+
+    /// A route keyed by a fingerprint of `fields` (`method`, `path`, `json:/ptr`,
+    /// `header:Name`, ...).
+    pub fn fingerprint(name: &str, path: &str, fields: &[&str]) -> Self {
+        let key = Key {
+            header: None,
+            required: None,
+            fingerprint: Some(fields.iter().map(|f| f.to_string()).collect()),
+        };
+        Self::keyed(name, path, key)
+    }
+
+    /// `methods`.
+    pub fn methods(mut self, methods: &[&str]) -> Self {
+        self.methods = methods.iter().map(|m| m.to_string()).collect();
+        self
+    }
+
+    /// `key.required`.
+    pub fn required(mut self, required: bool) -> Self {
+        self.key.required = Some(required);
+        self
+    }
+
+    /// `scope`.
+    pub fn scope(mut self, fields: &[&str]) -> Self {
+        self.scope = fields.iter().map(|f| f.to_string()).collect();
+        self
+    }
+
+    /// `lease`.
+    pub fn lease(mut self, d: &str) -> Self {
+        self.lease = Some(d.to_owned());
+        self
+    }
+
+    /// `window`.
+    pub fn window(mut self, d: &str) -> Self {
+        self.window = Some(d.to_owned());
+        self
+    }
+
+    /// `on_conflict = "wait"` with `conflict_wait = d`.
+    pub fn on_conflict_wait(mut self, d: &str) -> Self {
+        self.on_conflict = Some("wait");
+        self.conflict_wait = Some(d.to_owned());
+        self
+    }
+
+    /// `max_cached_body`.
+    pub fn max_cached_body(mut self, size: &str) -> Self {
+        self.max_cached_body = Some(size.to_owned());
+        self
+    }
+
+    /// `on_error = "fail-open"`.
+    pub fn fail_open(mut self) -> Self {
+        self.on_error = Some("fail-open");
+        self
+    }
+}

@@ -1,0 +1,37 @@
+//! Real components for the integration tests: a counting upstream, redis-server processes,
+//! gateways in-process and as child processes of the real binary, a typed builder for their
+//! config files, and the store contract every backend must pass. Everything binds loopback
+//! port 0.
+
+pub mod client;
+pub mod config;
+pub mod contract;
+pub mod gateway;
+pub mod redis_server;
+pub mod upstream;
+
+use std::time::{Duration, Instant};
+
+pub use client::{Http, Reply};
+pub use config::{GatewayConfig, RouteCfg, StoreCfg};
+pub use gateway::{Backend, GatewayProcess, TestGateway};
+pub use redis_server::{free_port, RedisServer};
+pub use upstream::Upstream;
+
+/// Polls `f` until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

@@ -1,0 +1,181 @@
+//! redis-server processes on loopback ports.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A redis-server child process on a loopback port, killed on drop, and also when the
+/// test binary exits without dropping it (a server held in a `static`, a test killed by a
+/// timeout): a watchdog `sh` reading our end of a pipe kills it when that pipe closes.
+pub struct RedisServer {
+    /// The server's port on 127.0.0.1.
+    pub port: u16,
+    process: Option<Process>,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+/// A running redis-server and its watchdog.
+struct Process {
+    redis: Child,
+    watchdog: Child,
+}
+
+impl Process {
+    fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> Result<Self, String> {
+        let redis = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server not installed? {e}"))?;
+        // The pipe's write end stays with us (close-on-exec, so no other child inherits
+        // it); `read` returns when this process closes it, by drop or by exiting.
+        let watchdog = Command::new("sh")
+            .args(["-c", "read line; kill -9 \"$1\"", "sh"])
+            .arg(redis.id().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match watchdog {
+            Ok(watchdog) => Ok(Self { redis, watchdog }),
+            Err(e) => {
+                let mut process = redis;
+                let _ = process.kill();
+                let _ = process.wait();
+                Err(format!("could not start the watchdog: {e}"))
+            }
+        }
+    }
+
+    /// SIGKILLs the server. The watchdog goes first, so it can never signal a pid that
+    /// was reaped and reused.
+    fn kill(mut self) {
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+        let _ = self.redis.kill();
+        let _ = self.redis.wait();
+    }
+}
+
+impl RedisServer {
+    /// A plain server.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra command-line arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut s = Self {
+                port: free_port(),
+                process: None,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                dir: tempfile::tempdir().unwrap(),
+            };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start redis-server: {last}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        self.process = Some(Process::spawn(self.port, self.dir.path(), &self.extra)?);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = self.connection() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return Ok(());
+                }
+            }
+            let process = self.process.as_mut().unwrap();
+            if let Some(status) = process.redis.try_wait().unwrap() {
+                self.process.take().unwrap().kill();
+                return Err(format!("redis-server exited: {status}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("redis-server did not answer".into())
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A new blocking connection.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+    }
+
+    /// Runs one command on a new connection; panics on an error.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut c = self.connection().unwrap();
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut c).unwrap()
+    }
+
+    /// Stops the server (SIGKILL): the store is gone until `restart`.
+    pub fn stop(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Starts the server again on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("redis restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+    pub fn command_calls(&self) -> HashMap<String, u64> {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        info.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

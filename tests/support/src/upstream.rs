@@ -1,0 +1,175 @@
+//! The upstream: a real HTTP server that counts side effects.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// One request the upstream received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// The request target as received (path and query).
+    pub path: String,
+    /// The request headers as received.
+    pub headers: HeaderMap,
+    /// The request body as received.
+    pub body: Bytes,
+}
+
+impl Seen {
+    /// The `Idempotency-Fence` the gateway sent, if any.
+    pub fn fence(&self) -> Option<u64> {
+        self.headers
+            .get("idempotency-fence")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+#[derive(Default)]
+struct UpstreamState {
+    effects: AtomicU64,
+    seen: Mutex<Vec<Seen>>,
+}
+
+/// A counting upstream. Every request it receives is one side effect. Test-only request
+/// headers steer it: `x-test-status` (answer status), `x-test-delay-ms` (answer late),
+/// `x-test-body-bytes` (answer a body of that size), `x-test-drop` (close without answering).
+#[derive(Clone)]
+pub struct Upstream {
+    addr: SocketAddr,
+    state: Arc<UpstreamState>,
+}
+
+impl Upstream {
+    /// Serves on a loopback port 0 until the test's runtime ends.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(UpstreamState::default());
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| answer(st.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Self { addr, state }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Side effects so far.
+    pub fn effects(&self) -> u64 {
+        self.state.effects.load(Ordering::SeqCst)
+    }
+
+    /// Every request received so far, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// The fences the upstream received, in order; each must be present and above the
+    /// one before.
+    pub fn increasing_fences(&self) -> Vec<u64> {
+        let fences: Vec<u64> = self
+            .seen()
+            .iter()
+            .map(|s| {
+                s.fence()
+                    .expect("a deduped request without Idempotency-Fence")
+            })
+            .collect();
+        assert!(
+            fences.windows(2).all(|w| w[1] > w[0]),
+            "fences not increasing: {fences:?}"
+        );
+        fences
+    }
+
+    /// Waits until the upstream has received `n` requests.
+    pub async fn wait_for_effects(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.effects() < n {
+            assert!(Instant::now() < deadline, "upstream never saw {n} requests");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+fn header_num(req: &Request<Incoming>, name: &str) -> Option<u64> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn answer(
+    st: Arc<UpstreamState>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let status = header_num(&req, "x-test-status").unwrap_or(201) as u16;
+    let delay = header_num(&req, "x-test-delay-ms").unwrap_or(0);
+    let body_bytes = header_num(&req, "x-test-body-bytes");
+    let drop_it = req.headers().contains_key("x-test-drop");
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let n = st.effects.fetch_add(1, Ordering::SeqCst) + 1;
+    st.seen.lock().unwrap().push(Seen {
+        path: parts.uri.to_string(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if drop_it {
+        // Never answer: the connection task ends when the client gives up.
+        std::future::pending::<()>().await;
+    }
+    let payload = match body_bytes {
+        Some(len) => Bytes::from(vec![b'x'; len as usize]),
+        None => Bytes::from(format!(
+            "{{\"effect\":{n},\"path\":\"{}\",\"fence\":{}}}",
+            parts.uri.path(),
+            parts
+                .headers
+                .get("idempotency-fence")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("null")
+        )),
+    };
+    let mut resp = Response::new(Full::new(payload));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+    resp.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    resp.headers_mut()
+        .insert("x-effect", n.to_string().parse().unwrap());
+    resp.headers_mut()
+        .insert("set-cookie", "session=first-client-only".parse().unwrap());
+    Ok(resp)
+}
