@@ -2,13 +2,13 @@
 //! either a stream to the upstream or the dedupe protocol in a tracked task.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::{error, warn, Instrument};
 
@@ -270,27 +270,78 @@ fn view<'a>(parts: &'a Parts, body: &'a [u8]) -> RequestView<'a> {
     }
 }
 
+/// How much of a refused, oversized request body is read and thrown away before the 413 is
+/// sent. Closing a connection with unread bytes in its receive buffer makes the kernel send
+/// a reset, and the client may lose the 413 it was about to read (nginx's "lingering close"
+/// solves the same problem). Larger bodies are cut off.
+const DRAIN_LIMIT: u64 = 1024 * 1024;
+/// The longest a refused body is drained.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+
 /// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
-async fn read_body(body: Incoming, parts: &Parts, config: &Config) -> Result<Bytes, GatewayError> {
+/// A body that arrives in one frame (the common case) is kept without a copy.
+async fn read_body(
+    mut body: Incoming,
+    parts: &Parts,
+    config: &Config,
+) -> Result<Bytes, GatewayError> {
     let limit = config.server.max_body;
+    let deadline = tokio::time::Instant::now() + config.server.body_read_timeout;
     let declared = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
+        drain(body, deadline).await;
         return Err(GatewayError::BodyTooLarge { limit });
     }
-    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
-    match tokio::time::timeout(config.server.body_read_timeout, limited.collect()).await {
-        Err(_) => Err(GatewayError::BodyTimeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(GatewayError::BodyTooLarge { limit })
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(GatewayError::BodyTimeout),
+            Ok(None) => return Ok(first.unwrap_or_else(|| buf.freeze())),
+            Ok(Some(Err(e))) => {
+                warn!(error = %e, "request body could not be read");
+                return Err(GatewayError::BodyUnreadable);
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = match first.take() {
+            None if buf.is_empty() => {
+                first = Some(data);
+                first.as_ref().map_or(0, Bytes::len)
+            }
+            earlier => {
+                if let Some(earlier) = earlier {
+                    buf.extend_from_slice(&earlier);
+                }
+                buf.extend_from_slice(&data);
+                buf.len()
+            }
+        };
+        if held as u64 > limit {
+            drain(body, deadline).await;
+            return Err(GatewayError::BodyTooLarge { limit });
         }
-        Ok(Err(e)) => {
-            warn!(error = %e, "request body could not be read");
-            Err(GatewayError::BodyUnreadable)
+    }
+}
+
+/// Reads and discards what is left of a refused body, up to [`DRAIN_LIMIT`] bytes and
+/// [`DRAIN_TIME`], so the client reads its 413 instead of a reset.
+async fn drain(mut body: Incoming, deadline: tokio::time::Instant) {
+    let until = deadline.min(tokio::time::Instant::now() + DRAIN_TIME);
+    let mut read = 0u64;
+    while read <= DRAIN_LIMIT {
+        match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, |d| d.len() as u64);
+            }
+            _ => return,
         }
     }
 }
