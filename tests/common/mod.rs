@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod fault_proxy;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
