@@ -374,3 +374,144 @@ async fn an_unreachable_redis_is_reported_at_start_up_and_the_gateway_starts_any
         "not ready after Redis came up"
     );
 }
+
+/// Load on two gateways sharing one Redis while Redis's clients are killed, Redis is
+/// frozen, and Redis is killed and restarted (with `appendfsync always`, so keys survive).
+/// Fails on a key executed twice under one fence (a second execution is only allowed as
+/// a takeover or reclaim, which carries a new fence), on any panic in the gateway, and on
+/// a gateway that has not recovered within a few seconds of Redis returning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
+    static GATEWAY_PANICS: AtomicU64 = AtomicU64::new(0);
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.location().is_some_and(|l| l.file().starts_with("src")) {
+            GATEWAY_PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        default_hook(info);
+    }));
+
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let up = Upstream::start().await;
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"250ms\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        redis.url(),
+        ROUTES.replace("lease = \"5s\"", "lease = \"3s\"")
+    );
+    let gateways = std::sync::Arc::new([
+        TestGateway::start(&up, "upstream_timeout = \"2s\"", &config).await,
+        TestGateway::start(&up, "upstream_timeout = \"2s\"", &config).await,
+    ]);
+    let http = Http::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let statuses = std::sync::Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeMap::<u16, u64>::new(),
+    ));
+    let mut load = Vec::new();
+    for client in 0..6u64 {
+        let (gws, http, stop, statuses) = (
+            gateways.clone(),
+            http.clone(),
+            stop.clone(),
+            statuses.clone(),
+        );
+        load.push(tokio::spawn(async move {
+            let mut x = client * 7919 + 1;
+            while !stop.load(Ordering::SeqCst) {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let key = format!("chaos-{}", (x >> 33) % 300);
+                let gw = &gws[((x >> 20) % 2) as usize];
+                let r = http
+                    .post(
+                        &gw.url("/orders/c"),
+                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "10")],
+                        "{}",
+                    )
+                    .await;
+                *statuses
+                    .lock()
+                    .unwrap()
+                    .entry(r.status.as_u16())
+                    .or_default() += 1;
+            }
+        }));
+    }
+
+    let recovered = |what: &'static str| {
+        let gateways = gateways.clone();
+        let http = http.clone();
+        async move {
+            for (i, gw) in gateways.iter().enumerate() {
+                let ok = eventually(Duration::from_secs(5), || async {
+                    ready(&http, gw).await == StatusCode::OK
+                        && post(&http, gw, "/orders/p", &fresh("probe")).await.status
+                            == StatusCode::CREATED
+                })
+                .await;
+                assert!(ok, "gateway {i} not recovered within 5s after {what}");
+            }
+        }
+    };
+    let pause = |ms| tokio::time::sleep(Duration::from_millis(ms));
+
+    pause(3000).await;
+    for _round in 0..2 {
+        for _ in 0..3 {
+            let _: () = redis.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+            pause(700).await;
+        }
+        recovered("CLIENT KILL").await;
+        {
+            let _frozen = Frozen::new(&redis);
+            pause(3000).await;
+        }
+        recovered("SIGCONT").await;
+        pause(1500).await;
+        redis.stop();
+        pause(1500).await;
+        redis.restart();
+        recovered("a restart").await;
+        pause(3000).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in load {
+        t.await.unwrap();
+    }
+
+    let statuses = statuses.lock().unwrap().clone();
+    eprintln!("statuses: {statuses:?}, upstream effects: {}", up.effects());
+    assert!(
+        statuses.keys().all(|s| [201, 409, 503].contains(s)),
+        "unexpected statuses: {statuses:?}"
+    );
+    assert!(
+        statuses.get(&201).copied().unwrap_or(0) > 100,
+        "{statuses:?}"
+    );
+    let mut fences: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    for seen in up.seen() {
+        let key = seen.headers["idempotency-key"].to_str().unwrap().to_owned();
+        let fence = seen
+            .fence()
+            .expect("forwarded without a fence (fail-open?)");
+        fences.entry(key).or_default().push(fence);
+    }
+    for (key, f) in &fences {
+        let mut distinct = f.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            f.len(),
+            "{key} executed twice under one fence: {f:?}"
+        );
+    }
+    assert_eq!(
+        GATEWAY_PANICS.load(Ordering::SeqCst),
+        0,
+        "the gateway panicked"
+    );
+}
