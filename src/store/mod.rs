@@ -146,13 +146,16 @@ macro_rules! dispatch {
         match $self {
             // Never waits on anything: no deadline to keep.
             Store::Memory($s) => $call.await,
-            Store::Redis($s) => bounded($s.timeout(), $call).await,
-            Store::Cluster($s) => bounded($s.timeout(), $call).await,
+            // The Redis backends keep `[store] timeout` themselves: the single-server one
+            // must see its own timeouts to notice a connection that stopped answering.
+            Store::Redis($s) => $call.await,
+            Store::Cluster($s) => $call.await,
         }
     }};
 }
 
 /// Runs a store operation within `[store] timeout`; past it, the operation has failed.
+/// Dropping the operation there is what bounds a request's wait on a stalled store.
 async fn bounded<T>(
     timeout: Duration,
     op: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -164,8 +167,9 @@ async fn bounded<T>(
 }
 
 impl Store {
-    /// Builds the configured backend. Redis connections are made lazily and re-made by
-    /// themselves, so a gateway starts (and reports not-ready) while Redis is down.
+    /// Builds the configured backend. Redis connections are dialled in the background and
+    /// re-made by themselves, so a gateway starts (warning, and reporting not-ready) while
+    /// Redis is down. Call from within the Tokio runtime.
     pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
         Ok(match cfg.backend {
             Backend::Memory => Store::Memory(MemoryStore::new(cfg.max_records)),

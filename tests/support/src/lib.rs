@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod contract;
+pub mod fault_proxy;
 pub mod gateway;
 pub mod redis_server;
 pub mod upstream;

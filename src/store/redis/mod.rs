@@ -7,21 +7,30 @@
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
 //! skewed clocks agree on when a lease has expired.
 //!
+//! The connection to one server is kept by [`link`]: replaced when its replies stop, and an
+//! operation that finds it closed is sent once more on a fresh one (see
+//! [`RedisStore::query`] for why that is safe).
+//!
 //! Fences are `max(previous + 1, server time in microseconds)`: they grow on every
 //! takeover and reclaim, and keep growing when a record expires or is deleted and the key
 //! is claimed afresh, so a stale owner never matches a later owner's fence. (They stay
 //! below 2^53, exact in Lua's doubles.) Finishing is idempotent for the same fence, so a
 //! client-side retry of a script that already ran does not report a false fence-out.
 
+mod link;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
-use super::{Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
+use self::link::{Link, NoConnection};
+use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
 /// ARGV: request hash, lease ms, window ms, claimant id.
 const CLAIM: &str = r#"
@@ -118,6 +127,16 @@ fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+fn no_connection(e: NoConnection) -> StoreError {
+    StoreError::Unavailable(format!("no connection to Redis: {}", e.0))
+}
+
+/// The error shows the connection is unusable (closed, reset, out of step): the command
+/// may not have reached Redis, and a fresh connection is needed either way.
+fn connection_lost(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
 fn protocol(what: &str, v: &Value) -> StoreError {
     StoreError::Protocol(format!("{what}: {v:?}"))
 }
@@ -131,34 +150,38 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// How long the client itself waits for a reply before it drops the connection and
-/// dials again (a half-open TCP connection would otherwise hang every command). Longer
-/// than `store.timeout`: an operation past its deadline fails on its own, as a timeout the
-/// gateway can act on, and a merely slow reply does not cost the shared connection.
-fn dead_connection_after(timeout: Duration) -> Duration {
-    (timeout * 4).max(Duration::from_secs(1))
-}
-
 fn millis(d: Duration) -> u64 {
     // Redis rejects a zero PEXPIRE; config validation already refuses zero durations.
     (d.as_millis() as u64).max(1)
 }
 
-async fn claim_on<C: ConnectionLike>(
-    con: &mut C,
-    scripts: &Scripts,
-    req: ClaimRequest<'_>,
-) -> Result<Claim, StoreError> {
-    let v: Value = scripts
-        .claim
-        .key(req.key.as_str())
-        .arg(&req.request_hash.as_bytes()[..])
+fn claim_invocation<'a>(scripts: &'a Scripts, req: ClaimRequest<'_>) -> ScriptInvocation<'a> {
+    let mut inv = scripts.claim.key(req.key.as_str());
+    inv.arg(&req.request_hash.as_bytes()[..])
         .arg(millis(req.lease))
         .arg(millis(req.window))
-        .arg(req.claimant.get().to_string())
-        .invoke_async(con)
-        .await
-        .map_err(unavailable)?;
+        .arg(req.claimant.get().to_string());
+    inv
+}
+
+fn finish_invocation<'a>(
+    scripts: &'a Scripts,
+    key: &str,
+    fence: u64,
+    response: Option<&[u8]>,
+    window: Duration,
+) -> ScriptInvocation<'a> {
+    let mut inv = scripts.finish.key(key);
+    inv.arg(fence)
+        .arg(if response.is_some() { "c" } else { "r" })
+        .arg(millis(window));
+    if let Some(r) = response {
+        inv.arg(r);
+    }
+    inv
+}
+
+fn parse_claim(v: Value) -> Result<Claim, StoreError> {
     let Value::Array(mut items) = v else {
         return Err(protocol("claim", &v));
     };
@@ -190,22 +213,7 @@ async fn claim_on<C: ConnectionLike>(
     }
 }
 
-async fn finish_on<C: ConnectionLike>(
-    con: &mut C,
-    scripts: &Scripts,
-    key: &str,
-    fence: u64,
-    response: Option<&[u8]>,
-    window: Duration,
-) -> Result<bool, StoreError> {
-    let mut inv = scripts.finish.key(key);
-    inv.arg(fence)
-        .arg(if response.is_some() { "c" } else { "r" })
-        .arg(millis(window));
-    if let Some(r) = response {
-        inv.arg(r);
-    }
-    let v: Value = inv.invoke_async(con).await.map_err(unavailable)?;
+fn parse_finish(v: Value) -> Result<bool, StoreError> {
     match int(&v) {
         Some(1) => Ok(true),
         Some(0) => Ok(false),
@@ -213,17 +221,7 @@ async fn finish_on<C: ConnectionLike>(
     }
 }
 
-async fn inspect_on<C: ConnectionLike>(
-    con: &mut C,
-    scripts: &Scripts,
-    key: &str,
-) -> Result<Option<RecordInfo>, StoreError> {
-    let v: Value = scripts
-        .inspect
-        .key(key)
-        .invoke_async(con)
-        .await
-        .map_err(unavailable)?;
+fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
     let items = match &v {
         Value::Int(0) => return Ok(None),
         Value::Array(items) if items.len() == 5 => items,
@@ -251,6 +249,9 @@ async fn inspect_on<C: ConnectionLike>(
     }))
 }
 
+/// The operations, the same on both backends: each builds its command once and hands
+/// `query` a closure that sends it on a connection (possibly twice, see
+/// [`RedisStore::query`]); replies are parsed apart from the I/O.
 macro_rules! redis_backend {
     ($name:ident) => {
         impl $name {
@@ -260,7 +261,11 @@ macro_rules! redis_backend {
             }
 
             pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-                claim_on(&mut self.con().await?, &self.scripts, req).await
+                let inv = &claim_invocation(&self.scripts, req);
+                let v = self
+                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .await?;
+                parse_claim(v)
             }
 
             pub(super) async fn complete(
@@ -270,8 +275,11 @@ macro_rules! redis_backend {
                 record: Bytes,
                 window: Duration,
             ) -> Result<bool, StoreError> {
-                let mut con = self.con().await?;
-                finish_on(&mut con, &self.scripts, key, fence, Some(&record), window).await
+                let inv = &finish_invocation(&self.scripts, key, fence, Some(&record), window);
+                let v = self
+                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .await?;
+                parse_finish(v)
             }
 
             pub(super) async fn release(
@@ -280,72 +288,122 @@ macro_rules! redis_backend {
                 fence: u64,
                 window: Duration,
             ) -> Result<bool, StoreError> {
-                finish_on(
-                    &mut self.con().await?,
-                    &self.scripts,
-                    key,
-                    fence,
-                    None,
-                    window,
-                )
-                .await
+                let inv = &finish_invocation(&self.scripts, key, fence, None, window);
+                let v = self
+                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .await?;
+                parse_finish(v)
             }
 
             pub(super) async fn inspect(
                 &self,
                 key: &str,
             ) -> Result<Option<RecordInfo>, StoreError> {
-                inspect_on(&mut self.con().await?, &self.scripts, key).await
+                let inv = &self.scripts.inspect.key(key);
+                let v = self
+                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .await?;
+                parse_inspect(v)
             }
 
             pub(super) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
-                let n: i64 = redis::cmd("DEL")
-                    .arg(key)
-                    .query_async(&mut self.con().await?)
-                    .await
-                    .map_err(unavailable)?;
+                let cmd = &redis::cmd("DEL").arg(key).clone();
+                let n: i64 = self
+                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                    .await?;
                 Ok(n > 0)
             }
 
             pub(super) async fn ping(&self) -> Result<(), StoreError> {
-                let _: String = redis::cmd("PING")
-                    .query_async(&mut self.con().await?)
-                    .await
-                    .map_err(unavailable)?;
+                let cmd = &redis::cmd("PING");
+                let _: String = self
+                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                    .await?;
                 Ok(())
             }
         }
     };
 }
 
-/// One Redis server through a multiplexed, self-reconnecting [`ConnectionManager`]
-/// shared by every request.
+/// One Redis server through one multiplexed connection shared by every request, kept by
+/// a background task that replaces it when it closes or stops answering.
 #[derive(Clone)]
 pub struct RedisStore {
-    con: ConnectionManager,
+    link: Link,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
 
 impl RedisStore {
-    /// Prepares a lazy connection: nothing is dialled until the first operation.
+    /// Prepares the client and starts connecting in the background (a warning is logged
+    /// if Redis cannot be reached; the store works as soon as it can). Call from within
+    /// the Tokio runtime.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(unavailable)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(dead_connection_after(timeout)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let con = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         Ok(Self {
-            con,
+            link: Link::start(client, timeout, &runtime),
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
     }
 
-    async fn con(&self) -> Result<ConnectionManager, StoreError> {
-        Ok(self.con.clone())
+    /// Runs `op` on the connection within `store.timeout`.
+    ///
+    /// An error that shows the connection is gone (Redis closed it while idle, `CLIENT
+    /// KILL`, a restart, a proxy's idle cut: broken pipe, reset, EOF) is sent once more on
+    /// a fresh connection, within the same deadline. Usually the command never left the
+    /// gateway; but the error cannot always tell "never sent" from "ran, reply lost", and
+    /// the retry is safe either way because every operation is idempotent for its caller:
+    /// a claim carries its claimant id, and the same claimant claiming an in-flight record
+    /// again wins again with the same fence (never a conflict with itself, never a second
+    /// fence); complete and release under the same fence report success when the record
+    /// already holds that outcome; inspect and ping read; forget deletes.
+    ///
+    /// A timeout tells the connection it may have stopped answering: it is probed and,
+    /// if silent, replaced (see [`link`]).
+    async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        // The connection the operation is waiting on (0: none yet, still dialling).
+        let waiting_on = AtomicU64::new(0);
+        let attempt = async {
+            let first = self.link.connection(None).await.map_err(no_connection)?;
+            waiting_on.store(first.id, Ordering::Relaxed);
+            let err = match op(first.con).await {
+                Ok(v) => return Ok(v),
+                Err(e) if connection_lost(&e) => e,
+                Err(e) => return Err(unavailable(e)),
+            };
+            self.link.lost(first.id);
+            tracing::debug!(error = %err, "Redis connection lost; sending once more on a fresh one");
+            waiting_on.store(0, Ordering::Relaxed);
+            let fresh = self
+                .link
+                .connection(Some(first.id))
+                .await
+                .map_err(no_connection)?;
+            waiting_on.store(fresh.id, Ordering::Relaxed);
+            op(fresh.con).await.map_err(|e| {
+                if connection_lost(&e) {
+                    self.link.lost(fresh.id);
+                }
+                unavailable(e)
+            })
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => {
+                let id = waiting_on.load(Ordering::Relaxed);
+                if id != 0 {
+                    self.link.stalled(id);
+                }
+                Err(StoreError::Timeout(self.timeout))
+            }
+        }
     }
 }
 
@@ -360,6 +418,14 @@ pub struct RedisClusterStore {
     con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
+}
+
+/// How long the cluster client itself waits for a reply before it drops the connection
+/// and dials again (a half-open TCP connection would otherwise hang every command).
+/// Longer than `store.timeout`: an operation past its deadline fails on its own, as a
+/// timeout the gateway can act on, and a merely slow reply does not cost the connection.
+fn dead_connection_after(timeout: Duration) -> Duration {
+    (timeout * 4).max(Duration::from_secs(1))
 }
 
 impl RedisClusterStore {
@@ -412,6 +478,20 @@ impl RedisClusterStore {
         // Present: `wait_for` returned on `is_some`.
         con.clone()
             .ok_or_else(|| StoreError::Unavailable("not connected".into()))
+    }
+
+    /// Runs `op` within `store.timeout`; the cluster client retries and reconnects on
+    /// its own.
+    async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(ClusterConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        bounded(self.timeout, async {
+            let con = self.con().await?;
+            op(con).await.map_err(unavailable)
+        })
+        .await
     }
 }
 

@@ -1,0 +1,299 @@
+//! The one connection to a Redis server: dialled, watched and replaced by one background
+//! task, so no request ever waits on a socket that has stopped answering.
+//!
+//! Why not the redis crate's `ConnectionManager`: it replaces a connection only after an
+//! error or its own response timeout, and every operation here is cancelled at
+//! `store.timeout` first, so a connection whose replies stopped (a NAT that lost the flow,
+//! a frozen Redis) was kept forever. Here the operation reports what it saw instead:
+//!
+//! - a reply that shows the connection is gone (broken pipe, reset, EOF): [`Link::lost`],
+//!   and the task dials again at once;
+//! - an operation that timed out: [`Link::stalled`]; the task sends one `PING` on that
+//!   connection and drops it if no reply comes within [`patience`]. A slow but live Redis
+//!   answers the probe and keeps its connection.
+//!
+//! Requests never dial themselves: one dial at a time, however many requests arrive. A
+//! request that finds no connection asks for a dial and waits (within its deadline) for
+//! the outcome of an attempt that starts after it arrived, so the first request after
+//! Redis returns gets the fresh connection rather than an old failure.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// The first pause after a failed dial; it doubles up to [`DIAL_PAUSE_MAX`].
+const DIAL_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// The longest pause between dials while nobody is waiting: with no traffic, a Redis
+/// that returns is connected to within this long (and `/readyz`, which waits, at once).
+pub(super) const DIAL_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// The shortest gap between two dials, however many requests are waiting: a storm of
+/// requests against a refused port costs at most one dial per gap.
+const DIAL_GAP: Duration = Duration::from_millis(20);
+
+/// How long a probed connection (or a dial) may take to answer before it counts as dead:
+/// never shorter than one second, so a Redis that is merely slow for a moment (a fork, a
+/// big key) keeps its connection even with a short `store.timeout`.
+pub(super) fn patience(timeout: Duration) -> Duration {
+    timeout.max(Duration::from_secs(1))
+}
+
+/// A live connection and its number; reports name the connection they are about, so a
+/// late report about a connection that was already replaced changes nothing.
+#[derive(Clone)]
+pub(super) struct Live {
+    pub(super) id: u64,
+    pub(super) con: MultiplexedConnection,
+}
+
+#[derive(Clone, Default)]
+struct State {
+    live: Option<Live>,
+    /// Dial attempts started and finished so far.
+    started: u64,
+    finished: u64,
+    /// Why the last dial failed.
+    last_error: Option<String>,
+}
+
+enum Report {
+    /// A request needs a connection and there is none.
+    Wanted,
+    /// This connection answered with a dropped-connection error.
+    Lost(u64),
+    /// An operation on this connection timed out.
+    Stalled(u64),
+    /// The probe of this connection ended; `alive` if it answered.
+    Probed { id: u64, alive: bool },
+}
+
+/// A handle on the connection; cheap to clone. The task ends when the last handle goes.
+#[derive(Clone)]
+pub(super) struct Link {
+    state: watch::Receiver<State>,
+    reports: mpsc::Sender<Report>,
+}
+
+/// Why no connection could be had.
+pub(super) struct NoConnection(pub(super) String);
+
+impl Link {
+    /// Starts the connecting task: it dials at once and warns if Redis cannot be reached,
+    /// so an unreachable Redis shows at start-up, not at the first request. Call from
+    /// within the Tokio runtime.
+    pub(super) fn start(
+        client: Client,
+        timeout: Duration,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let (tx, state) = watch::channel(State::default());
+        // Bounded, and reports are only sent with `try_send`: when it is full the task is
+        // busy and later reports about the same connection say the same thing.
+        let (reports, rx) = mpsc::channel(64);
+        let task = Supervisor {
+            client,
+            patience: patience(timeout),
+            state: tx,
+            reports: rx,
+            probe_reports: reports.downgrade(),
+            probing: None,
+            next_id: 0,
+        };
+        runtime.spawn(task.run());
+        Self { state, reports }
+    }
+
+    /// The current connection, or the one the next dial makes. `not` names a connection
+    /// that just failed: a different one is awaited. Waits as long as the caller lets it.
+    pub(super) async fn connection(&self, not: Option<u64>) -> Result<Live, NoConnection> {
+        let usable = |s: &State| s.live.as_ref().filter(|l| Some(l.id) != not).cloned();
+        let target = {
+            let s = self.state.borrow();
+            if let Some(live) = usable(&s) {
+                return Ok(live);
+            }
+            // The next attempt to start begins after this request arrived.
+            s.started + 1
+        };
+        let _ = self.reports.try_send(Report::Wanted);
+        let mut rx = self.state.clone();
+        let s = rx
+            .wait_for(|s| usable(s).is_some() || s.finished >= target)
+            .await
+            .map_err(|_| NoConnection("the Redis connecting task stopped".into()))?;
+        usable(&s).ok_or_else(|| {
+            NoConnection(
+                s.last_error
+                    .clone()
+                    .unwrap_or_else(|| "not connected".into()),
+            )
+        })
+    }
+
+    /// The connection answered with an error showing it is gone.
+    pub(super) fn lost(&self, id: u64) {
+        let _ = self.reports.try_send(Report::Lost(id));
+    }
+
+    /// An operation on the connection timed out.
+    pub(super) fn stalled(&self, id: u64) {
+        let _ = self.reports.try_send(Report::Stalled(id));
+    }
+}
+
+struct Supervisor {
+    client: Client,
+    patience: Duration,
+    state: watch::Sender<State>,
+    reports: mpsc::Receiver<Report>,
+    /// Weak, so that a running probe does not keep the task alive after the store is gone.
+    probe_reports: mpsc::WeakSender<Report>,
+    probing: Option<u64>,
+    next_id: u64,
+}
+
+impl Supervisor {
+    async fn run(mut self) {
+        let where_ = self.client.get_connection_info().addr().to_string();
+        let mut pause = DIAL_PAUSE_MIN;
+        // Whether the last dial failed: warn once per outage, not on every attempt.
+        let mut down = false;
+        loop {
+            if self.state.borrow().live.is_none() {
+                match self.dial().await {
+                    Ok(con) => {
+                        self.next_id += 1;
+                        let id = self.next_id;
+                        self.state.send_modify(|s| {
+                            s.live = Some(Live { id, con });
+                            s.finished += 1;
+                            s.last_error = None;
+                        });
+                        if down {
+                            tracing::info!(redis = %where_, "connected to Redis again");
+                        }
+                        down = false;
+                        pause = DIAL_PAUSE_MIN;
+                    }
+                    Err(e) => {
+                        if !down {
+                            tracing::warn!(
+                                redis = %where_, error = %e,
+                                "cannot reach Redis; requests follow each route's on_error until it answers; dialling again"
+                            );
+                        }
+                        down = true;
+                        self.state.send_modify(|s| {
+                            s.finished += 1;
+                            s.last_error = Some(e);
+                        });
+                        let failed_at = Instant::now();
+                        if !self.wait_to_dial(failed_at + pause).await {
+                            return;
+                        }
+                        tokio::time::sleep_until(failed_at + DIAL_GAP).await;
+                        pause = (pause * 2).min(DIAL_PAUSE_MAX);
+                    }
+                }
+                continue;
+            }
+            let Some(report) = self.reports.recv().await else {
+                return; // every handle is gone
+            };
+            self.handle(report, &where_);
+        }
+    }
+
+    async fn dial(&mut self) -> Result<MultiplexedConnection, String> {
+        self.state.send_modify(|s| s.started += 1);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.patience))
+            // Operations bound themselves (`store.timeout`); a silent connection is found
+            // by the probe, not by a reply timeout that cancelled operations never see.
+            .set_response_timeout(None);
+        match tokio::time::timeout(
+            self.patience,
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        {
+            Ok(Ok(con)) => Ok(con),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer to the connection within {:?}",
+                self.patience
+            )),
+        }
+    }
+
+    /// Waits until `until`, or until a request wants a connection. False when every
+    /// handle is gone.
+    async fn wait_to_dial(&mut self, until: Instant) -> bool {
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => return true,
+                report = self.reports.recv() => match report {
+                    None => return false,
+                    Some(Report::Wanted) => return true,
+                    // About connections already gone.
+                    Some(_) => {}
+                },
+            }
+        }
+    }
+
+    fn current(&self) -> Option<Live> {
+        self.state.borrow().live.clone()
+    }
+
+    fn handle(&mut self, report: Report, where_: &str) {
+        let current = self.current();
+        let is_current = |id: u64| current.as_ref().is_some_and(|l| l.id == id);
+        match report {
+            Report::Wanted => {}
+            Report::Lost(id) if is_current(id) => {
+                tracing::warn!(redis = %where_, "the Redis connection was closed; dialling again");
+                self.drop_connection();
+            }
+            Report::Stalled(id) if is_current(id) && self.probing != Some(id) => {
+                self.probing = Some(id);
+                let Some(live) = current else { return };
+                let reports = self.probe_reports.clone();
+                let patience = self.patience;
+                tokio::spawn(async move {
+                    let mut con = live.con;
+                    let ping = redis::cmd("PING");
+                    let ping = ping.query_async::<String>(&mut con);
+                    let alive = matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)));
+                    if let Some(reports) = reports.upgrade() {
+                        // Must arrive even when the queue is busy: it ends the probe.
+                        let _ = reports.send(Report::Probed { id, alive }).await;
+                    }
+                });
+            }
+            Report::Probed { id, alive } => {
+                if self.probing == Some(id) {
+                    self.probing = None;
+                }
+                if !alive && is_current(id) {
+                    tracing::warn!(
+                        redis = %where_, patience = ?self.patience,
+                        "the Redis connection stopped answering; dropping it and dialling again"
+                    );
+                    self.drop_connection();
+                }
+            }
+            Report::Lost(_) | Report::Stalled(_) => {}
+        }
+    }
+
+    /// Forgets the connection; requests still holding it finish or time out on their own.
+    fn drop_connection(&mut self) {
+        self.state.send_modify(|s| s.live = None);
+    }
+}

@@ -1,0 +1,133 @@
+//! A TCP proxy between a gateway and Redis that passes bytes, or misbehaves the way
+//! networks do: loses flows silently (TCP stays up, bytes vanish, as behind a NAT that
+//! forgot the flow), holds new connections unanswered, or cuts every open connection.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+struct Shared {
+    target: SocketAddr,
+    accepted: AtomicU64,
+    /// Flows numbered below this are lost: their bytes are read and dropped, both ways.
+    lost_below: AtomicU64,
+    /// While true, new connections are accepted but nothing is forwarded for them.
+    holding: watch::Sender<bool>,
+    /// Bumped by `cut`: every flow open at that moment is closed.
+    cuts: watch::Sender<u64>,
+}
+
+/// A fault-injecting TCP proxy on a loopback port; stops with the runtime.
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl FaultProxy {
+    /// Starts passing every connection to `target`.
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            target,
+            accepted: AtomicU64::new(0),
+            lost_below: AtomicU64::new(0),
+            holding: watch::channel(false).0,
+            cuts: watch::channel(0).0,
+        });
+        let sh = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let flow = sh.accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(carry(sh.clone(), flow, client));
+            }
+        });
+        Self { addr, shared }
+    }
+
+    /// `redis://` URL of the proxy.
+    pub fn redis_url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Every flow open now is lost for good: bytes are dropped both ways, no FIN, no RST.
+    /// New connections are not affected.
+    pub fn lose_flows(&self) {
+        let n = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.lost_below.store(n, Ordering::SeqCst);
+    }
+
+    /// New connections are accepted (TCP up) but nothing is forwarded until `pass`.
+    pub fn hold_new(&self) {
+        self.shared.holding.send_replace(true);
+    }
+
+    /// New and held connections pass again (lost flows stay lost).
+    pub fn pass(&self) {
+        self.shared.holding.send_replace(false);
+    }
+
+    /// Closes every open connection (an idle cut by a proxy or load balancer).
+    pub fn cut(&self) {
+        self.shared.cuts.send_modify(|n| *n += 1);
+    }
+}
+
+async fn carry(sh: Arc<Shared>, flow: u64, client: TcpStream) {
+    let mut cuts = sh.cuts.subscribe();
+    cuts.mark_unchanged();
+    let mut holding = sh.holding.subscribe();
+    tokio::select! {
+        _ = holding.wait_for(|h| !*h) => {}
+        _ = cuts.changed() => return,
+    }
+    let Ok(server) = TcpStream::connect(sh.target).await else {
+        return;
+    };
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let up = pump(sh.clone(), flow, cr, sw, cuts.clone());
+    let down = pump(sh, flow, sr, cw, cuts);
+    tokio::join!(up, down);
+}
+
+async fn pump(
+    sh: Arc<Shared>,
+    flow: u64,
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut cuts: watch::Receiver<u64>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            read = from.read(&mut buf) => {
+                let n = match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if flow < sh.lost_below.load(Ordering::SeqCst) {
+                    continue;
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            _ = cuts.changed() => break,
+        }
+    }
+    let _ = to.shutdown().await;
+}
