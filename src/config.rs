@@ -92,6 +92,8 @@ pub struct FileServer {
     pub header_read_timeout: Option<String>,
     /// How long a client may take to send a deduped request's body.
     pub body_read_timeout: Option<String>,
+    /// How long a write to a client may stall before the connection is dropped.
+    pub write_timeout: Option<String>,
     /// How long in-flight requests may run after SIGTERM.
     pub shutdown_grace: Option<String>,
     /// Most client connections served at once; more wait in the listen backlog.
@@ -331,6 +333,8 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Deadline for receiving a deduped request's body.
     pub body_read_timeout: Duration,
+    /// A client that accepts no response bytes for this long is disconnected.
+    pub write_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
     /// Most client connections served at once.
@@ -377,6 +381,8 @@ pub struct AdminConfig {
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_MAX_CACHED_BODY: u64 = 1024 * 1024;
+/// `server.write_timeout` when unset.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Config {
     /// Reads, parses, applies environment overrides and validates a config file.
@@ -536,6 +542,11 @@ fn validate_server(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         s.body_read_timeout.as_deref(),
         Duration::from_secs(30),
     )?;
+    let write_timeout = opt_duration(
+        "server.write_timeout",
+        s.write_timeout.as_deref(),
+        DEFAULT_WRITE_TIMEOUT,
+    )?;
     let shutdown_grace = match s.shutdown_grace.as_deref() {
         Some(v) => parse_duration_allow_zero("server.shutdown_grace", v)?,
         None => Duration::from_secs(30),
@@ -562,6 +573,7 @@ fn validate_server(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         max_header_bytes: max_header_bytes as usize,
         header_read_timeout,
         body_read_timeout,
+        write_timeout,
         shutdown_grace,
     })
 }

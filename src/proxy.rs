@@ -148,8 +148,9 @@ impl Gateway {
             || o.header_read_timeout != n.header_read_timeout
             || o.max_connections != n.max_connections
             || o.max_concurrent_streams != n.max_concurrent_streams
+            || o.write_timeout != n.write_timeout
         {
-            restart.push("server connection limits (max_header_bytes, header_read_timeout, max_connections, max_concurrent_streams)");
+            restart.push("server connection limits (max_header_bytes, header_read_timeout, write_timeout, max_connections, max_concurrent_streams)");
         }
         if old.config.server.shutdown_grace != config.server.shutdown_grace {
             restart.push("server.shutdown_grace");
