@@ -194,6 +194,8 @@ pub struct FileAdmin {
     pub listen: String,
     /// Optional bearer token.
     pub token: Option<String>,
+    /// Most admin connections served at once.
+    pub max_connections: Option<usize>,
 }
 
 /// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
@@ -283,6 +285,7 @@ impl FileConfig {
                     self.admin = Some(FileAdmin {
                         listen: v,
                         token: None,
+                        max_connections: None,
                     })
                 }
             }
@@ -376,11 +379,15 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Bearer token required on every admin request, when set.
     pub token: Option<String>,
+    /// Most admin connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_MAX_CACHED_BODY: u64 = 1024 * 1024;
+/// `admin.max_connections` when unset: probes and scrapes need few.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `server.write_timeout` when unset.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -419,9 +426,17 @@ impl Config {
                 if a.token.as_deref() == Some("") {
                     return Err(invalid("admin.token", "must not be empty"));
                 }
+                let max_connections = a.max_connections.unwrap_or(DEFAULT_ADMIN_MAX_CONNECTIONS);
+                if !(1..=1024).contains(&max_connections) {
+                    return Err(invalid(
+                        "admin.max_connections",
+                        "must be between 1 and 1024",
+                    ));
+                }
                 Ok(AdminConfig {
                     listen,
                     token: a.token.clone(),
+                    max_connections,
                 })
             })
             .transpose()?;

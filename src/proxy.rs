@@ -140,6 +140,11 @@ impl Gateway {
         if old.config.admin.as_ref().map(|a| a.listen) != config.admin.as_ref().map(|a| a.listen) {
             restart.push("admin.listen");
         }
+        if old.config.admin.as_ref().map(|a| a.max_connections)
+            != config.admin.as_ref().map(|a| a.max_connections)
+        {
+            restart.push("admin.max_connections");
+        }
         if old.config.store != config.store {
             restart.push("store");
         }

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DEFAULT_ADMIN_MAX_CONNECTIONS};
 use crate::framing::{AmbiguousFraming, Watched};
 use crate::proxy::{ConnInfo, Gateway};
 use crate::store::{Store, StoreError};
@@ -149,6 +149,14 @@ pub async fn serve(
     let write_timeout = server.write_timeout;
     // Each connection may buffer up to max_body per request: bound how many are served.
     let slots = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
+    // The admin port has its own small cap, so probes or a flood there can never take the
+    // public port's file descriptors.
+    let admin_slots = Arc::new(tokio::sync::Semaphore::new(
+        live.config
+            .admin
+            .as_ref()
+            .map_or(DEFAULT_ADMIN_MAX_CONNECTIONS, |a| a.max_connections),
+    ));
     drop(live);
 
     if let Ok(addr) = listeners.public.local_addr() {
@@ -160,6 +168,8 @@ pub async fn serve(
 
     let graceful = GracefulShutdown::new();
     let stopping = tokio_util::sync::CancellationToken::new();
+    let mut public_accept = Acceptor::new("public");
+    let mut admin_accept = Acceptor::new("admin");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -167,9 +177,9 @@ pub async fn serve(
                 // Wait for a free slot before accepting: at the limit, new connections
                 // queue in the kernel's backlog instead of being served.
                 let slot = slots.clone().acquire_owned().await;
-                (slot, listeners.public.accept().await)
+                (slot, public_accept.accept(Some(&listeners.public)).await)
             } => {
-                let Some((stream, remote)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, remote)) = accepted else { continue };
                 let Ok(slot) = slot else { continue };
                 let gw = gateway.clone();
                 let framing = AmbiguousFraming::default();
@@ -183,15 +193,7 @@ pub async fn serve(
                 let watcher = graceful.watcher();
                 let stopping = stopping.clone();
                 tokio::spawn(async move {
-                    // A connection holds a slot: one that does not show which protocol it
-                    // speaks within header_read_timeout is closed (hyper's own header
-                    // timeout only starts once it has picked HTTP/1 or HTTP/2), and so is
-                    // one still silent when shutdown begins.
-                    let decided = tokio::select! {
-                        d = tokio::time::timeout(header_read_timeout, protocol_decided(&stream)) => d,
-                        _ = stopping.cancelled() => return drop(slot),
-                    };
-                    if !matches!(decided, Ok(Ok(true))) {
+                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
                         return drop(slot);
                     }
                     let stream = WriteDeadline::new(stream, write_timeout);
@@ -203,18 +205,27 @@ pub async fn serve(
                     drop(slot);
                 });
             }
-            accepted = accept_admin(listeners.admin.as_ref()) => {
-                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
+            (slot, accepted) = async {
+                let slot = admin_slots.clone().acquire_owned().await;
+                (slot, admin_accept.accept(listeners.admin.as_ref()).await)
+            } => {
+                let Some((stream, _)) = accepted else { continue };
+                let Ok(slot) = slot else { continue };
                 let gw = gateway.clone();
                 let svc = service_fn(move |req| {
                     let gw = gw.clone();
                     async move { Ok::<_, Infallible>(crate::admin::handle(gw, req).await) }
                 });
-                let io = TokioIo::new(WriteDeadline::new(stream, write_timeout));
-                let conn = builder.serve_connection(io, svc).into_owned();
-                let conn = graceful.watch(conn);
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                let stopping = stopping.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
+                        return drop(slot);
+                    }
+                    let io = TokioIo::new(WriteDeadline::new(stream, write_timeout));
+                    let _ = watcher.watch(builder.serve_connection(io, svc).into_owned()).await;
+                    drop(slot);
                 });
             }
             _ = &mut shutdown => break,
@@ -262,26 +273,85 @@ async fn protocol_decided(stream: &TcpStream) -> io::Result<bool> {
     }
 }
 
-async fn accept_admin(admin: Option<&TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
-    match admin {
-        Some(l) => l.accept().await,
-        None => std::future::pending().await,
+/// Whether a new connection shows which protocol it speaks within `within` (hyper's own
+/// header timeout only starts once it has picked HTTP/1 or HTTP/2). A connection that does
+/// not, or is still silent when shutdown begins, is closed and frees its slot.
+async fn shows_protocol(
+    stream: &TcpStream,
+    within: Duration,
+    stopping: &tokio_util::sync::CancellationToken,
+) -> bool {
+    tokio::select! {
+        d = tokio::time::timeout(within, protocol_decided(stream)) => matches!(d, Ok(Ok(true))),
+        _ = stopping.cancelled() => false,
     }
 }
 
-async fn accepted_or_log(
-    accepted: io::Result<(TcpStream, SocketAddr)>,
-) -> Option<(TcpStream, SocketAddr)> {
-    match accepted {
-        Ok((stream, remote)) => {
-            let _ = stream.set_nodelay(true);
-            Some((stream, remote))
+/// First pause after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause between accepts while they keep failing.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accepts on one listener, backing off while accepts fail. Out of file descriptors
+/// (EMFILE), a listener is readable again at once and every accept fails: without a pause
+/// the loop spins and floods the log. The pause doubles from 10ms to 1s and is kept as a
+/// deadline, so a select that drops the accept future does not restart it.
+struct Acceptor {
+    listener: &'static str,
+    delay: Duration,
+    resume_at: Option<tokio::time::Instant>,
+    failures: u64,
+}
+
+impl Acceptor {
+    fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            delay: ACCEPT_BACKOFF_MIN,
+            resume_at: None,
+            failures: 0,
         }
-        Err(e) => {
-            // Out of file descriptors and similar: back off instead of spinning.
-            warn!(error = %e, "accept failed");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            None
+    }
+
+    /// The next connection, or `None` after a failed accept (logged once per run of
+    /// failures). Pending forever without a listener. Cancel-safe.
+    async fn accept(&mut self, listener: Option<&TcpListener>) -> Option<(TcpStream, SocketAddr)> {
+        let Some(listener) = listener else {
+            return std::future::pending().await;
+        };
+        if let Some(at) = self.resume_at {
+            tokio::time::sleep_until(at).await;
+            self.resume_at = None;
+        }
+        match listener.accept().await {
+            Ok((stream, remote)) => {
+                if self.failures > 0 {
+                    info!(
+                        listener = self.listener,
+                        failures = self.failures,
+                        "accepting connections again"
+                    );
+                }
+                self.failures = 0;
+                self.delay = ACCEPT_BACKOFF_MIN;
+                let _ = stream.set_nodelay(true);
+                Some((stream, remote))
+            }
+            Err(e) => {
+                if self.failures == 0 {
+                    warn!(
+                        listener = self.listener,
+                        error = %e,
+                        "accept failed; pausing accepts (10ms doubling to 1s) until one succeeds"
+                    );
+                } else {
+                    debug!(listener = self.listener, error = %e, "accept failed again");
+                }
+                self.failures += 1;
+                self.resume_at = Some(tokio::time::Instant::now() + self.delay);
+                self.delay = (self.delay * 2).min(ACCEPT_BACKOFF_MAX);
+                None
+            }
         }
     }
 }

@@ -75,3 +75,123 @@ async fn clients_that_stop_reading_a_passthrough_are_cut_after_write_timeout() {
         );
     }
 }
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Opens `n` connections that never send a byte.
+async fn silent(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(TcpStream::connect(addr).await.unwrap());
+    }
+    v
+}
+
+/// Whether every connection is closed by the gateway within `within`.
+async fn all_closed(conns: Vec<TcpStream>, within: Duration) -> usize {
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut b = [0u8; 16];
+                matches!(
+                    tokio::time::timeout(within, s.read(&mut b)).await,
+                    Ok(Ok(0) | Err(_))
+                )
+            })
+        })
+        .collect();
+    let mut open = 0;
+    for t in tasks {
+        if !t.await.unwrap() {
+            open += 1;
+        }
+    }
+    open
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_admin_connections_are_capped_and_cut_after_header_read_timeout() {
+    let upstream = Upstream::start().await;
+    let gw = GatewayProcess::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\nheader_read_timeout = \"1s\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\nmax_connections = 16\n",
+        upstream.url()
+    ));
+    let pid = gw.child.id();
+    let http = Http::new();
+    assert_eq!(http.get(&gw.admin_url("/healthz"), &[]).await.status, 200);
+    let base = open_fds(pid);
+
+    let conns = silent(gw.admin.unwrap(), 200).await;
+    // The public port keeps serving while the admin port is flooded.
+    let r = tokio::time::timeout(Duration::from_secs(10), http.get(&gw.url("/x"), &[]))
+        .await
+        .expect("the public port stopped serving during an admin flood");
+    assert_eq!(r.status, 201);
+    // The gateway holds at most admin.max_connections of them at a time.
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(open_fds(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        most <= base + 16 + 4,
+        "the admin flood took {most} descriptors (baseline {base}, cap 16)"
+    );
+    // Each silent connection is cut after header_read_timeout (in rounds of 16).
+    let open = all_closed(conns, Duration::from_secs(30)).await;
+    assert_eq!(open, 0, "{open} silent admin connections were never closed");
+    assert_eq!(http.get(&gw.admin_url("/healthz"), &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_accepts_back_off_and_recover() {
+    let upstream = Upstream::start().await;
+    let gw = GatewayProcess::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\nheader_read_timeout = \"1s\"\n",
+        upstream.url()
+    ));
+    let pid = gw.child.id().to_string();
+    let limit = open_fds(gw.child.id()) + 24;
+    let ok = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={limit}:{limit}")])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "prlimit failed");
+
+    // More silent connections than the process has descriptors: accepts fail (EMFILE).
+    let conns = silent(gw.addr, 200).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let failures = gw
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("accept failed"))
+        })
+        .count();
+    assert!(
+        (1..=5).contains(&failures),
+        "expected one warning per run of failed accepts, got {failures}"
+    );
+    // Silent connections are cut, descriptors come back, and the port serves again.
+    let http = Http::new();
+    let served = eventually(Duration::from_secs(40), || {
+        let http = http.clone();
+        let url = gw.url("/x");
+        async move { matches!(http.send("GET", &url, &[], "").await, Ok(r) if r.status == 201) }
+    })
+    .await;
+    assert!(
+        served,
+        "the public port never recovered after running out of descriptors"
+    );
+    drop(conns);
+}
