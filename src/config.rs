@@ -168,6 +168,8 @@ pub struct FileStore {
     pub on_error: Option<OnError>,
     /// Memory backend: most records held before new claims fail.
     pub max_records: Option<usize>,
+    /// Memory backend: most bytes of records held before new claims fail.
+    pub max_bytes: Option<String>,
 }
 
 /// `[defaults]` as written.
@@ -370,6 +372,8 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Memory backend capacity.
     pub max_records: usize,
+    /// Memory backend capacity in bytes (keys, responses and a per-record overhead).
+    pub max_bytes: u64,
 }
 
 /// Validated `[admin]`.
@@ -386,6 +390,8 @@ pub struct AdminConfig {
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_MAX_CACHED_BODY: u64 = 1024 * 1024;
+/// `store.max_bytes` when unset: sized for a sidecar.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// `admin.max_connections` when unset: probes and scrapes need few.
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `server.write_timeout` when unset.
@@ -677,12 +683,23 @@ fn validate_store(s: &FileStore) -> Result<StoreConfig, ConfigError> {
     if max_records == 0 {
         return Err(invalid("store.max_records", "must be at least 1"));
     }
+    if s.max_bytes.is_some() && s.backend != Backend::Memory {
+        return Err(invalid(
+            "store.max_bytes",
+            "applies to backend = \"memory\" only",
+        ));
+    }
+    let max_bytes = opt_size("store.max_bytes", s.max_bytes.as_deref(), DEFAULT_MAX_BYTES)?;
+    if !(64 * 1024..=1 << 40).contains(&max_bytes) {
+        return Err(invalid("store.max_bytes", "must be between 64KiB and 1TiB"));
+    }
     Ok(StoreConfig {
         backend: s.backend,
         prefix,
         urls,
         timeout,
         max_records,
+        max_bytes,
     })
 }
 

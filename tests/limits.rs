@@ -195,3 +195,68 @@ async fn out_of_descriptors_accepts_back_off_and_recover() {
     );
     drop(conns);
 }
+
+const ORDERS: &str = r#"
+[[routes]]
+name = "orders"
+methods = ["POST"]
+path = "/orders"
+key = { header = "Idempotency-Key" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_refuses_new_keys_past_max_bytes_and_keeps_what_it_holds() {
+    let upstream = Upstream::start().await;
+    let gw = TestGateway::start(
+        &upstream,
+        "",
+        &format!("[store]\nbackend = \"memory\"\nmax_bytes = \"64KiB\"\n{ORDERS}"),
+    )
+    .await;
+    let http = Http::new();
+    let body_bytes = "20000";
+    let mut stored = Vec::new();
+    let refused = loop {
+        let key = format!("order-{}", stored.len());
+        let r = http
+            .post(
+                &gw.url("/orders"),
+                &[("Idempotency-Key", &key), ("X-Test-Body-Bytes", body_bytes)],
+                "{}",
+            )
+            .await;
+        if r.status != 201 {
+            break r;
+        }
+        stored.push(key);
+        assert!(
+            stored.len() < 10,
+            "64KiB of 20000-byte responses never filled"
+        );
+    };
+    assert_eq!(refused.status, 503);
+    assert_eq!(
+        refused.problem_type(),
+        "urn:dedupe-gateway:problem:store-unavailable"
+    );
+    assert!((3..=4).contains(&stored.len()), "{} stored", stored.len());
+    let executed = upstream.effects();
+    assert_eq!(
+        executed,
+        stored.len() as u64,
+        "the refused claim reached the upstream"
+    );
+    // Nothing held was evicted to make room: every stored key still replays.
+    for key in &stored {
+        let r = http
+            .post(
+                &gw.url("/orders"),
+                &[("Idempotency-Key", key), ("X-Test-Body-Bytes", body_bytes)],
+                "{}",
+            )
+            .await;
+        assert!(r.replayed(), "{key} was not replayed: {}", r.status);
+        assert_eq!(r.body.len(), 20000);
+    }
+    assert_eq!(upstream.effects(), executed);
+}
