@@ -141,6 +141,11 @@ impl GatewayError {
                 "malformed-json",
                 "Request body is not valid JSON",
             ),
+            Key(KeyError::DuplicateJsonKey(_)) => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous-json",
+                "Request body has a duplicated JSON object key",
+            ),
             Key(KeyError::MissingPart(_)) => (
                 StatusCode::BAD_REQUEST,
                 "fingerprint-part-missing",

@@ -260,3 +260,70 @@ async fn the_embedded_store_refuses_new_keys_past_max_bytes_and_keeps_what_it_ho
     }
     assert_eq!(upstream.effects(), executed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fingerprints_tell_big_integers_apart_and_refuse_duplicate_keys() {
+    let upstream = Upstream::start().await;
+    let gw = TestGateway::start(
+        &upstream,
+        "",
+        r#"
+[[routes]]
+name = "hooks"
+methods = ["POST"]
+path = "/hooks"
+key = { fingerprint = ["json:/order_id"] }
+"#,
+    )
+    .await;
+    let http = Http::new();
+    let first = http
+        .post(
+            &gw.url("/hooks"),
+            &[],
+            r#"{"order_id":100000000000000000000001}"#,
+        )
+        .await;
+    let second = http
+        .post(
+            &gw.url("/hooks"),
+            &[],
+            r#"{"order_id":100000000000000000000002}"#,
+        )
+        .await;
+    assert_eq!(
+        (first.status.as_u16(), second.status.as_u16()),
+        (201, 201),
+        "{}",
+        second.text()
+    );
+    assert!(!second.replayed());
+    assert_eq!(
+        upstream.effects(),
+        2,
+        "two different events, two executions"
+    );
+    let again = http
+        .post(
+            &gw.url("/hooks"),
+            &[],
+            r#"{"order_id":100000000000000000000002}"#,
+        )
+        .await;
+    assert!(again.replayed());
+
+    let dup = http
+        .post(&gw.url("/hooks"), &[], r#"{"order_id":1,"order_id":2}"#)
+        .await;
+    assert_eq!(dup.status, 400);
+    assert_eq!(
+        dup.problem_type(),
+        "urn:dedupe-gateway:problem:ambiguous-json"
+    );
+    assert!(dup.text().contains("order_id"), "{}", dup.text());
+    assert_eq!(
+        upstream.effects(),
+        2,
+        "an ambiguous body must not be forwarded"
+    );
+}
