@@ -34,9 +34,15 @@ pub enum GatewayError {
     /// Admin: missing or wrong bearer token.
     #[error("admin token missing or wrong")]
     Unauthorized,
-    /// Admin: no such route, record or endpoint.
+    /// Admin: no such endpoint.
     #[error("not found")]
     NotFound,
+    /// Admin: no route of that name.
+    #[error("no such route")]
+    UnknownRoute,
+    /// Admin: the route exists but holds no record under that key.
+    #[error("no such record")]
+    RecordNotFound,
     /// Admin: a request the admin API cannot use.
     #[error("{0}")]
     BadAdminRequest(String),
@@ -121,6 +127,16 @@ impl GatewayError {
                 "Admin token missing or wrong",
             ),
             NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            UnknownRoute => (
+                StatusCode::NOT_FOUND,
+                "unknown-route",
+                "No route of that name",
+            ),
+            RecordNotFound => (
+                StatusCode::NOT_FOUND,
+                "record-not-found",
+                "No record under that key",
+            ),
             BadAdminRequest(_) => (
                 StatusCode::BAD_REQUEST,
                 "bad-admin-request",

@@ -248,8 +248,8 @@ impl Gateway {
                 finish = t.finish.map(Outcome::as_str),
                 status = status.as_u16(),
                 fence = t.fence,
-                upstream_ms = t.upstream.map(|d| d.as_secs_f64() * 1000.0),
-                total_ms = t.started.map(|s| s.elapsed().as_secs_f64() * 1000.0),
+                upstream_ms = t.upstream.map(crate::metrics::millis),
+                total_ms = t.started.map(|s| crate::metrics::millis(s.elapsed())),
                 key = t.key.as_deref(),
                 scope = t.scope.as_deref(),
                 "request"
