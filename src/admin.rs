@@ -34,9 +34,11 @@ async fn route(
     headers: &HeaderMap,
 ) -> Result<Response<Body>, GatewayError> {
     let path = uri.path();
-    match (method, path) {
-        (&Method::GET, "/healthz") => return Ok(text(StatusCode::OK, "ok\n")),
-        (&Method::GET, "/readyz") => {
+    // HEAD answers as GET does (hyper leaves the body out): probes use either.
+    let read = method == Method::GET || method == Method::HEAD;
+    match path {
+        "/healthz" if read => return Ok(text(StatusCode::OK, "ok\n")),
+        "/readyz" if read => {
             return match gateway.store().ping().await {
                 Ok(()) => Ok(text(StatusCode::OK, "ready\n")),
                 Err(e) => {
@@ -49,7 +51,7 @@ async fn route(
     }
     authorize(gateway, headers)?;
     match (method, path) {
-        (&Method::GET, "/metrics") => {
+        (_, "/metrics") if read => {
             let mut resp = Response::new(full(gateway.metrics().encode()));
             resp.headers_mut().insert(
                 CONTENT_TYPE,
@@ -124,7 +126,7 @@ async fn keys(
         .routes
         .iter()
         .find(|r| &*r.name == route_name)
-        .ok_or(GatewayError::NotFound)?;
+        .ok_or(GatewayError::UnknownRoute)?;
     let scope = scope_from_query(&route.scope, query)?;
     let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
     let store_failed = |e| {
@@ -139,7 +141,7 @@ async fn keys(
             .await
             .map_err(store_failed)?;
         if !existed {
-            return Err(GatewayError::NotFound);
+            return Err(GatewayError::RecordNotFound);
         }
         info!(route = route_name, key = %key, scope, "admin: record forgotten; the next request with this key executes again");
         let mut resp = Response::new(full(Bytes::new()));
@@ -152,7 +154,7 @@ async fn keys(
         .inspect(&store_key)
         .await
         .map_err(store_failed)?
-        .ok_or(GatewayError::NotFound)?;
+        .ok_or(GatewayError::RecordNotFound)?;
     let stored = info
         .response
         .as_ref()

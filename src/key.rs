@@ -6,6 +6,8 @@
 //! each part (no two different inputs can concatenate to the same bytes) and carries a
 //! domain tag (a fingerprint can never equal a request hash or a scope hash).
 
+mod json;
+
 use http::header::HeaderName;
 use http::{HeaderMap, Method};
 use sha2::{Digest, Sha256};
@@ -134,6 +136,9 @@ pub enum KeyError {
     /// A `json:` pointer names nothing in the body.
     #[error("the request body has no value at {0}")]
     MissingPart(String),
+    /// The JSON body names one key twice in an object: which value counts is ambiguous.
+    #[error("the request body is ambiguous: the JSON key {0:?} appears twice in one object")]
+    DuplicateJsonKey(String),
 }
 
 /// Longest client key accepted, in bytes.
@@ -228,7 +233,7 @@ fn digest_parts(
     parts: &[RequestPart],
     req: &RequestView<'_>,
 ) -> Result<[u8; 32], KeyError> {
-    let mut json: Option<serde_json::Value> = None;
+    let mut json: Option<json::Value<'_>> = None;
     let mut h = Sha256::new();
     h.update(domain);
     for part in parts {
@@ -241,19 +246,21 @@ fn digest_parts(
             RequestPart::Header(name) => header_values(&mut h, req.headers, name),
             RequestPart::Json(pointer) => {
                 if json.is_none() {
-                    json = Some(
-                        serde_json::from_slice(req.body)
-                            .map_err(|e| KeyError::MalformedJson(e.to_string()))?,
-                    );
+                    json = Some(json::parse(req.body).map_err(|e| match e {
+                        json::JsonError::Syntax(e) => KeyError::MalformedJson(e),
+                        json::JsonError::DuplicateKey(k) => {
+                            KeyError::DuplicateJsonKey(k.chars().take(64).collect())
+                        }
+                    })?);
                 }
                 let value = json
                     .as_ref()
                     .and_then(|j| j.pointer(pointer))
                     .ok_or_else(|| KeyError::MissingPart(part.to_string()))?;
-                // serde_json's map is ordered by key, so an object hashes the same however
-                // its keys were ordered on the wire; "42" and 42 stay distinct.
-                let canonical = serde_json::to_vec(value)
-                    .map_err(|e| KeyError::MalformedJson(e.to_string()))?;
+                // Object keys sorted, so key order on the wire does not matter; numbers as
+                // written, so "42" and 42 stay distinct and so do integers past 64 bits.
+                let mut canonical = Vec::new();
+                value.canonical(&mut canonical);
                 field(&mut h, Some(&canonical));
             }
         }
@@ -423,6 +430,36 @@ mod tests {
         let e = rule.derive(&Req::new(r#"{"id": 1}"#).view()).unwrap_err();
         assert_eq!(e, KeyError::MissingPart("json:/order_id".into()));
         assert!(e.to_string().contains("json:/order_id"));
+    }
+
+    #[test]
+    fn fingerprints_keep_integers_past_64_bits_and_refuse_duplicate_keys() {
+        let rule = fp(&["json:/order_id"]);
+        let a = Req::new(r#"{"order_id":100000000000000000000001}"#);
+        let b = Req::new(r#"{"order_id":100000000000000000000002}"#);
+        assert_ne!(
+            rule.derive(&a.view()).unwrap(),
+            rule.derive(&b.view()).unwrap()
+        );
+        // An ordinary integer hashes as it always did (serde_json's canonical text).
+        let old = {
+            let mut h = Sha256::new();
+            h.update(b"dedupe-gateway/fingerprint/v1");
+            h.update([6u8]);
+            field(&mut h, Some(b"7"));
+            hex::encode(h.finalize())
+        };
+        let seven = Req::new(r#"{ "order_id" : 7 }"#);
+        assert_eq!(rule.derive(&seven.view()).unwrap().unwrap(), old);
+        let dup = Req::new(r#"{"order_id":1,"order_id":2}"#);
+        let e = rule.derive(&dup.view()).unwrap_err();
+        assert_eq!(e, KeyError::DuplicateJsonKey("order_id".into()));
+        // Anywhere in the body, not only on the fingerprinted path.
+        let elsewhere = Req::new(r#"{"order_id":1,"meta":{"x":1,"x":2}}"#);
+        assert!(matches!(
+            rule.derive(&elsewhere.view()),
+            Err(KeyError::DuplicateJsonKey(_))
+        ));
     }
 
     #[test]

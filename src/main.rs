@@ -1,5 +1,9 @@
 //! The `dedupe-gateway` binary: parses the command line, sets up logging, loads the
 //! configuration and hands over to the library.
+//!
+//! Exit status (sysexits.h): 0 after a clean drain, or `check` found the file valid;
+//! 64 unusable command line or configuration (nothing was bound); 69 a listener could not
+//! be bound (address in use, permission); 70 any other failure at run time.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -11,8 +15,12 @@ use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::key::KeyRule;
 use dedupe_gateway::route::OnConflict;
 
-/// Exit status for an unusable configuration (EX_USAGE).
+/// Exit status for an unusable command line or configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
+/// Exit status when a listener cannot be bound (EX_UNAVAILABLE).
+const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit status for any other failure at run time (EX_SOFTWARE).
+const EXIT_RUNTIME: u8 = 70;
 
 #[derive(Parser)]
 #[command(version, about = "A reverse proxy that makes retried HTTP writes safe")]
@@ -47,7 +55,18 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors.
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match cli.command {
         Command::Check { config } => match load(&config) {
             Ok(c) => match print_routes(&mut std::io::stdout().lock(), &c) {
@@ -69,9 +88,13 @@ fn main() -> ExitCode {
             match run(config, path) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
+                    // Once, through the log: stderr in either log format.
                     tracing::error!("{e:#}");
-                    report(&format!("{e:#}"));
-                    ExitCode::FAILURE
+                    let bind = matches!(
+                        e.downcast_ref::<dedupe_gateway::server::RunError>(),
+                        Some(dedupe_gateway::server::RunError::Bind { .. })
+                    );
+                    ExitCode::from(if bind { EXIT_UNAVAILABLE } else { EXIT_RUNTIME })
                 }
             }
         }
@@ -123,7 +146,12 @@ fn init_tracing(format: Option<LogFormat>) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        // One copy of the span's fields per line: the current span, not also the list.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 

@@ -39,6 +39,12 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// A duration in milliseconds with at most three decimals (whole microseconds), so log
+/// lines read `1.058`, not the float noise `1.0576780000000001`.
+pub fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
 /// Every metric the gateway exports, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -174,5 +180,17 @@ pub struct InflightGuard<'a>(&'a Gauge<i64, AtomicI64>);
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_print_without_float_noise() {
+        assert_eq!(millis(Duration::from_nanos(1_057_678)).to_string(), "1.057");
+        assert_eq!(millis(Duration::from_micros(2_500)).to_string(), "2.5");
+        assert_eq!(millis(Duration::from_secs(3)).to_string(), "3000");
     }
 }

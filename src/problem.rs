@@ -35,9 +35,15 @@ pub enum GatewayError {
     /// Admin: missing or wrong bearer token.
     #[error("admin token missing or wrong")]
     Unauthorized,
-    /// Admin: no such route, record or endpoint.
+    /// Admin: no such endpoint.
     #[error("not found")]
     NotFound,
+    /// Admin: no route of that name.
+    #[error("no such route")]
+    UnknownRoute,
+    /// Admin: the route exists but holds no record under that key.
+    #[error("no such record")]
+    RecordNotFound,
     /// Admin: a request the admin API cannot use.
     #[error("{0}")]
     BadAdminRequest(String),
@@ -125,6 +131,16 @@ impl GatewayError {
                 "Admin token missing or wrong",
             ),
             NotFound => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            UnknownRoute => (
+                StatusCode::NOT_FOUND,
+                "unknown-route",
+                "No route of that name",
+            ),
+            RecordNotFound => (
+                StatusCode::NOT_FOUND,
+                "record-not-found",
+                "No record under that key",
+            ),
             BadAdminRequest(_) => (
                 StatusCode::BAD_REQUEST,
                 "bad-admin-request",
@@ -144,6 +160,11 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "malformed-json",
                 "Request body is not valid JSON",
+            ),
+            Key(KeyError::DuplicateJsonKey(_)) => (
+                StatusCode::BAD_REQUEST,
+                "ambiguous-json",
+                "Request body has a duplicated JSON object key",
             ),
             Key(KeyError::MissingPart(_)) => (
                 StatusCode::BAD_REQUEST,

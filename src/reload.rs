@@ -23,8 +23,14 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
         || o.header_read_timeout != n.header_read_timeout
         || o.max_connections != n.max_connections
         || o.max_concurrent_streams != n.max_concurrent_streams
+        || o.write_timeout != n.write_timeout
     {
-        restart.push("server connection limits (max_header_bytes, header_read_timeout, max_connections, max_concurrent_streams)");
+        restart.push("server connection limits (max_header_bytes, header_read_timeout, write_timeout, max_connections, max_concurrent_streams)");
+    }
+    if old.admin.as_ref().map(|a| a.max_connections)
+        != new.admin.as_ref().map(|a| a.max_connections)
+    {
+        restart.push("admin.max_connections");
     }
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");

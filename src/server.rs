@@ -5,15 +5,20 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, error, info, warn};
 
+use crate::config::defaults::DEFAULT_ADMIN_MAX_CONNECTIONS;
 use crate::config::{Config, ConfigError};
 use crate::framing::{AmbiguousFraming, Watched};
 use crate::http::{ConnInfo, Gateway};
@@ -142,8 +147,17 @@ pub async fn serve(
     let grace = server.shutdown_grace;
     let header_read_timeout = server.header_read_timeout;
     let max_head = server.max_header_bytes;
+    let write_timeout = server.write_timeout;
     // Each connection may buffer up to max_body per request: bound how many are served.
     let slots = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
+    // The admin port has its own small cap, so probes or a flood there can never take the
+    // public port's file descriptors.
+    let admin_slots = Arc::new(tokio::sync::Semaphore::new(
+        live.config
+            .admin
+            .as_ref()
+            .map_or(DEFAULT_ADMIN_MAX_CONNECTIONS, |a| a.max_connections),
+    ));
     drop(live);
 
     if let Ok(addr) = listeners.public.local_addr() {
@@ -155,6 +169,8 @@ pub async fn serve(
 
     let graceful = GracefulShutdown::new();
     let stopping = tokio_util::sync::CancellationToken::new();
+    let mut public_accept = Acceptor::new("public");
+    let mut admin_accept = Acceptor::new("admin");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -162,9 +178,9 @@ pub async fn serve(
                 // Wait for a free slot before accepting: at the limit, new connections
                 // queue in the kernel's backlog instead of being served.
                 let slot = slots.clone().acquire_owned().await;
-                (slot, listeners.public.accept().await)
+                (slot, public_accept.accept(Some(&listeners.public)).await)
             } => {
-                let Some((stream, remote)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, remote)) = accepted else { continue };
                 let Ok(slot) = slot else { continue };
                 let gw = gateway.clone();
                 let framing = AmbiguousFraming::default();
@@ -178,17 +194,10 @@ pub async fn serve(
                 let watcher = graceful.watcher();
                 let stopping = stopping.clone();
                 tokio::spawn(async move {
-                    // A connection holds a slot: one that does not show which protocol it
-                    // speaks within header_read_timeout is closed (hyper's own header
-                    // timeout only starts once it has picked HTTP/1 or HTTP/2), and so is
-                    // one still silent when shutdown begins.
-                    let decided = tokio::select! {
-                        d = tokio::time::timeout(header_read_timeout, protocol_decided(&stream)) => d,
-                        _ = stopping.cancelled() => return drop(slot),
-                    };
-                    if !matches!(decided, Ok(Ok(true))) {
+                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
                         return drop(slot);
                     }
+                    let stream = WriteDeadline::new(stream, write_timeout);
                     let io = TokioIo::new(Watched::new(stream, max_head, framing));
                     let conn = watcher.watch(builder.serve_connection(io, svc).into_owned());
                     if let Err(e) = conn.await {
@@ -197,17 +206,27 @@ pub async fn serve(
                     drop(slot);
                 });
             }
-            accepted = accept_admin(listeners.admin.as_ref()) => {
-                let Some((stream, _)) = accepted_or_log(accepted).await else { continue };
+            (slot, accepted) = async {
+                let slot = admin_slots.clone().acquire_owned().await;
+                (slot, admin_accept.accept(listeners.admin.as_ref()).await)
+            } => {
+                let Some((stream, _)) = accepted else { continue };
+                let Ok(slot) = slot else { continue };
                 let gw = gateway.clone();
                 let svc = service_fn(move |req| {
                     let gw = gw.clone();
                     async move { Ok::<_, Infallible>(crate::admin::handle(gw, req).await) }
                 });
-                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                let stopping = stopping.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
+                        return drop(slot);
+                    }
+                    let io = TokioIo::new(WriteDeadline::new(stream, write_timeout));
+                    let _ = watcher.watch(builder.serve_connection(io, svc).into_owned()).await;
+                    drop(slot);
                 });
             }
             _ = &mut shutdown => break,
@@ -255,26 +274,175 @@ async fn protocol_decided(stream: &TcpStream) -> io::Result<bool> {
     }
 }
 
-async fn accept_admin(admin: Option<&TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
-    match admin {
-        Some(l) => l.accept().await,
-        None => std::future::pending().await,
+/// Whether a new connection shows which protocol it speaks within `within` (hyper's own
+/// header timeout only starts once it has picked HTTP/1 or HTTP/2). A connection that does
+/// not, or is still silent when shutdown begins, is closed and frees its slot.
+async fn shows_protocol(
+    stream: &TcpStream,
+    within: Duration,
+    stopping: &tokio_util::sync::CancellationToken,
+) -> bool {
+    tokio::select! {
+        d = tokio::time::timeout(within, protocol_decided(stream)) => matches!(d, Ok(Ok(true))),
+        _ = stopping.cancelled() => false,
     }
 }
 
-async fn accepted_or_log(
-    accepted: io::Result<(TcpStream, SocketAddr)>,
-) -> Option<(TcpStream, SocketAddr)> {
-    match accepted {
-        Ok((stream, remote)) => {
-            let _ = stream.set_nodelay(true);
-            Some((stream, remote))
+/// First pause after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause between accepts while they keep failing.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accepts on one listener, backing off while accepts fail. Out of file descriptors
+/// (EMFILE), a listener is readable again at once and every accept fails: without a pause
+/// the loop spins and floods the log. The pause doubles from 10ms to 1s and is kept as a
+/// deadline, so a select that drops the accept future does not restart it.
+struct Acceptor {
+    listener: &'static str,
+    delay: Duration,
+    resume_at: Option<tokio::time::Instant>,
+    failures: u64,
+}
+
+impl Acceptor {
+    fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            delay: ACCEPT_BACKOFF_MIN,
+            resume_at: None,
+            failures: 0,
         }
-        Err(e) => {
-            // Out of file descriptors and similar: back off instead of spinning.
-            warn!(error = %e, "accept failed");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            None
+    }
+
+    /// The next connection, or `None` after a failed accept (logged once per run of
+    /// failures). Pending forever without a listener. Cancel-safe.
+    async fn accept(&mut self, listener: Option<&TcpListener>) -> Option<(TcpStream, SocketAddr)> {
+        let Some(listener) = listener else {
+            return std::future::pending().await;
+        };
+        if let Some(at) = self.resume_at {
+            tokio::time::sleep_until(at).await;
+            self.resume_at = None;
         }
+        match listener.accept().await {
+            Ok((stream, remote)) => {
+                if self.failures > 0 {
+                    info!(
+                        listener = self.listener,
+                        failures = self.failures,
+                        "accepting connections again"
+                    );
+                }
+                self.failures = 0;
+                self.delay = ACCEPT_BACKOFF_MIN;
+                let _ = stream.set_nodelay(true);
+                Some((stream, remote))
+            }
+            Err(e) => {
+                if self.failures == 0 {
+                    warn!(
+                        listener = self.listener,
+                        error = %e,
+                        "accept failed; pausing accepts (10ms doubling to 1s) until one succeeds"
+                    );
+                } else {
+                    debug!(listener = self.listener, error = %e, "accept failed again");
+                }
+                self.failures += 1;
+                self.resume_at = Some(tokio::time::Instant::now() + self.delay);
+                self.delay = (self.delay * 2).min(ACCEPT_BACKOFF_MAX);
+                None
+            }
+        }
+    }
+}
+
+/// A connection whose writes fail once they have made no progress for `limit`.
+///
+/// A client that stops reading (its receive window full) would otherwise park hyper's
+/// write, and with it a connection slot, for as long as the client keeps the socket open:
+/// ten such clients lock everyone else out at `max_connections = 10`. The clock runs only
+/// while a write (or flush) is blocked and restarts whenever one completes, so a slow
+/// but moving reader is never cut. The failed write ends the connection the same way on
+/// every path: a replay, a problem, or a passthrough body streamed from the upstream.
+pub struct WriteDeadline<S> {
+    inner: S,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    /// Wraps `inner`; a write blocked for `limit` fails with `TimedOut`.
+    pub fn new(inner: S, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    fn check<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.stalled = None;
+            return r;
+        }
+        let limit = self.limit;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.stalled = None;
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client accepted no response bytes within server.write_timeout",
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.check(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.check(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, r)
     }
 }

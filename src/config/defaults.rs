@@ -25,6 +25,8 @@ pub const DEFAULT_MAX_HEADER_BYTES: u64 = 64 * KIB;
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `server.body_read_timeout`.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// `server.write_timeout`.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `server.shutdown_grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// `server.max_connections`.
@@ -42,6 +44,11 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(250);
 pub const DEFAULT_ON_ERROR: OnError = OnError::FailClosed;
 /// `store.max_records`.
 pub const DEFAULT_MAX_RECORDS: usize = 1_000_000;
+
+/// `store.max_bytes`.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * MIB;
+/// `admin.max_connections`.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// `defaults.lease`.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -79,6 +86,12 @@ pub const MAX_HEADER_BYTES: u64 = MIB;
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound of `server.max_concurrent_streams`.
 pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
+/// Lower bound of `store.max_bytes`.
+pub const MIN_STORE_BYTES: u64 = 64 * KIB;
+/// Upper bound of `store.max_bytes`.
+pub const MAX_STORE_BYTES: u64 = 1024 * 1024 * MIB;
+/// Upper bound of `admin.max_connections`.
+pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
 /// Upper bound of `store.max_records`.
 pub const MAX_RECORDS: usize = 10_000_000;
 /// Upper bound of `store.prefix`, in bytes: the whole store key must fit the stored
@@ -168,6 +181,9 @@ mod tests {
             "server.header_read_timeout" => d(DEFAULT_HEADER_READ_TIMEOUT),
             "server.body_read_timeout" => d(DEFAULT_BODY_READ_TIMEOUT),
             "server.shutdown_grace" => d(DEFAULT_SHUTDOWN_GRACE),
+            "server.write_timeout" => d(DEFAULT_WRITE_TIMEOUT),
+            "store.max_bytes" => s(DEFAULT_MAX_BYTES),
+            "admin.max_connections" => n(DEFAULT_ADMIN_MAX_CONNECTIONS as u64),
             "server.max_connections" => n(DEFAULT_MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
             "store.backend" => enum_value::<Backend>(text) == DEFAULT_BACKEND,
@@ -204,6 +220,7 @@ mod tests {
             | "server.header_read_timeout"
             | "server.body_read_timeout"
             | "server.shutdown_grace"
+            | "server.write_timeout"
             | "defaults.conflict_wait" => d(MAX_TIMEOUT),
             "store.timeout" => d(MAX_STORE_TIMEOUT),
             "defaults.lease" => d(MAX_LEASE),
@@ -213,6 +230,8 @@ mod tests {
             "server.max_connections" => n(MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
             "store.max_records" => n(MAX_RECORDS as u64),
+            "store.max_bytes" => s(MIN_STORE_BYTES, MAX_STORE_BYTES),
+            "admin.max_connections" => n(MAX_ADMIN_CONNECTIONS as u64),
             "store.prefix" => min.is_none() && number(max) == Some(MAX_PREFIX_LEN as u64),
             _ => return None,
         })
@@ -257,7 +276,7 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 21, "every DEFAULT_* constant has its README row");
-        assert_eq!(bounds, 16, "every bounded field has its README bound");
+        assert_eq!(defaults, 24, "every DEFAULT_* constant has its README row");
+        assert_eq!(bounds, 19, "every bounded field has its README bound");
     }
 }

@@ -39,6 +39,7 @@ impl FileConfig {
                     self.admin = Some(FileAdmin {
                         listen: v,
                         token: None,
+                        max_connections: None,
                     })
                 }
             }

@@ -61,6 +61,8 @@ pub struct FileServer {
     pub header_read_timeout: Option<String>,
     /// How long a client may take to send a deduped request's body.
     pub body_read_timeout: Option<String>,
+    /// How long a client may accept no response bytes before it is disconnected.
+    pub write_timeout: Option<String>,
     /// How long in-flight requests may run after SIGTERM.
     pub shutdown_grace: Option<String>,
     /// Most client connections served at once; more wait in the listen backlog.
@@ -87,6 +89,8 @@ pub struct FileStore {
     pub on_error: Option<OnError>,
     /// Memory backend: most records held before new claims fail.
     pub max_records: Option<usize>,
+    /// Memory backend: most bytes of records held before new claims fail.
+    pub max_bytes: Option<String>,
 }
 
 /// `[defaults]` as written.
@@ -113,6 +117,8 @@ pub struct FileAdmin {
     pub listen: String,
     /// Optional bearer token.
     pub token: Option<String>,
+    /// Most admin connections served at once.
+    pub max_connections: Option<usize>,
 }
 
 /// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
@@ -267,6 +273,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         | "connect_timeout"
         | "header_read_timeout"
         | "body_read_timeout"
+        | "write_timeout"
         | "shutdown_grace" => "a duration like \"30s\"",
         "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
         "on_error" => "\"fail-closed\" or \"fail-open\"",

@@ -93,6 +93,8 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Bearer token required on every admin request, when set.
     pub token: Option<String>,
+    /// Most admin connections served at once.
+    pub max_connections: usize,
 }
 
 impl Config {
@@ -140,9 +142,16 @@ impl Config {
                 if a.token.as_deref() == Some("") {
                     return Err(invalid("admin.token", "must not be empty"));
                 }
+                let max_connections = parse::count(
+                    "admin.max_connections",
+                    a.max_connections,
+                    defaults::DEFAULT_ADMIN_MAX_CONNECTIONS,
+                    defaults::MAX_ADMIN_CONNECTIONS,
+                )?;
                 Ok(AdminConfig {
                     listen,
                     token: a.token.clone(),
+                    max_connections,
                 })
             })
             .transpose()?;

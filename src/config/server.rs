@@ -8,8 +8,9 @@ use http::uri::{Authority, Scheme};
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT, MAX_BODY_LIMIT,
-    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT,
+    DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS,
+    MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
 };
 use super::file::FileServer;
 use super::{invalid, parse, ConfigError};
@@ -35,6 +36,8 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
+    /// A client that accepts no response bytes for this long is disconnected.
+    pub write_timeout: Duration,
     /// Most client connections served at once.
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection.
@@ -97,6 +100,12 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
+    let write_timeout = parse::opt_duration(
+        "server.write_timeout",
+        s.write_timeout.as_deref(),
+        DEFAULT_WRITE_TIMEOUT,
+        MAX_TIMEOUT,
+    )?;
     let max_connections = parse::count(
         "server.max_connections",
         s.max_connections,
@@ -121,6 +130,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         header_read_timeout,
         body_read_timeout,
         shutdown_grace,
+        write_timeout,
     })
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::defaults::{
-    DEFAULT_BACKEND, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT, MAX_PREFIX_LEN,
-    MAX_RECORDS, MAX_STORE_TIMEOUT,
+    DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT,
+    MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES, MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
@@ -50,6 +50,8 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Memory backend capacity.
     pub max_records: usize,
+    /// Memory backend: most bytes of records held (keys, responses, a fixed overhead each).
+    pub max_bytes: u64,
 }
 
 pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
@@ -146,11 +148,25 @@ pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
         DEFAULT_MAX_RECORDS,
         MAX_RECORDS,
     )?;
+    if s.max_bytes.is_some() && backend != Backend::Memory {
+        return Err(invalid(
+            "store.max_bytes",
+            "applies to backend = \"memory\" only",
+        ));
+    }
+    let max_bytes = parse::opt_size(
+        "store.max_bytes",
+        s.max_bytes.as_deref(),
+        DEFAULT_MAX_BYTES,
+        MIN_STORE_BYTES,
+        MAX_STORE_BYTES,
+    )?;
     Ok(StoreConfig {
         backend,
         prefix,
         urls,
         timeout,
         max_records,
+        max_bytes,
     })
 }

@@ -5,6 +5,12 @@
 //! sweeps. A shard sweeps when it has doubled since its last sweep (so unique keys cannot
 //! grow memory past about twice the live records), and a full store sweeps the shards
 //! whose earliest expiry has passed (so refusing a claim never walks the whole store).
+//!
+//! Memory is bounded twice: by live records and by their bytes (key, stored response and
+//! a fixed per-record overhead). Past either bound, claims for new keys fail as store
+//! errors. A completed record is never evicted early to make room: forgetting it before
+//! its window would let a retry execute the write again. A completion is always stored,
+//! so the bytes can pass the bound by the responses of the claims in flight at the time.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -23,6 +29,9 @@ use super::{Claim, ClaimRequest, Fence, RecordInfo, RecordState, StoreError};
 const SHARDS: usize = 32;
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
 const MIN_SWEEP: usize = 256;
+/// Bytes a record costs besides its key and response: the record itself, the map entry
+/// and the key's allocation, rounded up.
+pub const RECORD_OVERHEAD: usize = 192;
 
 #[derive(Debug)]
 struct Record {
@@ -33,6 +42,28 @@ struct Record {
     expires_at: Instant,
     claimant: super::Claimant,
     response: Option<Bytes>,
+}
+
+/// What the records of every shard hold.
+#[derive(Default)]
+struct Usage {
+    records: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Usage {
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The bytes a record is counted as.
+fn footprint(key: &str, r: &Record) -> usize {
+    RECORD_OVERHEAD + key.len() + r.response.as_ref().map_or(0, Bytes::len)
 }
 
 #[derive(Default)]
@@ -55,24 +86,29 @@ impl Shard {
     }
 
     /// Amortised expiry: a shard sweeps when it has doubled since its last sweep.
-    fn maybe_sweep(&mut self, now: Instant, live: &AtomicUsize) {
+    fn maybe_sweep(&mut self, now: Instant, live: &Usage) {
         if self.records.len() >= self.sweep_at.max(MIN_SWEEP) {
             self.sweep(now, live);
         }
     }
 
     /// Drops expired records and recomputes the earliest expiry.
-    fn sweep(&mut self, now: Instant, live: &AtomicUsize) {
+    fn sweep(&mut self, now: Instant, live: &Usage) {
         let before = self.records.len();
         let mut earliest: Option<Instant> = None;
-        self.records.retain(|_, r| {
+        let mut freed = 0;
+        self.records.retain(|k, r| {
             let keep = r.expires_at > now;
             if keep {
                 earliest = Some(earliest.map_or(r.expires_at, |e| e.min(r.expires_at)));
+            } else {
+                freed += footprint(k, r);
             }
             keep
         });
-        live.fetch_sub(before - self.records.len(), Ordering::Relaxed);
+        live.records
+            .fetch_sub(before - self.records.len(), Ordering::Relaxed);
+        live.sub(freed);
         self.sweep_at = self.records.len() * 2;
         self.earliest = earliest;
     }
@@ -95,25 +131,50 @@ pub struct MemoryStore {
 
 struct Inner {
     shards: Vec<Mutex<Shard>>,
-    len: AtomicUsize,
+    usage: Usage,
     max_records: usize,
+    max_bytes: usize,
 }
 
 impl MemoryStore {
-    /// A store that refuses new claims (as a store error) past `max_records` live records.
+    /// A store that refuses new claims (as a store error) past `max_records` live
+    /// records, with no bound on their bytes.
     pub fn new(max_records: usize) -> Self {
+        Self::with_limits(max_records, u64::MAX)
+    }
+
+    /// A store that refuses new claims (as a store error) past `max_records` live records
+    /// or `max_bytes` of them (see [`RECORD_OVERHEAD`]).
+    pub fn with_limits(max_records: usize, max_bytes: u64) -> Self {
         Self {
             inner: Arc::new(Inner {
                 shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-                len: AtomicUsize::new(0),
+                usage: Usage::default(),
                 max_records,
+                max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             }),
         }
     }
 
     /// Records held, expired ones not yet swept included.
     pub fn len(&self) -> usize {
-        self.inner.len.load(Ordering::Relaxed)
+        self.inner.usage.records.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the held records are counted as, expired ones not yet swept included.
+    pub fn bytes(&self) -> usize {
+        self.inner.usage.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Why a new record of `need` bytes does not fit, if it does not.
+    fn no_room(&self, need: usize) -> Option<StoreError> {
+        if self.len() >= self.inner.max_records {
+            return Some(StoreError::Full(self.inner.max_records));
+        }
+        if self.bytes().saturating_add(need) > self.inner.max_bytes {
+            return Some(StoreError::FullBytes(self.inner.max_bytes as u64));
+        }
+        None
     }
 
     /// Whether no record is held.
@@ -136,25 +197,26 @@ impl MemoryStore {
     }
 
     /// A full store sweeps the shards that have something due, one lock at a time.
-    fn make_room(&self, now: Instant) {
+    fn make_room(&self, now: Instant, need: usize) {
         for shard in &self.inner.shards {
-            if self.len() < self.inner.max_records {
+            if self.no_room(need).is_none() {
                 return;
             }
             let mut shard = Self::lock(shard);
             if shard.due(now) {
-                shard.sweep(now, &self.inner.len);
+                shard.sweep(now, &self.inner.usage);
             }
         }
     }
 
     pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let now = Instant::now();
-        if self.len() >= self.inner.max_records {
-            self.make_room(now);
+        let need = RECORD_OVERHEAD + req.key.as_str().len();
+        if self.no_room(need).is_some() {
+            self.make_room(now, need);
         }
         let mut shard = self.shard(req.key.as_str());
-        shard.maybe_sweep(now, &self.inner.len);
+        shard.maybe_sweep(now, &self.inner.usage);
         let lease_until = now + req.lease;
         let expires_at = now + req.lease + req.window;
         let fresh = |fence| Record {
@@ -169,6 +231,7 @@ impl MemoryStore {
         let claim = match shard.records.get_mut(req.key.as_str()) {
             Some(r) if r.expires_at > now => {
                 if r.state == RecordState::Released {
+                    // A released record holds no response: its bytes stay the same.
                     *r = fresh(next_fence(r.fence));
                     Claim::Won {
                         fence: Fence::new(r.fence),
@@ -200,6 +263,9 @@ impl MemoryStore {
             }
             // Expired but not yet swept: the key is new again, its fence still grows.
             Some(r) => {
+                self.inner
+                    .usage
+                    .sub(r.response.as_ref().map_or(0, Bytes::len));
                 *r = fresh(next_fence(r.fence));
                 Claim::Won {
                     fence: Fence::new(r.fence),
@@ -207,10 +273,11 @@ impl MemoryStore {
                 }
             }
             None => {
-                if self.len() >= self.inner.max_records {
-                    return Err(StoreError::Full(self.inner.max_records));
+                if let Some(full) = self.no_room(need) {
+                    return Err(full);
                 }
-                self.inner.len.fetch_add(1, Ordering::Relaxed);
+                self.inner.usage.records.fetch_add(1, Ordering::Relaxed);
+                self.inner.usage.add(need);
                 let record = fresh(next_fence(0));
                 let fence = Fence::new(record.fence);
                 shard.records.insert(req.key.as_str().to_owned(), record);
@@ -257,7 +324,11 @@ impl MemoryStore {
         record: Bytes,
         window: Duration,
     ) -> Result<bool, StoreError> {
+        let usage = &self.inner.usage;
         Ok(self.finish(key, fence, RecordState::Completed, |r, now| {
+            // Stored even past max_bytes: refusing a completion would let a retry run
+            // the write again.
+            usage.add(record.len());
             r.response = Some(record);
             r.expires_at = now + window;
         }))
@@ -296,7 +367,8 @@ impl MemoryStore {
         let mut shard = self.shard(key);
         match shard.records.remove(key) {
             Some(r) => {
-                self.inner.len.fetch_sub(1, Ordering::Relaxed);
+                self.inner.usage.records.fetch_sub(1, Ordering::Relaxed);
+                self.inner.usage.sub(footprint(key, &r));
                 Ok(r.expires_at > now)
             }
             None => Ok(false),
@@ -311,7 +383,114 @@ impl MemoryStore {
     pub fn sweep(&self) {
         let now = Instant::now();
         for shard in &self.inner.shards {
-            Self::lock(shard).sweep(now, &self.inner.len);
+            Self::lock(shard).sweep(now, &self.inner.usage);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::store::{Claimant, RequestHash, StoreKey};
+
+    const HASH: RequestHash = RequestHash::new([1; 32]);
+
+    fn req<'a>(key: &'a StoreKey, hash: &'a RequestHash, lease: Duration) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key,
+            request_hash: hash,
+            lease,
+            window: Duration::from_secs(3600),
+            claimant: Claimant::new(key.as_str().len() as u128),
+        }
+    }
+
+    async fn win(store: &MemoryStore, key: &str) -> Result<u64, StoreError> {
+        let key = StoreKey::from_raw(key);
+        match store
+            .claim(req(&key, &HASH, Duration::from_secs(60)))
+            .await?
+        {
+            Claim::Won { fence, .. } => Ok(fence.get()),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn claims_past_max_bytes_fail_and_completed_records_stay() {
+        let body = Bytes::from(vec![b'x'; 1000]);
+        let store = MemoryStore::with_limits(1_000, 3 * (1000 + RECORD_OVERHEAD as u64 + 2));
+        for key in ["k1", "k2", "k3"] {
+            let fence = win(&store, key).await.unwrap();
+            assert!(store
+                .complete(key, fence, body.clone(), Duration::from_secs(3600))
+                .await
+                .unwrap());
+        }
+        assert_eq!(store.bytes(), 3 * (1000 + RECORD_OVERHEAD + 2));
+        // Full by bytes: a new key is refused as a store error...
+        assert!(matches!(
+            win(&store, "k4").await,
+            Err(StoreError::FullBytes(_))
+        ));
+        // ...and nothing completed was evicted to make room: every one still replays.
+        for key in ["k1", "k2", "k3"] {
+            let k = StoreKey::from_raw(key);
+            let c = store
+                .claim(req(&k, &HASH, Duration::from_secs(60)))
+                .await
+                .unwrap();
+            assert_eq!(c, Claim::Replay(body.clone()), "{key}");
+        }
+        // Forgetting one gives its bytes back.
+        assert!(store.forget("k1").await.unwrap());
+        assert_eq!(store.bytes(), 2 * (1000 + RECORD_OVERHEAD + 2));
+        win(&store, "k4").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn swept_and_reclaimed_records_give_their_bytes_back() {
+        let store = MemoryStore::with_limits(1_000, u64::MAX);
+        let a = StoreKey::from_raw("a");
+        let short = ClaimRequest {
+            window: Duration::from_millis(1),
+            ..req(&a, &HASH, Duration::from_millis(1))
+        };
+        let Claim::Won { fence, .. } = store.claim(short).await.unwrap() else {
+            panic!()
+        };
+        store
+            .complete(
+                "a",
+                fence.get(),
+                Bytes::from_static(b"12345"),
+                Duration::from_millis(1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.bytes(), RECORD_OVERHEAD + 1 + 5);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Claimed again after expiry, before any sweep: the old response is no longer held.
+        win(&store, "a").await.unwrap();
+        assert_eq!(store.bytes(), RECORD_OVERHEAD + 1);
+        assert!(store.forget("a").await.unwrap());
+        assert_eq!((store.len(), store.bytes()), (0, 0));
+        // Released records hold nothing extra; a sweep after expiry returns to zero.
+        let (bb, two) = (StoreKey::from_raw("bb"), RequestHash::new([2; 32]));
+        let b = ClaimRequest {
+            window: Duration::from_millis(1),
+            ..req(&bb, &two, Duration::from_millis(1))
+        };
+        let Claim::Won { fence, .. } = store.claim(b).await.unwrap() else {
+            panic!()
+        };
+        assert!(store
+            .release("bb", fence.get(), Duration::from_millis(1))
+            .await
+            .unwrap());
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        store.sweep();
+        assert_eq!((store.len(), store.bytes()), (0, 0));
     }
 }

@@ -25,7 +25,7 @@ use bytes::Bytes;
 
 use crate::config::{Backend, StoreConfig};
 
-pub use self::memory::MemoryStore;
+pub use self::memory::{MemoryStore, RECORD_OVERHEAD};
 pub use self::redis::{RedisClusterStore, RedisStore};
 pub use self::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
 
@@ -128,6 +128,9 @@ pub enum StoreError {
     /// The memory backend holds `max_records` live records.
     #[error("store is full ({0} records)")]
     Full(usize),
+    /// The memory backend's records count `max_bytes` bytes.
+    #[error("store is full ({0} bytes)")]
+    FullBytes(u64),
 }
 
 /// The configured backend. A closed set: every one passes the same contract suite.
@@ -172,7 +175,9 @@ impl Store {
     /// Redis is down. Call from within the Tokio runtime.
     pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
         Ok(match cfg.backend {
-            Backend::Memory => Store::Memory(MemoryStore::new(cfg.max_records)),
+            Backend::Memory => {
+                Store::Memory(MemoryStore::with_limits(cfg.max_records, cfg.max_bytes))
+            }
             Backend::Redis => Store::Redis(RedisStore::new(&cfg.urls[0], cfg.timeout)?),
             Backend::RedisCluster => {
                 Store::Cluster(Box::new(RedisClusterStore::new(&cfg.urls, cfg.timeout)?))

@@ -38,6 +38,8 @@ struct Server {
     #[serde(skip_serializing_if = "Option::is_none")]
     shutdown_grace: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    write_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
 }
 
@@ -60,6 +62,8 @@ struct Admin {
     listen: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections: Option<usize>,
 }
 
 impl GatewayConfig {
@@ -74,6 +78,7 @@ impl GatewayConfig {
                 header_read_timeout: None,
                 body_read_timeout: None,
                 shutdown_grace: None,
+                write_timeout: None,
                 max_connections: None,
             },
             store: None,
@@ -148,7 +153,25 @@ impl GatewayConfig {
         self.admin = Some(Admin {
             listen: "127.0.0.1:0".to_owned(),
             token: None,
+            max_connections: None,
         });
+        self
+    }
+
+    /// `admin.max_connections` (adds an admin listener if there is none).
+    pub fn admin_max_connections(mut self, n: usize) -> Self {
+        if self.admin.is_none() {
+            self = self.admin();
+        }
+        if let Some(a) = self.admin.as_mut() {
+            a.max_connections = Some(n);
+        }
+        self
+    }
+
+    /// `server.write_timeout`.
+    pub fn write_timeout(mut self, d: &str) -> Self {
+        self.server.write_timeout = Some(d.to_owned());
         self
     }
 
@@ -157,6 +180,7 @@ impl GatewayConfig {
         self.admin = Some(Admin {
             listen: "127.0.0.1:0".to_owned(),
             token: Some(token.to_owned()),
+            max_connections: None,
         });
         self
     }
@@ -190,6 +214,8 @@ pub struct StoreCfg {
     timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_bytes: Option<String>,
 }
 
 impl StoreCfg {
@@ -200,6 +226,7 @@ impl StoreCfg {
             urls: None,
             timeout: None,
             prefix: None,
+            max_bytes: None,
         }
     }
 
@@ -227,6 +254,12 @@ impl StoreCfg {
     /// `store.timeout`.
     pub fn timeout(mut self, d: &str) -> Self {
         self.timeout = Some(d.to_owned());
+        self
+    }
+
+    /// `store.max_bytes` (memory backend).
+    pub fn max_bytes(mut self, size: &str) -> Self {
+        self.max_bytes = Some(size.to_owned());
         self
     }
 

@@ -44,7 +44,8 @@ impl Backend {
 pub struct TestGateway {
     /// The public listener's address.
     pub addr: SocketAddr,
-    admin: Option<SocketAddr>,
+    /// The admin listener's address, when there is one.
+    pub admin: Option<SocketAddr>,
     /// The gateway, for its metrics.
     pub gateway: Arc<Gateway>,
     // Dropping the sender starts the graceful shutdown.
@@ -99,7 +100,8 @@ pub struct GatewayProcess {
     pub child: Child,
     /// The public listener's address, from its start-up log line.
     pub addr: SocketAddr,
-    admin: Option<SocketAddr>,
+    /// The admin listener's address, when there is one.
+    pub admin: Option<SocketAddr>,
     /// Every JSON log line so far.
     pub logs: Arc<Mutex<Vec<serde_json::Value>>>,
     /// The config file, to rewrite before a SIGHUP.
