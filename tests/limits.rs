@@ -312,3 +312,63 @@ async fn fingerprints_tell_big_integers_apart_and_refuse_duplicate_keys() {
         "an ambiguous body must not be forwarded"
     );
 }
+
+/// Clients that hang up leave their requests running so every claim settles, but only up to
+/// `max_connections` of them: past that, new claims are refused before claiming (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_outliving_their_clients_are_bounded() {
+    let upstream = Upstream::start().await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(upstream.url())
+            .max_connections(4)
+            .route(RouteCfg::header("orders", "/orders")),
+    )
+    .await;
+    let mut gone = Vec::new();
+    for i in 0..4 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        let req = format!(
+            "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: left-{i}\r\n\
+             X-Test-Delay-Ms: 2000\r\nContent-Length: 2\r\n\r\n{{}}"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        gone.push(s);
+    }
+    upstream.wait_for_effects(4).await;
+    for s in gone {
+        // A reset, not a polite close: the client is gone.
+        s.set_linger(Some(Duration::ZERO)).unwrap();
+        drop(s);
+    }
+    let http = Http::new();
+    let refused = eventually(Duration::from_secs(1), || async {
+        let r = http
+            .post(&gw.url("/orders"), &[("Idempotency-Key", "new-1")], "{}")
+            .await;
+        r.status == 503 && r.problem_type() == "urn:dedupe-gateway:problem:overloaded"
+    })
+    .await;
+    assert!(refused, "a fifth detached request was not refused");
+    assert_eq!(
+        upstream.effects(),
+        4,
+        "a refused claim never reaches the upstream"
+    );
+    // Once the detached calls end, claims are made again; the detached ones were stored.
+    let served = eventually(Duration::from_secs(10), || async {
+        http.post(&gw.url("/orders"), &[("Idempotency-Key", "new-2")], "{}")
+            .await
+            .status
+            == 201
+    })
+    .await;
+    assert!(served, "new claims were not accepted again");
+    let replay = http
+        .post(&gw.url("/orders"), &[("Idempotency-Key", "left-0")], "{}")
+        .await;
+    assert!(
+        replay.replayed(),
+        "the detached request's response was stored"
+    );
+    assert_eq!(upstream.effects(), 5);
+}

@@ -154,12 +154,16 @@ async fn keys_can_be_inspected_and_forgotten_behind_the_admin_token() {
         .await;
     assert!(!again.replayed(), "a forgotten key executes again");
     assert_eq!(up.effects(), 2);
+    // A request that lacked its scope header is found by leaving the scope input out
+    // (absent), which is not the same record as an empty value.
+    http.post(&url, &[("Idempotency-Key", "no-tenant")], "{}")
+        .await;
+    let absent = gw.admin_url("/keys/payments/no-tenant");
+    assert_eq!(http.get(&absent, &auth).await.status, StatusCode::OK);
+    let empty = gw.admin_url("/keys/payments/no-tenant?header:Authorization=");
     assert_eq!(
-        http.get(&gw.admin_url("/keys/payments/x"), &auth)
-            .await
-            .status,
-        StatusCode::BAD_REQUEST,
-        "a scoped route needs its scope"
+        http.get(&empty, &auth).await.problem_type(),
+        "urn:dedupe-gateway:problem:record-not-found"
     );
 }
 
