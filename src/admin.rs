@@ -265,7 +265,22 @@ mod tests {
             scope_from_query(&parts, Some(&format!("scope={expected}"))).unwrap(),
             expected
         );
-        assert!(scope_from_query(&parts, None).is_err());
+        // Left out is absent, which is another scope than empty.
+        let empty =
+            HeaderMap::from_iter([(http::header::AUTHORIZATION, HeaderValue::from_static(""))]);
+        let absent_view = RequestView {
+            headers: &HeaderMap::new(),
+            ..view
+        };
+        let empty_view = RequestView {
+            headers: &empty,
+            ..view
+        };
+        let absent = scope_from_query(&parts, None).unwrap();
+        assert_eq!(absent, key::scope_hash(&parts, &absent_view).unwrap());
+        let empty_scope = scope_from_query(&parts, Some("header:Authorization=")).unwrap();
+        assert_eq!(empty_scope, key::scope_hash(&parts, &empty_view).unwrap());
+        assert_ne!(absent, empty_scope);
         assert!(scope_from_query(&parts, Some("scope=xyz")).is_err());
         assert_eq!(scope_from_query(&[], None).unwrap(), "-");
     }
