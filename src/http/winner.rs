@@ -20,7 +20,7 @@ use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
-use crate::route::Route;
+use crate::route::{Route, StatusMeaning};
 use crate::store::StoreKey;
 use crate::upstream::{strip_hop_by_hop, UpstreamError};
 use crate::{full, BoxError};
@@ -100,9 +100,18 @@ impl Winner {
             upstream: Some(took),
         };
 
-        if resp.status().is_server_error() {
-            // The upstream says it failed: the next retry should execute again.
-            return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
+        match route.statuses.classify(resp.status().as_u16()) {
+            // The upstream says it did not act: the next retry should execute again.
+            StatusMeaning::Retry => {
+                return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
+            }
+            // A timeout behind the upstream: it may have acted. Keep the claim.
+            StatusMeaning::Unknown => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(),
+                    status = resp.status().as_u16(), "upstream answered a status that leaves the outcome unknown");
+                return Attempt::Unknown(forwarded(Ok(stream_response(resp))));
+            }
+            StatusMeaning::Final => {}
         }
 
         let (mut head, body) = resp.into_parts();
