@@ -26,7 +26,7 @@ fn the_issue_example_validates() {
     let c = Config::from_toml(include_str!("../../config/example.toml")).unwrap();
     assert_eq!(c.routes.len(), 3);
     assert_eq!(c.routes[1].window, Duration::from_secs(72 * 3600));
-    assert_eq!(c.routes[0].lease, Duration::from_secs(30));
+    assert_eq!(c.routes[0].lease, Duration::from_secs(10));
     assert_eq!(c.server.max_body, 1024 * 1024);
 }
 
