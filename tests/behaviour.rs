@@ -247,6 +247,33 @@ async fn same_key_under_two_tenants_is_two_effects(b: Backend) {
     assert_eq!(e.up.effects(), 2);
     assert!(!a.replayed() && !bb.replayed());
     assert_ne!(a.body, bb.body, "tenant B never sees tenant A's response");
+    // The upstream is told the tenants apart: the same key under two scope hashes, and a
+    // client's own Idempotency-Scope never reaches it.
+    let scopes: Vec<String> =
+        e.up.seen()
+            .iter()
+            .map(|s| s.headers["idempotency-scope"].to_str().unwrap().to_owned())
+            .collect();
+    assert_eq!(scopes.len(), 2);
+    assert_ne!(scopes[0], scopes[1]);
+    assert!(scopes.iter().all(|s| s.len() == 32), "{scopes:?}");
+    let forged = e
+        .http
+        .post(
+            &url,
+            &[
+                ("Idempotency-Key", "forged"),
+                AUTH_A,
+                ("Idempotency-Scope", "other"),
+            ],
+            "{}",
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::CREATED);
+    assert_eq!(
+        e.up.seen()[2].headers["idempotency-scope"],
+        scopes[0].as_str()
+    );
     let again = e
         .http
         .post(&url, &[("Idempotency-Key", "shared"), AUTH_B], "{}")

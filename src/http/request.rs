@@ -180,6 +180,7 @@ impl Gateway {
             body,
             remote: conn.remote,
             key: key.clone(),
+            scope: scope.clone(),
         };
 
         // From the claim on, the request runs in its own task, tracked for shutdown: a

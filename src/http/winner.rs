@@ -16,7 +16,7 @@ use super::capture::{capture, Captured, Prefixed};
 use super::passthrough::{self, stream_response, Forwarded};
 use super::Live;
 use crate::dedupe::{Attempt, Forward};
-use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY};
+use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
@@ -34,6 +34,8 @@ pub(super) struct Winner {
     pub remote: SocketAddr,
     /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
     pub key: String,
+    /// The scope hash, forwarded as `Idempotency-Scope`.
+    pub scope: String,
 }
 
 impl Winner {
@@ -51,6 +53,7 @@ impl Winner {
             body,
             remote,
             key,
+            scope,
         } = self;
         let route: &Route = &live.config.routes[route];
         let req = Request::from_parts(parts, full(body));
@@ -71,6 +74,10 @@ impl Winner {
         }
         req.headers_mut()
             .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));
+        // A hex hash or `-`: always a valid value.
+        if let Ok(v) = HeaderValue::from_str(&scope) {
+            req.headers_mut().insert(IDEMPOTENCY_SCOPE.clone(), v);
+        }
 
         let deadline = tokio::time::Instant::now() + server.upstream_timeout;
         let started = Instant::now();
