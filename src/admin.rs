@@ -3,26 +3,35 @@
 //!
 //! `/healthz` and `/readyz` need no token (probes cannot carry secrets); `/metrics` and
 //! `/keys/...` need `Authorization: Bearer <token>` when `[admin] token` is set.
+//!
+//! `POST /keys/{route}/{key}/resolve` settles a claim by hand (an unknown outcome held for
+//! a person): released for a retry, or completed with a given response, under the fence
+//! `GET` showed; the store refuses a stale fence and a second resolution atomically.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::header::HeaderName;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::http::Gateway;
 use crate::key::{self, RequestPart, RequestView};
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
-use crate::store::RecordState;
+use crate::route::Route;
+use crate::store::{Fence, RecordState, Resolution, StoreKey};
 use crate::{full, Body};
 
 /// Handles one admin request.
 pub async fn handle(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    route(&gateway, req.method(), req.uri(), req.headers())
+    let (parts, body) = req.into_parts();
+    route(&gateway, &parts.method, &parts.uri, &parts.headers, body)
         .await
         .unwrap_or_else(|e| e.to_response())
 }
@@ -32,6 +41,7 @@ async fn route(
     method: &Method,
     uri: &http::Uri,
     headers: &HeaderMap,
+    body: Incoming,
 ) -> Result<Response<Body>, GatewayError> {
     let path = uri.path();
     // HEAD answers as GET does (hyper leaves the body out): probes use either.
@@ -60,6 +70,11 @@ async fn route(
                 ),
             );
             Ok(resp)
+        }
+        (&Method::POST, p) if p.starts_with("/keys/") && p.ends_with("/resolve") => {
+            let p = &p[..p.len() - "/resolve".len()];
+            let body = read_body(gateway, body).await?;
+            resolve(gateway, p, uri.query(), &body).await
         }
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/keys/") => {
             keys(gateway, method, p, uri.query()).await
@@ -97,6 +112,7 @@ struct KeyView<'a> {
     store_key: &'a str,
     state: &'static str,
     fence: u64,
+    held: bool,
     lease_left_ms: Option<u128>,
     expires_in_ms: Option<u128>,
     status: Option<u16>,
@@ -104,12 +120,15 @@ struct KeyView<'a> {
     size: Option<usize>,
 }
 
-async fn keys(
-    gateway: &Gateway,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-) -> Result<Response<Body>, GatewayError> {
+/// The record a `/keys/{route}/{key}` path names.
+struct Located {
+    route: Route,
+    key: String,
+    scope: String,
+    store_key: StoreKey,
+}
+
+fn locate(gateway: &Gateway, path: &str, query: Option<&str>) -> Result<Located, GatewayError> {
     let rest = &path["/keys/".len()..];
     let (route_name, raw_key) = rest.split_once('/').ok_or(GatewayError::NotFound)?;
     let key = percent_encoding::percent_decode_str(raw_key)
@@ -129,10 +148,32 @@ async fn keys(
         .ok_or(GatewayError::UnknownRoute)?;
     let scope = scope_from_query(&route.scope, query)?;
     let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
-    let store_failed = |e| {
-        warn!(error = %e, "admin: store operation failed");
-        GatewayError::StoreUnavailable
-    };
+    Ok(Located {
+        route: route.clone(),
+        key: key.into_owned(),
+        scope,
+        store_key,
+    })
+}
+
+fn store_failed(e: crate::store::StoreError) -> GatewayError {
+    warn!(error = %e, "admin: store operation failed");
+    GatewayError::StoreUnavailable
+}
+
+async fn keys(
+    gateway: &Gateway,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
+    let Located {
+        route,
+        key,
+        scope,
+        store_key,
+    } = locate(gateway, path, query)?;
+    let route_name = &*route.name;
 
     if method == Method::DELETE {
         let existed = gateway
@@ -166,6 +207,7 @@ async fn keys(
         store_key: store_key.as_str(),
         state: info.state.as_str(),
         fence: info.fence.get(),
+        held: info.held,
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),
@@ -182,6 +224,115 @@ async fn keys(
     let mut resp = Response::new(full(body));
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+/// An operator's resolution, as posted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveRequest {
+    /// The fence `GET` showed: a resolution under any other is refused.
+    fence: u64,
+    #[serde(rename = "as")]
+    resolve_as: ResolveAs,
+    status: Option<u16>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    body: Option<String>,
+}
+
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum ResolveAs {
+    Retry,
+    Done,
+}
+
+fn bad(message: impl Into<String>) -> GatewayError {
+    GatewayError::BadAdminRequest(message.into())
+}
+
+/// The store operation a posted resolution asks for (pure): the response of `"done"` is
+/// encoded under the record's key, as the winner would have stored it.
+fn resolution(req: ResolveRequest, store_key: &StoreKey) -> Result<Resolution, GatewayError> {
+    if req.resolve_as == ResolveAs::Retry {
+        if req.status.is_some() || !req.headers.is_empty() || req.body.is_some() {
+            return Err(bad("\"as\": \"retry\" takes no status, headers or body"));
+        }
+        return Ok(Resolution::Retry);
+    }
+    let status = req
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .filter(|s| (200..=599).contains(&s.as_u16()))
+        .ok_or_else(|| bad("\"as\": \"done\" needs a \"status\" from 200 to 599"))?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &req.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| bad(format!("{name:?} is not a header name")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| bad(format!("the value of {name} is not a header value")))?;
+        headers.append(name, value);
+    }
+    let body = Bytes::from(req.body.unwrap_or_default());
+    Ok(Resolution::Done(
+        StoredResponse {
+            status,
+            headers,
+            body: StoredBody::Stored(body),
+        }
+        .encode(store_key),
+    ))
+}
+
+/// Reads an admin request body, within the public limits on size and time.
+async fn read_body(gateway: &Gateway, body: Incoming) -> Result<Bytes, GatewayError> {
+    let server = gateway.live().config.server.clone();
+    let limited = Limited::new(body, usize::try_from(server.max_body).unwrap_or(usize::MAX));
+    match tokio::time::timeout(server.body_read_timeout, limited.collect()).await {
+        Err(_) => Err(GatewayError::BodyTimeout),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(_)) => Err(GatewayError::BodyUnreadable),
+    }
+}
+
+async fn resolve(
+    gateway: &Gateway,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+) -> Result<Response<Body>, GatewayError> {
+    let Located {
+        route,
+        key,
+        scope,
+        store_key,
+    } = locate(gateway, path, query)?;
+    let req: ResolveRequest = serde_json::from_slice(body).map_err(|e| {
+        bad(format!(
+            "expected {{\"fence\": N, \"as\": \"retry\"}} or {{\"fence\": N, \"as\": \"done\", \"status\": 201, \"headers\": {{...}}, \"body\": \"...\"}}: {e}"
+        ))
+    })?;
+    let fence = Fence::new(req.fence);
+    let what = match req.resolve_as {
+        ResolveAs::Retry => "retry",
+        ResolveAs::Done => "done",
+    };
+    let resolution = resolution(req, &store_key)?;
+    let resolved = gateway
+        .store()
+        .resolve(&store_key, fence, resolution, route.window)
+        .await
+        .map_err(store_failed)?;
+    if !resolved {
+        warn!(route = &*route.name, key = %key, scope, fence = fence.get(),
+            "admin: resolution refused: the claim is not in flight under this fence");
+        return Err(GatewayError::StaleFence);
+    }
+    info!(route = &*route.name, key = %key, scope, fence = fence.get(), resolved_as = what,
+        "admin: claim resolved by hand");
+    let mut resp = Response::new(full(Bytes::new()));
+    *resp.status_mut() = StatusCode::NO_CONTENT;
     Ok(resp)
 }
 

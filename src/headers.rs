@@ -12,3 +12,8 @@ pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-ke
 /// `Idempotency-Fence`, forwarded to the upstream with the claim's fencing token. A client
 /// never gets to send its own: the upstream client strips it from every request.
 pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-fence");
+
+/// `Idempotency-Scope`, forwarded to the upstream with the scope hash of the request (`-`
+/// on a route without scope), so an upstream that records keys keeps two tenants' `order-1`
+/// apart. Like the fence, a client never gets to send its own.
+pub static IDEMPOTENCY_SCOPE: HeaderName = HeaderName::from_static("idempotency-scope");

@@ -31,6 +31,11 @@ struct RouteClass {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct EventLabel {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OpLabel {
     op: &'static str,
 }
@@ -50,6 +55,7 @@ pub struct Metrics {
     registry: Registry,
     outcomes: Family<RouteOutcome, Counter>,
     store_errors: Family<OpLabel, Counter>,
+    events: Family<EventLabel, Counter>,
     upstream_responses: Family<RouteClass, Counter>,
     upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
     store_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
@@ -77,6 +83,12 @@ impl Metrics {
             "store_errors",
             "Store operations that failed or timed out",
             store_errors.clone(),
+        );
+        let events = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "claim_events",
+            "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key)",
+            events.clone(),
         );
         let upstream_responses = Family::<RouteClass, Counter>::default();
         registry.register(
@@ -108,6 +120,7 @@ impl Metrics {
             registry,
             outcomes,
             store_errors,
+            events,
             upstream_responses,
             upstream_latency,
             store_latency,
@@ -135,6 +148,11 @@ impl Metrics {
         if !ok {
             self.store_errors.get_or_create(&OpLabel { op }).inc();
         }
+    }
+
+    /// Counts a claim event (`takeover`, `renewal_refused`, `outcome_held`).
+    pub fn event(&self, event: &'static str) {
+        self.events.get_or_create(&EventLabel { event }).inc();
     }
 
     /// Records an upstream response head.

@@ -59,6 +59,12 @@ pub enum GatewayError {
         /// Lease time left.
         retry_after: Duration,
     },
+    /// An earlier request's outcome is unknown and held for an operator.
+    #[error("the outcome of a request with this idempotency key is unknown")]
+    OutcomeUnknown,
+    /// Admin: a resolution under a fence that no longer owns the claim.
+    #[error("stale fence")]
+    StaleFence,
     /// The store failed and the route fails closed.
     #[error("dedupe store unavailable")]
     StoreUnavailable,
@@ -181,6 +187,16 @@ impl GatewayError {
                 "request-in-flight",
                 "A request with this idempotency key is still in flight",
             ),
+            OutcomeUnknown => (
+                StatusCode::CONFLICT,
+                "outcome-unknown",
+                "The outcome of a request with this idempotency key is unknown",
+            ),
+            StaleFence => (
+                StatusCode::CONFLICT,
+                "stale-fence",
+                "The claim is no longer in flight under this fence",
+            ),
             StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store-unavailable",
@@ -229,6 +245,14 @@ impl GatewayError {
         match self {
             GatewayError::Key(e) => Some(e.to_string()),
             GatewayError::BadAdminRequest(e) => Some(e.clone()),
+            GatewayError::OutcomeUnknown => Some(
+                "an earlier request with this key may or may not have taken effect; it will not be \
+                 executed again automatically: an operator must resolve the key"
+                    .to_owned(),
+            ),
+            GatewayError::StaleFence => Some(
+                "the key was resolved, settled or taken over since: read it again with GET".to_owned(),
+            ),
             GatewayError::BodyTooLarge { limit } => {
                 Some(format!("this route buffers at most {limit} bytes"))
             }

@@ -35,6 +35,98 @@ pub enum OnConflict {
     Wait,
 }
 
+/// What becomes of a claim whose outcome is unknown (its owner died, its upstream timed
+/// out or broke the connection, shutdown cut it off) once its lease ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", expecting = "\"retry\" or \"hold\"")]
+pub enum OnUnknown {
+    /// The next retry takes it over under a higher fence and executes again (logged at
+    /// warn with both fences).
+    Retry,
+    /// Never taken over automatically: duplicates get 409 `outcome-unknown` until an
+    /// operator resolves the key (admin `POST /keys/.../resolve`).
+    Hold,
+}
+
+/// One entry of a status list: an exact status, or a whole class (`"5xx"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "StatusEntry")]
+pub enum StatusSpec {
+    /// One status code.
+    Code(u16),
+    /// Every status of a class: `5` for `"5xx"`.
+    Class(u16),
+}
+
+/// A status list entry as written: a number or a `"Nxx"` string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StatusEntry {
+    Code(i64),
+    Class(String),
+}
+
+impl TryFrom<StatusEntry> for StatusSpec {
+    type Error = String;
+
+    fn try_from(entry: StatusEntry) -> Result<Self, String> {
+        match entry {
+            StatusEntry::Code(c) if (100..=599).contains(&c) => Ok(StatusSpec::Code(c as u16)),
+            StatusEntry::Code(c) => Err(format!("{c} is not an HTTP status (100 to 599)")),
+            StatusEntry::Class(s) => match s.as_bytes() {
+                [d @ b'1'..=b'5', b'x', b'x'] => Ok(StatusSpec::Class(u16::from(d - b'0'))),
+                _ => Err(format!(
+                    "{s:?} is not a status class: write \"1xx\" to \"5xx\", or a number"
+                )),
+            },
+        }
+    }
+}
+
+impl StatusSpec {
+    /// Whether `status` is this code or in this class.
+    pub fn matches(self, status: u16) -> bool {
+        match self {
+            StatusSpec::Code(c) => c == status,
+            StatusSpec::Class(c) => status / 100 == c,
+        }
+    }
+}
+
+/// How a route reads its upstream's status, for the winner's claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusPolicy {
+    /// The upstream did not act: release the key, the next retry executes.
+    pub retry: Vec<StatusSpec>,
+    /// The upstream may or may not have acted (a gateway timeout behind it): keep the
+    /// claim, as for a timeout. Checked before `retry`, so `"5xx"` there excludes these.
+    pub unknown: Vec<StatusSpec>,
+}
+
+/// What an upstream status means for the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusMeaning {
+    /// Final: store it and replay it.
+    Final,
+    /// Not executed: release the key.
+    Retry,
+    /// Unknown: keep the claim.
+    Unknown,
+}
+
+impl StatusPolicy {
+    /// What `status` means under this policy: unknown first, then retry, else final.
+    pub fn classify(&self, status: u16) -> StatusMeaning {
+        if self.unknown.iter().any(|s| s.matches(status)) {
+            StatusMeaning::Unknown
+        } else if self.retry.iter().any(|s| s.matches(status)) {
+            StatusMeaning::Retry
+        } else {
+            StatusMeaning::Final
+        }
+    }
+}
+
 /// A path pattern: an exact path, or a glob where `*` matches any run of characters
 /// (slashes included), so `/v1/payments/*` is a prefix match.
 #[derive(Debug, Clone)]
@@ -106,6 +198,10 @@ pub struct Route {
     pub conflict_wait: Duration,
     /// What happens when the store fails.
     pub on_error: OnError,
+    /// What becomes of a claim whose outcome is unknown.
+    pub on_unknown: OnUnknown,
+    /// Which upstream statuses release the key, and which leave the outcome unknown.
+    pub statuses: StatusPolicy,
 }
 
 /// The index of the first route (in file order) whose path matches, if its methods include
@@ -167,6 +263,19 @@ mod tests {
             Some("payments")
         );
         assert_eq!(name(Method::GET, "/v1/payments/1"), None);
+    }
+
+    #[test]
+    fn statuses_classify_unknown_before_retry() {
+        let policy = StatusPolicy {
+            retry: vec![StatusSpec::Code(429), StatusSpec::Class(5)],
+            unknown: vec![StatusSpec::Code(504)],
+        };
+        assert_eq!(policy.classify(429), StatusMeaning::Retry);
+        assert_eq!(policy.classify(503), StatusMeaning::Retry);
+        assert_eq!(policy.classify(504), StatusMeaning::Unknown);
+        assert_eq!(policy.classify(409), StatusMeaning::Final);
+        assert_eq!(policy.classify(201), StatusMeaning::Final);
     }
 
     #[test]

@@ -108,9 +108,10 @@ impl Upstream {
         let headers = req.headers_mut();
         strip_hop_by_hop(headers);
         headers.remove(header::HOST);
-        // The fence is the gateway's word to the upstream; a client must not forge it.
-        // A winner sets its own after `prepare`.
+        // The fence and the scope are the gateway's word to the upstream; a client must not
+        // forge them. A winner sets its own after `prepare`.
         headers.remove(&crate::headers::IDEMPOTENCY_FENCE);
+        headers.remove(&crate::headers::IDEMPOTENCY_SCOPE);
         let xff = HeaderName::from_static("x-forwarded-for");
         let ip = remote.ip().to_string();
         // Every prior hop, from every X-Forwarded-For line, then the client.

@@ -38,6 +38,12 @@ fn config(upstream: &str, store: StoreCfg) -> GatewayConfig {
         .route(RouteCfg::header("patient", "/patient/*").on_conflict_wait("5s"))
         .route(RouteCfg::header("impatient", "/impatient/*").on_conflict_wait("200ms"))
         .route(RouteCfg::header("small-cache", "/small/*").max_cached_body("1KiB"))
+        .route(
+            RouteCfg::header("held", "/held/*")
+                .lease("1s")
+                .on_unknown_hold(),
+        )
+        .admin()
 }
 
 struct Env {
@@ -84,7 +90,10 @@ on_every_store!(
     same_key_different_body_is_422_without_effect,
     missing_or_invalid_required_key_is_400,
     same_key_under_two_tenants_is_two_effects,
-    stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out,
+    a_call_longer_than_its_lease_is_renewed_not_taken_over,
+    statuses_429_releases_and_504_keeps_the_claim,
+    an_unknown_outcome_is_held_until_resolved_as_retry,
+    an_unknown_outcome_resolved_as_done_replays_the_given_response,
     upstream_5xx_releases_the_key,
     window_expiry_makes_the_key_new,
     fingerprint_route_dedupes_webhooks_without_a_key_header,
@@ -238,6 +247,33 @@ async fn same_key_under_two_tenants_is_two_effects(b: Backend) {
     assert_eq!(e.up.effects(), 2);
     assert!(!a.replayed() && !bb.replayed());
     assert_ne!(a.body, bb.body, "tenant B never sees tenant A's response");
+    // The upstream is told the tenants apart: the same key under two scope hashes, and a
+    // client's own Idempotency-Scope never reaches it.
+    let scopes: Vec<String> =
+        e.up.seen()
+            .iter()
+            .map(|s| s.headers["idempotency-scope"].to_str().unwrap().to_owned())
+            .collect();
+    assert_eq!(scopes.len(), 2);
+    assert_ne!(scopes[0], scopes[1]);
+    assert!(scopes.iter().all(|s| s.len() == 32), "{scopes:?}");
+    let forged = e
+        .http
+        .post(
+            &url,
+            &[
+                ("Idempotency-Key", "forged"),
+                AUTH_A,
+                ("Idempotency-Scope", "other"),
+            ],
+            "{}",
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::CREATED);
+    assert_eq!(
+        e.up.seen()[2].headers["idempotency-scope"],
+        scopes[0].as_str()
+    );
     let again = e
         .http
         .post(&url, &[("Idempotency-Key", "shared"), AUTH_B], "{}")
@@ -246,50 +282,195 @@ async fn same_key_under_two_tenants_is_two_effects(b: Backend) {
     assert_eq!(again.body, bb.body);
 }
 
-async fn stalled_winner_is_taken_over_with_a_higher_fence_and_fenced_out(b: Backend) {
+async fn a_call_longer_than_its_lease_is_renewed_not_taken_over(b: Backend) {
     let e = env(b).await;
-    let url = e.gw.url("/short/zombie");
-    // The first winner's upstream call outlives its 1s lease.
+    let url = e.gw.url("/short/slow");
+    // The winner's upstream call takes 3s, three times its 1s lease.
     let http = e.http.clone();
     let u = url.clone();
-    let zombie = tokio::spawn(async move {
+    let slow = tokio::spawn(async move {
         http.post(
             &u,
-            &[("Idempotency-Key", "z"), ("x-test-delay-ms", "2500")],
+            &[("Idempotency-Key", "slow"), ("x-test-delay-ms", "3000")],
             "{}",
         )
         .await
     });
     e.up.wait_for_effects(1).await;
-    let early = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
-    assert_eq!(early.status, StatusCode::CONFLICT, "lease still held");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let takeover = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
-    assert_eq!(takeover.status, StatusCode::CREATED);
-    assert!(!takeover.replayed());
-    assert_eq!(
-        e.up.increasing_fences().len(),
-        2,
-        "the takeover carries a higher fence"
-    );
-
-    // The zombie's client still gets its own response, but its completion is refused.
-    let z = zombie.await.unwrap();
-    assert_eq!(z.status, StatusCode::CREATED);
-    assert_eq!(z.headers["x-effect"], "1");
-    let replay = e.http.post(&url, &[("Idempotency-Key", "z")], "{}").await;
+    // Duplicates all through the call, well past the first lease: 409 every time.
+    for _ in 0..12 {
+        let r = e
+            .http
+            .post(&url, &[("Idempotency-Key", "slow")], "{}")
+            .await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
+        if slow.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let first = slow.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    let replay = e
+        .http
+        .post(&url, &[("Idempotency-Key", "slow")], "{}")
+        .await;
     assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    assert_eq!(e.up.effects(), 1);
+    let metrics = e.gw.gateway.metrics().encode();
+    assert!(!metrics.contains("takeover"), "{metrics}");
+}
+
+async fn statuses_429_releases_and_504_keeps_the_claim(b: Backend) {
+    let e = env(b).await;
+    let url = e.gw.url("/v1/payments/statuses");
+    let h = [("Idempotency-Key", "busy"), AUTH_A];
+    let r = e
+        .http
+        .post(&url, &[h[0], h[1], ("x-test-status", "429")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = e.http.post(&url, &h, "{}").await;
+    assert_eq!(retry.status, StatusCode::CREATED, "429 released the key");
+    assert!(!retry.replayed());
+    assert_eq!(e.up.effects(), 2);
+
+    // 504 from behind the upstream: maybe executed. The claim is kept.
+    let h = [("Idempotency-Key", "timeout-behind"), AUTH_A];
+    let r = e
+        .http
+        .post(&url, &[h[0], h[1], ("x-test-status", "504")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    let dup = e.http.post(&url, &h, "{}").await;
+    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text());
     assert_eq!(
-        replay.body, takeover.body,
-        "the record holds the fence-2 response"
+        dup.problem_type(),
+        "urn:dedupe-gateway:problem:request-in-flight"
+    );
+    assert_eq!(e.up.effects(), 3);
+}
+
+/// The admin record of `key` on the `held` route, as JSON.
+async fn record(e: &Env, key: &str) -> serde_json::Value {
+    let r = e
+        .http
+        .get(&e.gw.admin_url(&format!("/keys/held/{key}")), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// Resolves `key` on the `held` route with `body`.
+async fn resolve(e: &Env, key: &str, body: &str) -> dedupe_test_support::Reply {
+    e.http
+        .post(
+            &e.gw.admin_url(&format!("/keys/held/{key}/resolve")),
+            &[],
+            body,
+        )
+        .await
+}
+
+/// A request on the `held` route whose outcome is unknown (a 504 behind the upstream),
+/// past its lease: its fence.
+async fn held_key(e: &Env, key: &str) -> u64 {
+    let url = e.gw.url(&format!("/held/{key}"));
+    let r = e
+        .http
+        .post(
+            &url,
+            &[("Idempotency-Key", key), ("x-test-status", "504")],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for _ in 0..2 {
+        let dup = e.http.post(&url, &[("Idempotency-Key", key)], "{}").await;
+        assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text());
+        assert_eq!(
+            dup.problem_type(),
+            "urn:dedupe-gateway:problem:outcome-unknown"
+        );
+    }
+    let rec = record(e, key).await;
+    assert_eq!(rec["state"], "unknown", "{rec}");
+    assert_eq!(rec["held"], true);
+    rec["fence"].as_u64().unwrap()
+}
+
+async fn an_unknown_outcome_is_held_until_resolved_as_retry(b: Backend) {
+    let e = env(b).await;
+    let fence = held_key(&e, "h1").await;
+    assert_eq!(
+        e.up.effects(),
+        1,
+        "a held key is never executed again by itself"
     );
     let metrics = e.gw.gateway.metrics().encode();
     assert!(
-        metrics.contains(r#"dedupe_requests_total{route="short-lease",outcome="fenced_out"} 1"#),
+        metrics.contains(r#"dedupe_claim_events_total{event="outcome_held"} 1"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"dedupe_requests_total{route="short-lease",outcome="takeover"} 1"#));
+    assert!(metrics.contains(r#"dedupe_requests_total{route="held",outcome="held"} 2"#));
+
+    let stale = resolve(
+        &e,
+        "h1",
+        &format!(r#"{{"fence": {}, "as": "retry"}}"#, fence - 1),
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert_eq!(
+        stale.problem_type(),
+        "urn:dedupe-gateway:problem:stale-fence"
+    );
+    let ok = resolve(&e, "h1", &format!(r#"{{"fence": {fence}, "as": "retry"}}"#)).await;
+    assert_eq!(ok.status, StatusCode::NO_CONTENT, "{}", ok.text());
+    let twice = resolve(&e, "h1", &format!(r#"{{"fence": {fence}, "as": "retry"}}"#)).await;
+    assert_eq!(
+        twice.status,
+        StatusCode::CONFLICT,
+        "a second operator is refused"
+    );
+
+    let url = e.gw.url("/held/h1");
+    let r = e.http.post(&url, &[("Idempotency-Key", "h1")], "{}").await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert!(!r.replayed());
+    assert_eq!(e.up.effects(), 2, "executed once more after the resolution");
+    assert!(e
+        .http
+        .post(&url, &[("Idempotency-Key", "h1")], "{}")
+        .await
+        .replayed());
     assert_eq!(e.up.effects(), 2);
+}
+
+async fn an_unknown_outcome_resolved_as_done_replays_the_given_response(b: Backend) {
+    let e = env(b).await;
+    let fence = held_key(&e, "h2").await;
+    let bad = resolve(&e, "h2", &format!(r#"{{"fence": {fence}, "as": "done"}}"#)).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "done needs a status");
+    let body = format!(
+        r#"{{"fence": {fence}, "as": "done", "status": 201, "headers": {{"content-type": "application/json"}}, "body": "{{\"id\": \"manual\"}}"}}"#
+    );
+    let ok = resolve(&e, "h2", &body).await;
+    assert_eq!(ok.status, StatusCode::NO_CONTENT, "{}", ok.text());
+    assert_eq!(resolve(&e, "h2", &body).await.status, StatusCode::CONFLICT);
+
+    let r = e
+        .http
+        .post(&e.gw.url("/held/h2"), &[("Idempotency-Key", "h2")], "{}")
+        .await;
+    assert!(r.replayed());
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.text(), r#"{"id": "manual"}"#);
+    assert_eq!(e.up.effects(), 1);
+    assert_eq!(record(&e, "h2").await["state"], "completed");
 }
 
 async fn upstream_5xx_releases_the_key(b: Backend) {

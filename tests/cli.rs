@@ -52,7 +52,7 @@ fn check_prints_the_routes_it_understood() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("route payments: POST,PATCH /v1/payments/* key=header idempotency-key (required) lease=30s window=1day"), "{text}");
+    assert!(text.contains("route payments: POST,PATCH /v1/payments/* key=header idempotency-key (required) lease=10s window=1day"), "{text}");
     assert!(text.contains("route shopify-orders:"), "{text}");
     assert!(text.contains("window=3days"), "{text}");
     assert!(
@@ -148,10 +148,17 @@ fn the_kubernetes_config_map_carries_the_checked_config() {
 }
 
 #[test]
-fn check_warns_when_a_lease_is_shorter_than_the_upstream_timeout() {
+fn check_warns_when_a_lease_is_too_short_to_renew() {
+    // A renewed lease need not outlast the upstream timeout ...
     let config = GatewayConfig::new("http://127.0.0.1:9")
         .upstream_timeout("30s")
-        .route(RouteCfg::header("payments", "/p").lease("30s"));
+        .route(RouteCfg::header("payments", "/p").lease("10s"));
+    let (code, out, _) = check(&config.to_toml());
+    assert_eq!(code, Some(0));
+    assert!(!out.contains("warning:"), "{out}");
+    // ... but must leave room for a renewal every third of it (store.timeout 250ms).
+    let config = GatewayConfig::new("http://127.0.0.1:9")
+        .route(RouteCfg::header("payments", "/p").lease("1s"));
     let (code, out, _) = check(&config.to_toml());
     assert_eq!(code, Some(0));
     assert!(out.contains("warning: routes[payments].lease"), "{out}");

@@ -35,6 +35,7 @@ async fn memory_store_is_bounded_and_sweeps_expired_records() {
                     lease: short,
                     window: short,
                     claimant: Claimant::new(0),
+                    hold: false,
                 })
                 .await
         }

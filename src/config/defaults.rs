@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::store::Backend;
-use crate::route::{OnConflict, OnError};
+use crate::route::{OnConflict, OnError, OnUnknown, StatusSpec};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -50,8 +50,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 * MIB;
 /// `admin.max_connections`.
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 
-/// `defaults.lease`.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// `defaults.lease`: short, because the winner renews it every third while its call runs;
+/// it bounds how long a dead gateway's claim blocks its key.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// `defaults.window`.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// `defaults.on_conflict`.
@@ -60,6 +61,17 @@ pub const DEFAULT_ON_CONFLICT: OnConflict = OnConflict::Reject;
 pub const DEFAULT_CONFLICT_WAIT: Duration = Duration::from_secs(10);
 /// `defaults.max_cached_body`.
 pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
+/// `defaults.on_unknown`.
+pub const DEFAULT_ON_UNKNOWN: OnUnknown = OnUnknown::Retry;
+/// `defaults.retry_statuses`: the upstream says it did not act, or asks for a retry.
+/// `unknown_statuses` is checked first, so 504 is not among these.
+pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
+    StatusSpec::Code(408),
+    StatusSpec::Code(429),
+    StatusSpec::Class(5),
+];
+/// `defaults.unknown_statuses`: a gateway timeout behind the upstream may have acted.
+pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
 
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
@@ -148,6 +160,16 @@ mod tests {
             .collect()
     }
 
+    fn statuses(text: &str) -> Option<Vec<StatusSpec>> {
+        #[derive(serde::Deserialize)]
+        struct V {
+            v: Vec<StatusSpec>,
+        }
+        toml::from_str::<V>(&format!("v = {text}"))
+            .ok()
+            .map(|v| v.v)
+    }
+
     fn enum_value<T: serde::de::DeserializeOwned>(text: &str) -> T {
         toml::Value::String(text.to_owned()).try_into().unwrap()
     }
@@ -196,6 +218,11 @@ mod tests {
             "defaults.on_conflict" => enum_value::<OnConflict>(text) == DEFAULT_ON_CONFLICT,
             "defaults.conflict_wait" => d(DEFAULT_CONFLICT_WAIT),
             "defaults.max_cached_body" => s(DEFAULT_MAX_CACHED_BODY),
+            "defaults.on_unknown" => enum_value::<OnUnknown>(text) == DEFAULT_ON_UNKNOWN,
+            "defaults.retry_statuses" => statuses(text).as_deref() == Some(DEFAULT_RETRY_STATUSES),
+            "defaults.unknown_statuses" => {
+                statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
+            }
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
             "routes[].allow_extension_methods" => {
                 text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
@@ -276,7 +303,7 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 24, "every DEFAULT_* constant has its README row");
+        assert_eq!(defaults, 27, "every DEFAULT_* constant has its README row");
         assert_eq!(bounds, 19, "every bounded field has its README bound");
     }
 }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::store::Backend;
 use super::{invalid, ConfigError};
-use crate::route::{OnConflict, OnError};
+use crate::route::{OnConflict, OnError, OnUnknown, StatusSpec};
 
 /// The TOML file, field for field.
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +107,12 @@ pub struct FileDefaults {
     pub conflict_wait: Option<String>,
     /// Largest upstream body stored for replay.
     pub max_cached_body: Option<String>,
+    /// What becomes of a claim whose outcome is unknown.
+    pub on_unknown: Option<OnUnknown>,
+    /// Upstream statuses that release the key.
+    pub retry_statuses: Option<Vec<StatusSpec>>,
+    /// Upstream statuses that leave the outcome unknown.
+    pub unknown_statuses: Option<Vec<StatusSpec>>,
 }
 
 /// `[admin]` as written.
@@ -166,6 +172,12 @@ pub struct FileRoute {
     pub max_cached_body: Option<String>,
     /// Overrides `[store] on_error`.
     pub on_error: Option<OnError>,
+    /// Overrides `[defaults] on_unknown`.
+    pub on_unknown: Option<OnUnknown>,
+    /// Overrides `[defaults] retry_statuses`.
+    pub retry_statuses: Option<Vec<StatusSpec>>,
+    /// Overrides `[defaults] unknown_statuses`.
+    pub unknown_statuses: Option<Vec<StatusSpec>>,
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
     /// a method is refused as a likely typo.
     pub allow_extension_methods: Option<bool>,
@@ -278,6 +290,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
         "on_error" => "\"fail-closed\" or \"fail-open\"",
         "on_conflict" => "\"reject\" or \"wait\"",
+        "on_unknown" => "\"retry\" or \"hold\"",
         "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
         _ => return None,
     })

@@ -172,7 +172,7 @@ impl Config {
             }
             routes.push(route);
         }
-        let warnings = routes::lease_warnings(&server, &store, &routes);
+        let warnings = routes::lease_warnings(&store, &routes);
         Ok(Config {
             server,
             store,

@@ -7,15 +7,15 @@ use http::Method;
 
 use super::defaults::{
     DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
-    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT,
-    MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN,
+    DEFAULT_RETRY_STATUSES, DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE,
+    MAX_TIMEOUT, MAX_WINDOW,
 };
 use super::file::{FileDefaults, FileRoute};
-use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
 use crate::key::{KeyRule, RequestPart};
-use crate::route::{OnConflict, OnError, PathPattern, Route};
+use crate::route::{OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy, StatusSpec};
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
 pub(super) struct Inherited {
@@ -25,6 +25,9 @@ pub(super) struct Inherited {
     on_conflict: OnConflict,
     conflict_wait: Duration,
     on_error: OnError,
+    on_unknown: OnUnknown,
+    retry_statuses: Vec<StatusSpec>,
+    unknown_statuses: Vec<StatusSpec>,
 }
 
 impl Inherited {
@@ -48,6 +51,15 @@ impl Inherited {
             })?
             .unwrap_or(DEFAULT_CONFLICT_WAIT),
             on_error: on_error.unwrap_or(DEFAULT_ON_ERROR),
+            on_unknown: d.on_unknown.unwrap_or(DEFAULT_ON_UNKNOWN),
+            retry_statuses: d
+                .retry_statuses
+                .clone()
+                .unwrap_or_else(|| DEFAULT_RETRY_STATUSES.to_vec()),
+            unknown_statuses: d
+                .unknown_statuses
+                .clone()
+                .unwrap_or_else(|| DEFAULT_UNKNOWN_STATUSES.to_vec()),
         })
     }
 }
@@ -203,6 +215,17 @@ pub(super) fn validate(
             None => inherited.conflict_wait,
         },
         on_error: r.on_error.unwrap_or(inherited.on_error),
+        on_unknown: r.on_unknown.unwrap_or(inherited.on_unknown),
+        statuses: StatusPolicy {
+            retry: r
+                .retry_statuses
+                .clone()
+                .unwrap_or_else(|| inherited.retry_statuses.clone()),
+            unknown: r
+                .unknown_statuses
+                .clone()
+                .unwrap_or_else(|| inherited.unknown_statuses.clone()),
+        },
     })
 }
 
@@ -213,25 +236,22 @@ fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigErr
         .collect()
 }
 
-/// A winner may hold its claim for the whole upstream timeout plus its store calls. A lease
-/// shorter than that lets a retry take over a healthy but slow call and run the write again.
-pub(super) fn lease_warnings(
-    server: &ServerConfig,
-    store: &StoreConfig,
-    routes: &[Route],
-) -> Vec<String> {
-    let needed = server.upstream_timeout + store.timeout * 2;
+/// The winner renews its lease every third of it, one store operation each: a lease within
+/// a few store timeouts of that leaves a renewal that times out too little time, and a
+/// healthy but slow call could be taken over and executed twice. (The upstream timeout no
+/// longer matters: a renewed lease outlives any call.)
+pub(super) fn lease_warnings(store: &StoreConfig, routes: &[Route]) -> Vec<String> {
+    let needed = store.timeout * 6;
     routes
         .iter()
         .filter(|r| r.lease <= needed)
         .map(|r| {
             format!(
-                "routes[{}].lease: {} does not exceed server.upstream_timeout ({}) plus two store operations ({}): \
-                 a slow but healthy upstream call can be taken over by a retry and executed twice",
+                "routes[{}].lease: {} does not exceed six store operations ({}): it is renewed every third, \
+                 and a renewal that times out could let a retry take over a healthy call and execute it twice",
                 r.name,
                 humantime::format_duration(r.lease),
-                humantime::format_duration(server.upstream_timeout),
-                humantime::format_duration(store.timeout * 2),
+                humantime::format_duration(needed),
             )
         })
         .collect()

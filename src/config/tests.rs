@@ -26,7 +26,7 @@ fn the_issue_example_validates() {
     let c = Config::from_toml(include_str!("../../config/example.toml")).unwrap();
     assert_eq!(c.routes.len(), 3);
     assert_eq!(c.routes[1].window, Duration::from_secs(72 * 3600));
-    assert_eq!(c.routes[0].lease, Duration::from_secs(30));
+    assert_eq!(c.routes[0].lease, Duration::from_secs(10));
     assert_eq!(c.server.max_body, 1024 * 1024);
 }
 
@@ -161,18 +161,51 @@ fn server_settings_are_checked() {
 }
 
 #[test]
-fn a_lease_shorter_than_the_upstream_timeout_is_warned_about() {
+fn a_lease_too_short_to_renew_is_warned_about() {
     let route = |lease: &str| {
         format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nlease = \"{lease}\"\n")
     };
-    let c = with(&route("30s")).unwrap();
+    // Renewed leases need not outlast the upstream timeout (30s here).
+    assert!(with(&route("10s")).unwrap().warnings.is_empty());
+    let c = with(&route("1500ms")).unwrap();
     assert_eq!(c.warnings.len(), 1);
     assert!(
         c.warnings[0].starts_with("routes[r].lease"),
         "{:?}",
         c.warnings
     );
-    assert!(with(&route("31s")).unwrap().warnings.is_empty());
+    assert!(with(&route("1501ms")).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn status_lists_and_on_unknown_parse_with_defaults_and_overrides() {
+    use crate::route::{OnUnknown, StatusMeaning};
+    let route =
+        "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = { header = \"K\" }\n";
+    let c = with(route).unwrap();
+    let r = &c.routes[0];
+    assert_eq!(r.on_unknown, OnUnknown::Retry);
+    assert_eq!(r.statuses.classify(429), StatusMeaning::Retry);
+    assert_eq!(r.statuses.classify(408), StatusMeaning::Retry);
+    assert_eq!(r.statuses.classify(500), StatusMeaning::Retry);
+    assert_eq!(r.statuses.classify(504), StatusMeaning::Unknown);
+    assert_eq!(r.statuses.classify(400), StatusMeaning::Final);
+    let custom = format!(
+        "{route}on_unknown = \"hold\"\nretry_statuses = [503]\nunknown_statuses = [\"5xx\", 408]\n"
+    );
+    let r = with(&custom).unwrap().routes.remove(0);
+    assert_eq!(r.on_unknown, OnUnknown::Hold);
+    assert_eq!(r.statuses.classify(503), StatusMeaning::Unknown);
+    assert_eq!(r.statuses.classify(408), StatusMeaning::Unknown);
+    assert_eq!(r.statuses.classify(429), StatusMeaning::Final);
+    for (bad, field) in [
+        ("retry_statuses = [99]", "routes[r].retry_statuses"),
+        ("unknown_statuses = [\"6xx\"]", "routes[r].unknown_statuses"),
+        ("on_unknown = \"later\"", "routes[r].on_unknown"),
+    ] {
+        let e = with(&format!("{route}{bad}\n")).unwrap_err().to_string();
+        assert!(e.starts_with(field), "{bad}: {e}");
+    }
 }
 
 #[test]

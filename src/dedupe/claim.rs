@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Env, Policy};
-use crate::route::OnConflict;
+use crate::route::{OnConflict, OnUnknown};
 use crate::store::{Claim, ClaimRequest, RequestHash, StoreError, StoreKey};
 
 /// The first pause between two polls of a waiting duplicate; it doubles up to
@@ -29,6 +29,7 @@ pub(super) async fn claim(
         lease: policy.lease,
         window: policy.window,
         claimant: env.claimants.next_id(),
+        hold: policy.on_unknown == OnUnknown::Hold,
     };
     let wait_until = (policy.on_conflict == OnConflict::Wait)
         .then(|| tokio::time::Instant::now() + policy.conflict_wait);

@@ -4,11 +4,16 @@
 //! [`Lease::complete`], [`Lease::release`] or [`Lease::keep`], so completing under a fence
 //! one does not hold, or forgetting to settle, cannot be written. Dropping a lease unsettled
 //! (a bug, or a task cut off mid-call) is an unknown outcome and is logged as one.
+//!
+//! While the upstream call runs, [`Lease::renewing`] extends the lease every third of it,
+//! so a slow call is never taken over while its gateway lives, and a dead gateway's claim
+//! is free (or held, on a holding route) one short lease later.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use super::Finish;
 use crate::metrics::Metrics;
@@ -21,27 +26,74 @@ pub struct Lease<'a> {
     metrics: &'a Metrics,
     key: &'a StoreKey,
     fence: Fence,
+    lease: Duration,
     window: Duration,
+    hold: bool,
     settled: bool,
 }
 
+/// The shortest pause between two renewals, whatever the lease.
+const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
+
 impl<'a> Lease<'a> {
-    /// The lease a store granted: `fence` over `key`, its record kept for `window` once
-    /// settled.
+    /// The lease a store granted: `fence` over `key` for `policy.lease` at a time, its
+    /// record kept for `policy.window` once settled.
     pub(super) fn new(
         store: &'a Store,
         metrics: &'a Metrics,
         key: &'a StoreKey,
         fence: Fence,
-        window: Duration,
+        policy: &super::Policy,
     ) -> Self {
         Self {
             store,
             metrics,
             key,
             fence,
-            window,
+            lease: policy.lease,
+            window: policy.window,
+            hold: policy.on_unknown == crate::route::OnUnknown::Hold,
             settled: false,
+        }
+    }
+
+    /// Runs `call` (the upstream call) while renewing the lease every third of it. A
+    /// renewal refused because the key was taken over stops the renewals (logged and
+    /// counted); the call still runs to its end, and settling it will be refused too.
+    pub async fn renewing<F: Future>(&self, call: F) -> F::Output {
+        let mut call = std::pin::pin!(call);
+        tokio::select! {
+            out = &mut call => return out,
+            () = self.keep_renewed() => {}
+        }
+        call.await
+    }
+
+    /// Renews until a renewal is refused. A failed renewal (store error) is retried at the
+    /// next tick: two more chances before the lease runs out.
+    async fn keep_renewed(&self) {
+        let every = (self.lease / 3).max(MIN_RENEW_EVERY);
+        loop {
+            tokio::time::sleep(every).await;
+            let started = Instant::now();
+            let renewed = self.store.renew(self.key, self.fence, self.lease).await;
+            self.metrics
+                .store_op("renew", started.elapsed(), renewed.is_ok());
+            match renewed {
+                Ok(true) => {
+                    debug!(store_key = %self.key, fence = self.fence.get(), "lease renewed")
+                }
+                Ok(false) => {
+                    warn!(store_key = %self.key, fence = self.fence.get(),
+                        "lease renewal refused: the key was taken over under a newer fence or settled; renewals stop");
+                    self.metrics.event("renewal_refused");
+                    return;
+                }
+                Err(e) => {
+                    warn!(store_key = %self.key, fence = self.fence.get(), error = %e,
+                        "could not renew the lease; trying again at the next tick");
+                }
+            }
         }
     }
 
@@ -104,12 +156,18 @@ impl<'a> Lease<'a> {
     }
 
     /// Leaves the claim as it is because the outcome is unknown (the upstream may have
-    /// acted without answering): duplicates get 409 until the lease ends, then a retry
-    /// takes over under a higher fence.
+    /// acted without answering): duplicates get 409 until the lease ends; then, with
+    /// `on_unknown = "retry"`, a retry takes over under a higher fence, and with `"hold"`
+    /// the key waits for an operator.
     pub fn keep(mut self) -> Finish {
         self.settled = true;
-        warn!(store_key = %self.key, fence = self.fence.get(),
-            "outcome unknown: the claim is kept until its lease expires");
+        if self.hold {
+            warn!(store_key = %self.key, fence = self.fence.get(),
+                "outcome unknown: the claim is held for an operator once its lease ends");
+        } else {
+            warn!(store_key = %self.key, fence = self.fence.get(),
+                "outcome unknown: the claim is kept until its lease expires, then a retry executes again");
+        }
         Finish::OutcomeUnknown
     }
 }

@@ -8,9 +8,9 @@
 //!
 //! ```text
 //!            claim ──▶ Won(lease) ──▶ forward(Owned(fence)) ──▶ Final    ─▶ lease.complete
-//!              │                                             ├─▶ NotExecuted ─▶ lease.release
+//!              │         (renewed every lease/3 while it runs) ├─▶ NotExecuted ─▶ lease.release
 //!              │                                             └─▶ Unknown  ─▶ lease.keep
-//!              ├─▶ Replay / Conflict / Mismatch  (answered from the store)
+//!              ├─▶ Replay / Conflict / Mismatch / Held  (answered from the store)
 //!              └─▶ store error ─▶ on_error: fail-closed 503, or forward(Unguarded)
 //! ```
 
@@ -30,7 +30,7 @@ use tracing::{error, warn};
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome};
 use crate::metrics::Metrics;
-use crate::route::{OnConflict, OnError};
+use crate::route::{OnConflict, OnError, OnUnknown};
 use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
 
 /// What the protocol needs from the gateway around it.
@@ -58,6 +58,8 @@ pub struct Policy {
     pub conflict_wait: Duration,
     /// What happens when the store fails.
     pub on_error: OnError,
+    /// What becomes of a claim whose outcome is unknown once its lease ends.
+    pub on_unknown: OnUnknown,
 }
 
 /// What the forwarder is asked to do.
@@ -109,6 +111,14 @@ pub enum Answer<R> {
     },
     /// The key was used with a different request: 422.
     Mismatch,
+    /// An earlier claim's outcome is unknown and the route holds it for an operator: 409
+    /// `outcome-unknown`.
+    OutcomeUnknown {
+        /// The fence of the claim whose outcome is unknown (what `resolve` takes).
+        fence: Fence,
+        /// Whether this request is the first told so: it logs the case at error.
+        first: bool,
+    },
     /// The store failed and the route fails closed: 503.
     StoreUnavailable,
 }
@@ -160,6 +170,15 @@ where
             return Settled::answered(Answer::Conflict { retry_after }, Outcome::Conflict)
         }
         Ok(Claim::Mismatch) => return Settled::answered(Answer::Mismatch, Outcome::Mismatch),
+        Ok(Claim::Held { fence, first }) => {
+            if first {
+                env.metrics.event("outcome_held");
+            }
+            let mut settled =
+                Settled::answered(Answer::OutcomeUnknown { fence, first }, Outcome::Held);
+            settled.fence = Some(fence);
+            return settled;
+        }
         Err(e) => {
             return match policy.on_error {
                 OnError::FailClosed => {
@@ -175,20 +194,21 @@ where
             };
         }
     };
-    if takeover {
-        warn!(store_key = %key, fence = fence.get(),
-            "previous lease expired without an outcome; taking over under a new fence");
+    if let Some(old) = takeover {
+        warn!(store_key = %key, old_fence = old.get(), new_fence = fence.get(),
+            "previous lease expired without an outcome; taking over under a new fence: the write may execute twice");
+        env.metrics.event("takeover");
     }
     let _held = env.metrics.claim_held();
-    let lease = Lease::new(env.store, env.metrics, key, fence, policy.window);
-    let (finish, response) = match forward(Forward::Owned(fence)).await {
+    let lease = Lease::new(env.store, env.metrics, key, fence, policy);
+    let (finish, response) = match lease.renewing(forward(Forward::Owned(fence))).await {
         Attempt::Final { record, response } => (lease.complete(record).await, response),
         Attempt::NotExecuted(response) => (lease.release().await, response),
         Attempt::Unknown(response) => (lease.keep(), response),
     };
     Settled {
         answer: Answer::Forwarded(response),
-        outcome: if takeover {
+        outcome: if takeover.is_some() {
             Outcome::Takeover
         } else {
             Outcome::Won

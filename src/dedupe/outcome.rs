@@ -16,6 +16,8 @@ pub enum Outcome {
     Conflict,
     /// 422: same key, different request.
     Mismatch,
+    /// 409: an earlier claim's outcome is unknown and held for an operator.
+    Held,
     /// The store failed; the route failed closed (503).
     StoreError,
     /// The store failed; the route failed open and forwarded without dedupe.

@@ -72,6 +72,7 @@ fn policy(on_conflict: OnConflict) -> Policy {
         on_conflict,
         conflict_wait: Duration::from_secs(5),
         on_error: OnError::FailOpen,
+        on_unknown: OnUnknown::Retry,
     }
 }
 
@@ -211,21 +212,24 @@ async fn a_released_key_executes_again_under_a_higher_fence() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stale_owner_is_fenced_out() {
+async fn a_frozen_owner_is_taken_over_and_fenced_out() {
     let h = Harness::new(100);
     let p = policy(OnConflict::Reject);
     let k = key("a");
-    // The first owner outlives its lease; a retry takes over and completes first.
-    let (first, second) = tokio::join!(
-        h.request(&k, 1, &p, p.lease + Duration::from_secs(5), done),
-        async {
-            tokio::time::sleep(p.lease + Duration::from_secs(1)).await;
-            h.request(&k, 1, &p, NOW, done).await
-        }
-    );
+    let mut first = std::pin::pin!(h.request(&k, 1, &p, Duration::from_secs(2), done));
+    // Polled until its call is under way, then frozen (a SIGSTOPped gateway): neither its
+    // call nor its renewals run while the lease passes.
+    assert!(tokio::time::timeout(Duration::from_secs(1), &mut first)
+        .await
+        .is_err());
+    tokio::time::advance(p.lease + Duration::from_secs(1)).await;
+    let second = h.request(&k, 1, &p, NOW, done).await;
     assert_eq!(second.outcome, Outcome::Takeover);
     assert_eq!(second.finish, Some(Finish::Completed));
+    // Thawed: its renewal and its completion are refused.
+    let first = first.await;
     assert_eq!(first.finish, Some(Finish::FencedOut));
+    assert_eq!(h.calls(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -240,16 +244,11 @@ async fn a_claim_asked_again_by_its_claimant_wins_again() {
         lease: Duration::from_secs(10),
         window: Duration::from_secs(60),
         claimant: h.claimants.next_id(),
+        hold: false,
     };
     let first = h.store.claim(request).await.unwrap();
     let again = h.store.claim(request).await.unwrap();
-    assert!(matches!(
-        first,
-        Claim::Won {
-            takeover: false,
-            ..
-        }
-    ));
+    assert!(matches!(first, Claim::Won { takeover: None, .. }));
     assert_eq!(first, again);
     let other = ClaimRequest {
         claimant: h.claimants.next_id(),
@@ -286,6 +285,7 @@ async fn a_store_failure_after_a_conflict_never_fails_open() {
                         lease: p.lease,
                         window: p.window,
                         claimant: h.claimants.next_id(),
+                        hold: false,
                     })
                     .await;
                 assert!(matches!(won, Ok(Claim::Won { .. })));
@@ -331,4 +331,121 @@ async fn shutdown_ends_a_wait() {
         h.request(&k, 1, &p, NOW, done).await
     });
     assert_eq!(second.outcome, Outcome::Conflict);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_longer_than_the_lease_is_never_taken_over_while_renewing() {
+    let h = Harness::new(100);
+    let p = policy(OnConflict::Reject);
+    let k = key("a");
+    let long = p.lease * 3 + Duration::from_secs(1);
+    let (first, duplicates) = tokio::join!(h.request(&k, 1, &p, long, done), async {
+        let mut outcomes = Vec::new();
+        // A duplicate every 1.5s, well past the first lease's end.
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            outcomes.push(h.request(&k, 1, &p, NOW, done).await.outcome);
+        }
+        outcomes
+    });
+    assert_eq!(first.outcome, Outcome::Won);
+    assert_eq!(first.finish, Some(Finish::Completed));
+    // 20 × 1.5s = 30s: in flight until 31s.
+    assert!(
+        duplicates.iter().all(|o| *o == Outcome::Conflict),
+        "{duplicates:?}"
+    );
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_renewal_lets_a_retry_take_over_one_lease_later() {
+    let h = Harness::new(100);
+    let p = policy(OnConflict::Reject);
+    let k = key("a");
+    // The owner's task dies at 25s (its future is dropped mid-call): renewals stop with it.
+    let cut = tokio::time::timeout(
+        Duration::from_secs(25),
+        h.request(&k, 1, &p, Duration::from_secs(3600), done),
+    )
+    .await;
+    assert!(cut.is_err());
+    let during = h.request(&k, 1, &p, NOW, done).await;
+    assert_eq!(during.outcome, Outcome::Conflict, "renewed until it died");
+    tokio::time::advance(p.lease).await;
+    let after = h.request(&k, 1, &p, NOW, done).await;
+    assert_eq!(after.outcome, Outcome::Takeover);
+    assert_eq!(h.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_taken_over_stops_renewing_and_is_fenced_out() {
+    let h = Harness::new(100);
+    let p = policy(OnConflict::Reject);
+    let k = key("a");
+    let (first, second) =
+        tokio::join!(h.request(&k, 1, &p, Duration::from_secs(40), done), async {
+            // Another gateway's view: the record is deleted and claimed afresh meanwhile.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            h.store.forget(&k).await.unwrap();
+            h.request(&k, 1, &p, NOW, done).await
+        });
+    assert_eq!(second.outcome, Outcome::Won);
+    assert_eq!(first.finish, Some(Finish::FencedOut));
+    assert!(h
+        .metrics
+        .encode()
+        .contains(r#"dedupe_claim_events_total{event="renewal_refused"} 1"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_outcome_on_a_holding_route_is_held_not_taken_over() {
+    let h = Harness::new(100);
+    let p = Policy {
+        on_unknown: OnUnknown::Hold,
+        ..policy(OnConflict::Reject)
+    };
+    let k = key("a");
+    let first = h.request(&k, 1, &p, NOW, unknown).await;
+    assert_eq!(first.finish, Some(Finish::OutcomeUnknown));
+    assert_eq!(
+        h.request(&k, 1, &p, NOW, done).await.outcome,
+        Outcome::Conflict
+    );
+    tokio::time::advance(p.lease).await;
+    let held = h.request(&k, 1, &p, NOW, done).await;
+    assert_eq!(held.outcome, Outcome::Held);
+    assert!(
+        matches!(held.answer, Answer::OutcomeUnknown { first: true, fence } if Some(fence) == first.fence)
+    );
+    tokio::time::advance(p.lease * 10).await;
+    let again = h.request(&k, 1, &p, NOW, done).await;
+    assert!(matches!(
+        again.answer,
+        Answer::OutcomeUnknown { first: false, .. }
+    ));
+    assert_eq!(h.calls(), 1);
+    assert!(h
+        .metrics
+        .encode()
+        .contains(r#"dedupe_claim_events_total{event="outcome_held"} 1"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_owner_on_a_holding_route_is_held() {
+    let h = Harness::new(100);
+    let p = Policy {
+        on_unknown: OnUnknown::Hold,
+        ..policy(OnConflict::Reject)
+    };
+    let k = key("a");
+    let cut = tokio::time::timeout(
+        Duration::from_secs(1),
+        h.request(&k, 1, &p, Duration::from_secs(3600), done),
+    )
+    .await;
+    assert!(cut.is_err());
+    tokio::time::advance(p.lease).await;
+    assert_eq!(h.request(&k, 1, &p, NOW, done).await.outcome, Outcome::Held);
+    assert_eq!(h.calls(), 1);
 }

@@ -180,6 +180,7 @@ impl Gateway {
             body,
             remote: conn.remote,
             key: key.clone(),
+            scope: scope.clone(),
         };
 
         // From the claim on, the request runs in its own task, tracked for shutdown: a
@@ -204,6 +205,16 @@ impl Gateway {
                         (Err(GatewayError::Conflict { retry_after }), None)
                     }
                     Answer::Mismatch => (Err(GatewayError::Mismatch), None),
+                    Answer::OutcomeUnknown { fence, first } => {
+                        // Once per held key (the store tells the first claim to see it):
+                        // a person must look at it.
+                        if first {
+                            error!(route = &*route_name, key = %key, scope = %scope, fence = fence.get(),
+                                "outcome unknown and held: the first request's lease ended without an outcome; \
+                                 resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
+                        }
+                        (Err(GatewayError::OutcomeUnknown), None)
+                    }
                     Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
                 };
                 let access = Access {
@@ -256,6 +267,7 @@ fn policy(route: &Route) -> Policy {
         on_conflict: route.on_conflict,
         conflict_wait: route.conflict_wait,
         on_error: route.on_error,
+        on_unknown: route.on_unknown,
     }
 }
 

@@ -16,11 +16,11 @@ use super::capture::{capture, Captured, Prefixed};
 use super::passthrough::{self, stream_response, Forwarded};
 use super::Live;
 use crate::dedupe::{Attempt, Forward};
-use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY};
+use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
-use crate::route::Route;
+use crate::route::{Route, StatusMeaning};
 use crate::store::StoreKey;
 use crate::upstream::{strip_hop_by_hop, UpstreamError};
 use crate::{full, BoxError};
@@ -34,6 +34,8 @@ pub(super) struct Winner {
     pub remote: SocketAddr,
     /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
     pub key: String,
+    /// The scope hash, forwarded as `Idempotency-Scope`.
+    pub scope: String,
 }
 
 impl Winner {
@@ -51,6 +53,7 @@ impl Winner {
             body,
             remote,
             key,
+            scope,
         } = self;
         let route: &Route = &live.config.routes[route];
         let req = Request::from_parts(parts, full(body));
@@ -71,6 +74,10 @@ impl Winner {
         }
         req.headers_mut()
             .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));
+        // A hex hash or `-`: always a valid value.
+        if let Ok(v) = HeaderValue::from_str(&scope) {
+            req.headers_mut().insert(IDEMPOTENCY_SCOPE.clone(), v);
+        }
 
         let deadline = tokio::time::Instant::now() + server.upstream_timeout;
         let started = Instant::now();
@@ -100,9 +107,18 @@ impl Winner {
             upstream: Some(took),
         };
 
-        if resp.status().is_server_error() {
-            // The upstream says it failed: the next retry should execute again.
-            return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
+        match route.statuses.classify(resp.status().as_u16()) {
+            // The upstream says it did not act: the next retry should execute again.
+            StatusMeaning::Retry => {
+                return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
+            }
+            // A timeout behind the upstream: it may have acted. Keep the claim.
+            StatusMeaning::Unknown => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(),
+                    status = resp.status().as_u16(), "upstream answered a status that leaves the outcome unknown");
+                return Attempt::Unknown(forwarded(Ok(stream_response(resp))));
+            }
+            StatusMeaning::Final => {}
         }
 
         let (mut head, body) = resp.into_parts();

@@ -41,6 +41,11 @@ struct Record {
     lease_until: Instant,
     expires_at: Instant,
     claimant: super::Claimant,
+    /// Set at claim time by a route with `on_unknown = "hold"`: once the lease ends
+    /// without an outcome, the claim is held for a person instead of taken over.
+    hold: bool,
+    /// Whether a claim has already been told the record is held (it logs at error once).
+    hold_noted: bool,
     response: Option<Bytes>,
 }
 
@@ -226,6 +231,8 @@ impl MemoryStore {
             lease_until,
             expires_at,
             claimant: req.claimant,
+            hold: req.hold,
+            hold_noted: false,
             response: None,
         };
         let claim = match shard.records.get_mut(req.key.as_str()) {
@@ -235,7 +242,7 @@ impl MemoryStore {
                     *r = fresh(next_fence(r.fence));
                     Claim::Won {
                         fence: Fence::new(r.fence),
-                        takeover: false,
+                        takeover: None,
                     }
                 } else if r.request_hash != *req.request_hash.as_bytes() {
                     return Ok(Claim::Mismatch);
@@ -244,20 +251,29 @@ impl MemoryStore {
                 } else if r.claimant == req.claimant {
                     return Ok(Claim::Won {
                         fence: Fence::new(r.fence),
-                        takeover: false,
+                        takeover: None,
                     });
                 } else if now < r.lease_until {
                     return Ok(Claim::Conflict {
                         retry_after: r.lease_until - now,
                     });
+                } else if r.hold {
+                    let first = !r.hold_noted;
+                    r.hold_noted = true;
+                    return Ok(Claim::Held {
+                        fence: Fence::new(r.fence),
+                        first,
+                    });
                 } else {
+                    let previous = Fence::new(r.fence);
                     r.fence = next_fence(r.fence);
                     r.claimant = req.claimant;
                     r.lease_until = lease_until;
                     r.expires_at = expires_at;
+                    r.hold = req.hold;
                     Claim::Won {
                         fence: Fence::new(r.fence),
-                        takeover: true,
+                        takeover: Some(previous),
                     }
                 }
             }
@@ -269,7 +285,7 @@ impl MemoryStore {
                 *r = fresh(next_fence(r.fence));
                 Claim::Won {
                     fence: Fence::new(r.fence),
-                    takeover: false,
+                    takeover: None,
                 }
             }
             None => {
@@ -283,7 +299,7 @@ impl MemoryStore {
                 shard.records.insert(req.key.as_str().to_owned(), record);
                 Claim::Won {
                     fence,
-                    takeover: false,
+                    takeover: None,
                 }
             }
         };
@@ -292,12 +308,14 @@ impl MemoryStore {
     }
 
     /// Moves the live in-flight record owned by `fence` to `to`, applying `f`. Finishing
-    /// twice under the same fence is idempotent (true, nothing rewritten), as in Redis.
+    /// twice under the same fence is idempotent (true, nothing rewritten), as in Redis,
+    /// unless `strict` (an operator's resolution: the second of two is refused).
     fn finish(
         &self,
         key: &str,
         fence: u64,
         to: RecordState,
+        strict: bool,
         f: impl FnOnce(&mut Record, Instant),
     ) -> bool {
         let now = Instant::now();
@@ -305,7 +323,7 @@ impl MemoryStore {
         let expires_at = match shard.records.get_mut(key) {
             Some(r) if r.expires_at > now && r.fence == fence => {
                 if r.state != RecordState::InFlight {
-                    return r.state == to;
+                    return !strict && r.state == to;
                 }
                 r.state = to;
                 f(r, now);
@@ -323,15 +341,18 @@ impl MemoryStore {
         fence: u64,
         record: Bytes,
         window: Duration,
+        strict: bool,
     ) -> Result<bool, StoreError> {
         let usage = &self.inner.usage;
-        Ok(self.finish(key, fence, RecordState::Completed, |r, now| {
-            // Stored even past max_bytes: refusing a completion would let a retry run
-            // the write again.
-            usage.add(record.len());
-            r.response = Some(record);
-            r.expires_at = now + window;
-        }))
+        Ok(
+            self.finish(key, fence, RecordState::Completed, strict, |r, now| {
+                // Stored even past max_bytes: refusing a completion would let a retry run
+                // the write again.
+                usage.add(record.len());
+                r.response = Some(record);
+                r.expires_at = now + window;
+            }),
+        )
     }
 
     pub(super) async fn release(
@@ -339,10 +360,37 @@ impl MemoryStore {
         key: &str,
         fence: u64,
         window: Duration,
+        strict: bool,
     ) -> Result<bool, StoreError> {
-        Ok(self.finish(key, fence, RecordState::Released, |r, now| {
-            r.expires_at = now + window;
-        }))
+        Ok(
+            self.finish(key, fence, RecordState::Released, strict, |r, now| {
+                r.expires_at = now + window;
+            }),
+        )
+    }
+
+    /// Extends the lease of the in-flight record owned by `fence` to `lease` from now
+    /// (the record outlives it), even if the lease had run out while nobody took over.
+    pub(super) async fn renew(
+        &self,
+        key: &str,
+        fence: u64,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut shard = self.shard(key);
+        let expires_at = match shard.records.get_mut(key) {
+            Some(r)
+                if r.expires_at > now && r.fence == fence && r.state == RecordState::InFlight =>
+            {
+                r.lease_until = now + lease;
+                r.expires_at = r.expires_at.max(r.lease_until);
+                r.expires_at
+            }
+            _ => return Ok(false),
+        };
+        shard.expires(expires_at);
+        Ok(true)
     }
 
     pub(super) async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
@@ -353,7 +401,12 @@ impl MemoryStore {
             .get(key)
             .filter(|r| r.expires_at > now)
             .map(|r| RecordInfo {
-                state: r.state,
+                state: if r.state == RecordState::InFlight && r.hold && now >= r.lease_until {
+                    RecordState::Unknown
+                } else {
+                    r.state
+                },
+                held: r.hold,
                 fence: Fence::new(r.fence),
                 lease_left: (r.state == RecordState::InFlight)
                     .then(|| r.lease_until.saturating_duration_since(now)),
@@ -403,6 +456,7 @@ mod tests {
             lease,
             window: Duration::from_secs(3600),
             claimant: Claimant::new(key.as_str().len() as u128),
+            hold: false,
         }
     }
 
@@ -424,7 +478,7 @@ mod tests {
         for key in ["k1", "k2", "k3"] {
             let fence = win(&store, key).await.unwrap();
             assert!(store
-                .complete(key, fence, body.clone(), Duration::from_secs(3600))
+                .complete(key, fence, body.clone(), Duration::from_secs(3600), false)
                 .await
                 .unwrap());
         }
@@ -466,6 +520,7 @@ mod tests {
                 fence.get(),
                 Bytes::from_static(b"12345"),
                 Duration::from_millis(1),
+                false,
             )
             .await
             .unwrap();
@@ -486,7 +541,7 @@ mod tests {
             panic!()
         };
         assert!(store
-            .release("bb", fence.get(), Duration::from_millis(1))
+            .release("bb", fence.get(), Duration::from_millis(1), false)
             .await
             .unwrap());
         tokio::time::sleep(Duration::from_millis(80)).await;

@@ -10,6 +10,11 @@
 //!        (takeover, fence + 1)    └──── claim (fence + 1) ◀──────────────┘
 //! ```
 //!
+//! While its upstream call runs, the owner renews the lease (`renew`, fenced). A claim made
+//! with `hold` (a route with `on_unknown = "hold"`) is never taken over: once its lease
+//! ends without an outcome it is `unknown`, and claims get [`Claim::Held`] until an
+//! operator resolves it (`resolve`: release or complete under the fence, refused twice).
+//!
 //! Every transition is one atomic store operation (a Lua script in Redis, one critical
 //! section in memory): there is no read-then-write from the gateway. The fence grows on
 //! every takeover and every reclaim after a release, so a worker that froze past its
@@ -44,6 +49,9 @@ pub struct ClaimRequest<'a> {
     /// the claim is in flight (a client-side retry of a claim whose reply was lost) wins
     /// again with the same fence instead of conflicting with itself.
     pub claimant: Claimant,
+    /// The route holds unknown outcomes for a person (`on_unknown = "hold"`): stored in the
+    /// record, so a claim whose owner died is held too.
+    pub hold: bool,
 }
 
 /// The outcome of a claim.
@@ -53,8 +61,17 @@ pub enum Claim {
     Won {
         /// The fencing token: forwarded upstream, required to complete or release.
         fence: Fence,
-        /// The previous owner's lease expired without an outcome.
-        takeover: bool,
+        /// The fence taken over, when the previous owner's lease expired without an
+        /// outcome.
+        takeover: Option<Fence>,
+    },
+    /// The claim's outcome is unknown and the route holds it for a person: no claim takes
+    /// it over until an operator resolves it.
+    Held {
+        /// The fence of the claim whose outcome is unknown.
+        fence: Fence,
+        /// Whether this is the first claim told so (the one that logs it loudly).
+        first: bool,
     },
     /// Completed with the same request: the encoded [`crate::record::StoredResponse`].
     Replay(Bytes),
@@ -85,6 +102,8 @@ pub enum RecordState {
     Completed,
     /// Released after a failure; the next claim proceeds.
     Released,
+    /// In flight on a holding route, its lease over without an outcome: held for a person.
+    Unknown,
 }
 
 impl RecordState {
@@ -94,6 +113,7 @@ impl RecordState {
             Self::InFlight => "in-flight",
             Self::Completed => "completed",
             Self::Released => "released",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -105,12 +125,23 @@ pub struct RecordInfo {
     pub state: RecordState,
     /// Current fencing token.
     pub fence: Fence,
+    /// Whether the claim holds an unknown outcome for a person (`on_unknown = "hold"`).
+    pub held: bool,
     /// Lease time left (in flight only; zero when expired and awaiting takeover).
     pub lease_left: Option<Duration>,
     /// Time until the record is forgotten.
     pub expires_in: Option<Duration>,
     /// The encoded response (completed only).
     pub response: Option<Bytes>,
+}
+
+/// How an operator settles a claim by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Free the key: the next request executes.
+    Retry,
+    /// Complete the key with this encoded [`crate::record::StoredResponse`].
+    Done(Bytes),
 }
 
 /// Why a store operation failed. The request then follows the route's `on_error`.
@@ -199,7 +230,7 @@ impl Store {
         window: Duration,
     ) -> Result<Completion, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        let owned = dispatch!(self, s => s.complete(key, fence, record, window))?;
+        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false))?;
         Ok(if owned {
             Completion::Completed
         } else {
@@ -216,7 +247,38 @@ impl Store {
         window: Duration,
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.release(key, fence, window))
+        dispatch!(self, s => s.release(key, fence, window, false))
+    }
+
+    /// Extends the in-flight claim owned by `fence` to `lease` from now: one round trip.
+    /// False when `fence` no longer owns the record (taken over, settled, or gone).
+    pub async fn renew(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let (key, fence) = (key.as_str(), fence.get());
+        dispatch!(self, s => s.renew(key, fence, lease))
+    }
+
+    /// Settles an in-flight claim by hand, if `fence` still owns it. Unlike `complete` and
+    /// `release`, a second resolution under the same fence is refused (false): two
+    /// operators cannot both resolve one claim.
+    pub async fn resolve(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        resolution: Resolution,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        let (key, fence) = (key.as_str(), fence.get());
+        match resolution {
+            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true)),
+            Resolution::Done(record) => {
+                dispatch!(self, s => s.complete(key, fence, record, window, true))
+            }
+        }
     }
 
     /// Reads a record for an operator.

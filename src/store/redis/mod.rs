@@ -1,7 +1,8 @@
 //! Redis and Redis Cluster backends.
 //!
 //! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
-//! server milliseconds, `o` the claimant, `r` encoded response), so every script touches exactly one key and
+//! server milliseconds, `o` the claimant, `k` `1` when the route holds unknown outcomes,
+//! `n` set once a claim was told the record is held, `r` encoded response), so every script touches exactly one key and
 //! runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
 //! trip: the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
@@ -32,23 +33,26 @@ use redis::{Script, ScriptInvocation, Value};
 use self::link::{Link, NoConnection};
 use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
-/// ARGV: request hash, lease ms, window ms, claimant id.
+/// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
+/// Replies: {1, fence} won, {2, record} replay, {3, ms left} conflict, {4} mismatch,
+/// {5, fence, old fence} takeover, {6, fence, first} held for a person.
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local ttl = lease + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n')
 local s = r[1]
 if not s then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4])
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, now_us}
 end
 local f = math.max(tonumber(r[2]) + 1, now_us)
 if s == 'r' then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4])
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
+  redis.call('HDEL', KEYS[1], 'n')
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, f}
 end
@@ -65,12 +69,37 @@ local l = tonumber(r[4])
 if now < l then
   return {3, l - now}
 end
-redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4])
+if r[6] == '1' then
+  if r[7] then
+    return {6, tonumber(r[2]), 0}
+  end
+  redis.call('HSET', KEYS[1], 'n', '1')
+  return {6, tonumber(r[2]), 1}
+end
+redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ttl)
-return {5, f}
+return {5, f, tonumber(r[2])}
 "#;
 
-/// ARGV: fence, new state (`c` or `r`), window ms, response (for `c`).
+/// ARGV: fence, lease ms. Extends the lease of the in-flight record `fence` owns; the
+/// record outlives the new lease.
+const RENEW: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 's', 'f')
+if r[1] ~= 'i' or tonumber(r[2]) ~= tonumber(ARGV[1]) then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'l', now + lease)
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return 1
+"#;
+
+/// ARGV: fence, new state (`c` or `r`), window ms, strict (`1`: an operator's resolution,
+/// refused when already finished), response (for `c`).
 const FINISH: &str = r#"
 local r = redis.call('HMGET', KEYS[1], 's', 'f')
 if tonumber(r[2]) ~= tonumber(ARGV[1]) then
@@ -78,13 +107,13 @@ if tonumber(r[2]) ~= tonumber(ARGV[1]) then
 end
 if r[1] ~= 'i' then
   -- Already finished under this fence: a client-side retry of this very script.
-  if (r[1] == 'c' and ARGV[2] == 'c') or (r[1] == 'r' and ARGV[2] == 'r') then
+  if ARGV[4] ~= '1' and ((r[1] == 'c' and ARGV[2] == 'c') or (r[1] == 'r' and ARGV[2] == 'r')) then
     return 1
   end
   return 0
 end
 if ARGV[2] == 'c' then
-  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[4])
+  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[5])
 else
   redis.call('HSET', KEYS[1], 's', 'r')
 end
@@ -96,7 +125,7 @@ return 1
 const INSPECT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k')
 if not r[1] then
   return 0
 end
@@ -104,11 +133,16 @@ local left = -1
 if r[3] then
   left = math.max(0, tonumber(r[3]) - now)
 end
-return {r[1], tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or ''}
+local s = r[1]
+if s == 'i' and r[5] == '1' and left == 0 then
+  s = 'u'
+end
+return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0'}
 "#;
 
 struct Scripts {
     claim: Script,
+    renew: Script,
     finish: Script,
     inspect: Script,
 }
@@ -117,6 +151,7 @@ impl Scripts {
     fn new() -> Self {
         Self {
             claim: Script::new(CLAIM),
+            renew: Script::new(RENEW),
             finish: Script::new(FINISH),
             inspect: Script::new(INSPECT),
         }
@@ -160,7 +195,8 @@ fn claim_invocation<'a>(scripts: &'a Scripts, req: ClaimRequest<'_>) -> ScriptIn
     inv.arg(&req.request_hash.as_bytes()[..])
         .arg(millis(req.lease))
         .arg(millis(req.window))
-        .arg(req.claimant.get().to_string());
+        .arg(req.claimant.get().to_string())
+        .arg(if req.hold { "1" } else { "0" });
     inv
 }
 
@@ -170,11 +206,13 @@ fn finish_invocation<'a>(
     fence: u64,
     response: Option<&[u8]>,
     window: Duration,
+    strict: bool,
 ) -> ScriptInvocation<'a> {
     let mut inv = scripts.finish.key(key);
     inv.arg(fence)
         .arg(if response.is_some() { "c" } else { "r" })
-        .arg(millis(window));
+        .arg(millis(window))
+        .arg(if strict { "1" } else { "0" });
     if let Some(r) = response {
         inv.arg(r);
     }
@@ -187,10 +225,25 @@ fn parse_claim(v: Value) -> Result<Claim, StoreError> {
     };
     let code = items.first().and_then(int);
     let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
+    let fence_at = |i: usize| {
+        items
+            .get(i)
+            .and_then(int)
+            .map(|f| super::Fence::new(f as u64))
+            .ok_or_else(|| bad(&items))
+    };
     match code {
-        Some(1) | Some(5) => Ok(Claim::Won {
-            fence: super::Fence::new(items.get(1).and_then(int).ok_or_else(|| bad(&items))? as u64),
-            takeover: code == Some(5),
+        Some(1) => Ok(Claim::Won {
+            fence: fence_at(1)?,
+            takeover: None,
+        }),
+        Some(5) => Ok(Claim::Won {
+            fence: fence_at(1)?,
+            takeover: Some(fence_at(2)?),
+        }),
+        Some(6) => Ok(Claim::Held {
+            fence: fence_at(1)?,
+            first: items.get(2).and_then(int) == Some(1),
         }),
         // Take the record out of the reply rather than copy it: it can be large.
         Some(2) if matches!(items.get(1), Some(Value::BulkString(_))) => {
@@ -221,16 +274,25 @@ fn parse_finish(v: Value) -> Result<bool, StoreError> {
     }
 }
 
+fn parse_renew(v: Value) -> Result<bool, StoreError> {
+    match int(&v) {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(protocol("renew", &v)),
+    }
+}
+
 fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
     let items = match &v {
         Value::Int(0) => return Ok(None),
-        Value::Array(items) if items.len() == 5 => items,
+        Value::Array(items) if items.len() == 6 => items,
         _ => return Err(protocol("inspect", &v)),
     };
     let state = match &items[0] {
         Value::BulkString(s) if s == b"i" => RecordState::InFlight,
         Value::BulkString(s) if s == b"c" => RecordState::Completed,
         Value::BulkString(s) if s == b"r" => RecordState::Released,
+        Value::BulkString(s) if s == b"u" => RecordState::Unknown,
         _ => return Err(protocol("inspect state", &v)),
     };
     let fence = int(&items[1]).ok_or_else(|| protocol("inspect fence", &v))? as u64;
@@ -243,6 +305,7 @@ fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
     Ok(Some(RecordInfo {
         state,
         fence: super::Fence::new(fence),
+        held: matches!(&items[5], Value::BulkString(b) if b == b"1"),
         lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
         expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
         response,
@@ -274,8 +337,10 @@ macro_rules! redis_backend {
                 fence: u64,
                 record: Bytes,
                 window: Duration,
+                strict: bool,
             ) -> Result<bool, StoreError> {
-                let inv = &finish_invocation(&self.scripts, key, fence, Some(&record), window);
+                let inv =
+                    &finish_invocation(&self.scripts, key, fence, Some(&record), window, strict);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;
@@ -287,12 +352,28 @@ macro_rules! redis_backend {
                 key: &str,
                 fence: u64,
                 window: Duration,
+                strict: bool,
             ) -> Result<bool, StoreError> {
-                let inv = &finish_invocation(&self.scripts, key, fence, None, window);
+                let inv = &finish_invocation(&self.scripts, key, fence, None, window, strict);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;
                 parse_finish(v)
+            }
+
+            pub(super) async fn renew(
+                &self,
+                key: &str,
+                fence: u64,
+                lease: Duration,
+            ) -> Result<bool, StoreError> {
+                let mut inv = self.scripts.renew.key(key);
+                inv.arg(fence).arg(millis(lease));
+                let inv = &inv;
+                let v = self
+                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .await?;
+                parse_renew(v)
             }
 
             pub(super) async fn inspect(

@@ -291,6 +291,29 @@ pub struct RouteCfg {
     max_cached_body: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_unknown: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_statuses: Option<Vec<Status>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unknown_statuses: Option<Vec<Status>>,
+}
+
+/// A status list entry: a number, or a class such as `"5xx"`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+enum Status {
+    Code(u16),
+    Class(String),
+}
+
+fn statuses(list: &[&str]) -> Vec<Status> {
+    list.iter()
+        .map(|s| match s.parse() {
+            Ok(code) => Status::Code(code),
+            Err(_) => Status::Class(s.to_string()),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -317,6 +340,9 @@ impl RouteCfg {
             conflict_wait: None,
             max_cached_body: None,
             on_error: None,
+            on_unknown: None,
+            retry_statuses: None,
+            unknown_statuses: None,
         }
     }
 
@@ -381,6 +407,24 @@ impl RouteCfg {
     /// `max_cached_body`.
     pub fn max_cached_body(mut self, size: &str) -> Self {
         self.max_cached_body = Some(size.to_owned());
+        self
+    }
+
+    /// `on_unknown = "hold"`.
+    pub fn on_unknown_hold(mut self) -> Self {
+        self.on_unknown = Some("hold");
+        self
+    }
+
+    /// `retry_statuses`: numbers (`"429"`) or classes (`"5xx"`).
+    pub fn retry_statuses(mut self, list: &[&str]) -> Self {
+        self.retry_statuses = Some(statuses(list));
+        self
+    }
+
+    /// `unknown_statuses`: numbers (`"504"`) or classes (`"5xx"`).
+    pub fn unknown_statuses(mut self, list: &[&str]) -> Self {
+        self.unknown_statuses = Some(statuses(list));
         self
     }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Fence, RecordState, RequestHash, Store, StoreKey,
+    Claim, ClaimRequest, Claimant, Completion, Fence, RecordState, RequestHash, Resolution, Store,
+    StoreKey,
 };
 
 /// One `#[tokio::test]` per contract check, in a module named `$backend`, each on the
@@ -31,6 +32,8 @@ macro_rules! store_contract {
             inspect_and_forget,
             concurrent_claims_have_one_winner,
             a_retried_claim_wins_again,
+            renew_extends_only_the_owners_lease,
+            a_held_claim_is_never_taken_over_and_resolves_once,
         );
     };
     (@tests $backend:ident, $make:ident, $($check:ident),+ $(,)?) => {
@@ -78,13 +81,14 @@ fn req<'a>(
         lease,
         window,
         claimant: Claimant::new((u128::from(CLAIMANT.fetch_add(1, Ordering::Relaxed)) << 64) | 7),
+        hold: false,
     }
 }
 
 /// The fence of a won claim, checking whether it was a takeover.
 fn won(claim: Claim, takeover: bool) -> Fence {
     match claim {
-        Claim::Won { fence, takeover: t } if t == takeover => fence,
+        Claim::Won { fence, takeover: t } if t.is_some() == takeover => fence,
         other => panic!("expected a win (takeover: {takeover}), got {other:?}"),
     }
 }
@@ -348,4 +352,112 @@ pub async fn concurrent_claims_have_one_winner(store: &Store) {
         }
     }
     assert_eq!(won, 1);
+}
+
+/// Renewing extends the lease of the fence that owns the claim, past its first end, and
+/// nobody else's: a stale fence, a settled record or a missing one is refused.
+pub async fn renew_extends_only_the_owners_lease(store: &Store) {
+    let k = fresh_key("renew");
+    let short = Duration::from_millis(300);
+    let f = won(store.claim(req(&k, &H1, short, LONG)).await.unwrap(), false);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(store.renew(&k, f, LONG).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Past the first lease: still in flight, not taken over.
+    match store.claim(req(&k, &H1, short, LONG)).await.unwrap() {
+        Claim::Conflict { retry_after } => assert!(retry_after > Duration::from_secs(50)),
+        other => panic!("a renewed claim was not in flight: {other:?}"),
+    }
+    assert!(!store
+        .renew(&k, Fence::new(f.get() + 1), LONG)
+        .await
+        .unwrap());
+    assert!(!store.renew(&fresh_key("absent"), f, LONG).await.unwrap());
+    store
+        .complete(&k, f, Bytes::from_static(b"done"), LONG)
+        .await
+        .unwrap();
+    assert!(
+        !store.renew(&k, f, LONG).await.unwrap(),
+        "renewed a completed record"
+    );
+
+    // A takeover fences the old owner's renewals out.
+    let k = fresh_key("renew-takeover");
+    let f1 = won(store.claim(req(&k, &H1, short, LONG)).await.unwrap(), false);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let f2 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), true);
+    assert!(!store.renew(&k, f1, LONG).await.unwrap());
+    assert!(store.renew(&k, f2, LONG).await.unwrap());
+}
+
+/// A claim made with `hold` whose lease ends without an outcome is held: claims get `Held`
+/// (the first one told so), never a takeover, and inspect shows it `unknown`. An operator
+/// resolves it once under its fence: a second resolution, or a stale fence, is refused.
+pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
+    let short = Duration::from_millis(100);
+    let held = |k| {
+        let mut r = req(k, &H1, short, LONG);
+        r.hold = true;
+        r
+    };
+    let k = fresh_key("held");
+    let f = won(store.claim(held(&k)).await.unwrap(), false);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        store.claim(held(&k)).await.unwrap(),
+        Claim::Held {
+            fence: f,
+            first: true
+        }
+    );
+    // Whatever the later claim's own route says, the record holds.
+    assert_eq!(
+        store.claim(req(&k, &H1, short, LONG)).await.unwrap(),
+        Claim::Held {
+            fence: f,
+            first: false
+        }
+    );
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Unknown);
+    assert!(info.held);
+    assert_eq!(info.fence, f);
+    // Resolved as "retry": the next claim executes under a higher fence.
+    assert!(!store
+        .resolve(&k, Fence::new(f.get() + 1), Resolution::Retry, LONG)
+        .await
+        .unwrap());
+    assert!(store.resolve(&k, f, Resolution::Retry, LONG).await.unwrap());
+    assert!(
+        !store.resolve(&k, f, Resolution::Retry, LONG).await.unwrap(),
+        "a second resolution under one fence"
+    );
+    let f2 = won(store.claim(held(&k)).await.unwrap(), false);
+    assert!(f2 > f);
+    assert_eq!(
+        store.inspect(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight
+    );
+
+    // Resolved as "done": duplicates replay the given record.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(matches!(
+        store.claim(held(&k)).await.unwrap(),
+        Claim::Held { first: true, .. }
+    ));
+    let record = Bytes::from_static(b"resolved");
+    assert!(!store
+        .resolve(&k, f, Resolution::Done(record.clone()), LONG)
+        .await
+        .unwrap());
+    assert!(store
+        .resolve(&k, f2, Resolution::Done(record.clone()), LONG)
+        .await
+        .unwrap());
+    assert!(!store
+        .resolve(&k, f2, Resolution::Done(Bytes::from_static(b"other")), LONG)
+        .await
+        .unwrap());
+    assert_eq!(store.claim(held(&k)).await.unwrap(), Claim::Replay(record));
 }
