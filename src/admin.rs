@@ -156,7 +156,8 @@ async fn keys(
     let stored = info
         .response
         .as_ref()
-        .and_then(|r| StoredResponse::decode(r, &store_key).ok());
+        .and_then(|r| gateway.keyring().open(&store_key, r.clone()).ok())
+        .and_then(|r| StoredResponse::decode(&r, &store_key).ok());
     let view = KeyView {
         route: route_name,
         key: &key,

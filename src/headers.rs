@@ -12,3 +12,8 @@ pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-ke
 /// `Idempotency-Fence`, forwarded to the upstream with the claim's fencing token. A client
 /// never gets to send its own: the upstream client strips it from every request.
 pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-fence");
+
+/// `Idempotency-Expires: <HTTP-date>` on won and replayed answers: when the gateway forgets
+/// the key (completion plus the route's window). Not a standard header: it follows the
+/// open discussion of the IETF idempotency-key draft (its issues #35 and #49).
+pub static IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");

@@ -58,6 +58,10 @@ pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
 pub const DEFAULT_KEY_REQUIRED: bool = true;
 /// `routes[].allow_extension_methods`.
 pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
+/// `routes[].store_body`.
+pub const DEFAULT_STORE_BODY: bool = true;
+/// `routes[].advertise_expiry`.
+pub const DEFAULT_ADVERTISE_EXPIRY: bool = true;
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
@@ -184,6 +188,8 @@ mod tests {
             "routes[].allow_extension_methods" => {
                 text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
             }
+            "routes[].store_body" => text.parse().ok() == Some(DEFAULT_STORE_BODY),
+            "routes[].advertise_expiry" => text.parse().ok() == Some(DEFAULT_ADVERTISE_EXPIRY),
             _ => return None,
         })
     }
@@ -257,7 +263,7 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 21, "every DEFAULT_* constant has its README row");
+        assert_eq!(defaults, 23, "every DEFAULT_* constant has its README row");
         assert_eq!(bounds, 16, "every bounded field has its README bound");
     }
 }

@@ -87,6 +87,9 @@ pub struct FileStore {
     pub on_error: Option<OnError>,
     /// Memory backend: most records held before new claims fail.
     pub max_records: Option<usize>,
+    /// Keys that seal stored records (`file:PATH` or `env:NAME`): the first seals, every
+    /// one opens.
+    pub encryption_keys: Option<Vec<String>>,
 }
 
 /// `[defaults]` as written.
@@ -160,6 +163,14 @@ pub struct FileRoute {
     pub max_cached_body: Option<String>,
     /// Overrides `[store] on_error`.
     pub on_error: Option<OnError>,
+    /// Whether the upstream's body and headers are stored for replay (`false`: only the
+    /// outcome is).
+    pub store_body: Option<bool>,
+    /// Headers never stored for replay: names, or prefixes ending in `*`.
+    #[serde(default)]
+    pub replay_drop_headers: Vec<String>,
+    /// Whether won and replayed answers carry `Idempotency-Expires`.
+    pub advertise_expiry: Option<bool>,
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
     /// a method is refused as a likely typo.
     pub allow_extension_methods: Option<bool>,

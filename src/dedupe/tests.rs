@@ -14,6 +14,7 @@ struct Harness {
     metrics: Metrics,
     claimants: Claimants,
     tasks: TaskTracker,
+    keyring: Keyring,
     calls: AtomicU32,
 }
 
@@ -24,6 +25,7 @@ impl Harness {
             metrics: Metrics::new(),
             claimants: Claimants::new(),
             tasks: TaskTracker::new(),
+            keyring: Keyring::default(),
             calls: AtomicU32::new(0),
         }
     }
@@ -34,6 +36,7 @@ impl Harness {
             metrics: &self.metrics,
             claimants: &self.claimants,
             tasks: &self.tasks,
+            keyring: &self.keyring,
         }
     }
 
