@@ -190,6 +190,8 @@ pub struct StoreCfg {
     timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    encryption_keys: Vec<String>,
 }
 
 impl StoreCfg {
@@ -200,6 +202,7 @@ impl StoreCfg {
             urls: None,
             timeout: None,
             prefix: None,
+            encryption_keys: Vec::new(),
         }
     }
 
@@ -235,6 +238,12 @@ impl StoreCfg {
         self.prefix = Some(prefix.to_owned());
         self
     }
+
+    /// `store.encryption_keys` (`"file:PATH"` or `"env:NAME"`), the first encrypting.
+    pub fn encryption_keys(mut self, sources: &[String]) -> Self {
+        self.encryption_keys = sources.to_vec();
+        self
+    }
 }
 
 /// One `[[routes]]` entry; `methods = ["POST"]` unless set.
@@ -258,6 +267,12 @@ pub struct RouteCfg {
     max_cached_body: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_body: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    replay_drop_headers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advertise_expiry: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -284,6 +299,9 @@ impl RouteCfg {
             conflict_wait: None,
             max_cached_body: None,
             on_error: None,
+            store_body: None,
+            replay_drop_headers: Vec::new(),
+            advertise_expiry: None,
         }
     }
 
@@ -354,6 +372,24 @@ impl RouteCfg {
     /// `on_error = "fail-open"`.
     pub fn fail_open(mut self) -> Self {
         self.on_error = Some("fail-open");
+        self
+    }
+
+    /// `store_body`.
+    pub fn store_body(mut self, store: bool) -> Self {
+        self.store_body = Some(store);
+        self
+    }
+
+    /// `replay_drop_headers`.
+    pub fn replay_drop_headers(mut self, patterns: &[&str]) -> Self {
+        self.replay_drop_headers = patterns.iter().map(|p| p.to_string()).collect();
+        self
+    }
+
+    /// `advertise_expiry`.
+    pub fn advertise_expiry(mut self, advertise: bool) -> Self {
+        self.advertise_expiry = Some(advertise);
         self
     }
 }
