@@ -290,24 +290,39 @@ async fn main() {
 
     // Kept alive until the end: dropping a RedisServer kills it.
     let mut redis: Vec<RedisServer> = Vec::new();
+    // Encryption at rest: the same scenarios with `store.encryption_keys` set.
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("bench-key");
+    std::fs::write(&key, "42".repeat(32)).unwrap();
+    let sealed = [format!("file:{}", key.display())];
     for backend in backends {
         let (store, server) = backend.start_store();
         redis.extend(server);
-        let gw = TestGateway::start(&config(&up, store)).await;
         let prefix = match backend {
             Backend::Memory => "memory",
             Backend::Redis => "redis",
         };
-        let mut cases = vec![];
-        if backend == Backend::Memory {
-            cases.push(("passthrough".to_owned(), gw.url("/other"), Kind::Plain));
-        }
-        let deduped = gw.url("/v1/payments/charge");
-        cases.push((format!("{prefix}-won"), deduped.clone(), Kind::Won));
-        cases.push((format!("{prefix}-replay"), deduped, Kind::Replay));
-        for (name, url, kind) in cases {
-            let r = scenario(&name, &http, &up, &url, kind, n).await;
-            results.push((name, r));
+        for encrypted in [false, true] {
+            let store = match encrypted {
+                false => store.clone(),
+                true => store.clone().encryption_keys(&sealed),
+            };
+            let gw = TestGateway::start(&config(&up, store)).await;
+            let prefix = match encrypted {
+                false => prefix.to_owned(),
+                true => format!("{prefix}-sealed"),
+            };
+            let mut cases = vec![];
+            if backend == Backend::Memory && !encrypted {
+                cases.push(("passthrough".to_owned(), gw.url("/other"), Kind::Plain));
+            }
+            let deduped = gw.url("/v1/payments/charge");
+            cases.push((format!("{prefix}-won"), deduped.clone(), Kind::Won));
+            cases.push((format!("{prefix}-replay"), deduped, Kind::Replay));
+            for (name, url, kind) in cases {
+                let r = scenario(&name, &http, &up, &url, kind, n).await;
+                results.push((name, r));
+            }
         }
     }
 

@@ -199,7 +199,8 @@ async fn keys(
     let stored = info
         .response
         .as_ref()
-        .and_then(|r| StoredResponse::decode(r, &store_key).ok());
+        .and_then(|r| gateway.keyring().open(&store_key, r.clone()).ok())
+        .and_then(|r| StoredResponse::decode(&r, &store_key).ok());
     let view = KeyView {
         route: route_name,
         key: &key,
@@ -254,7 +255,11 @@ fn bad(message: impl Into<String>) -> GatewayError {
 
 /// The store operation a posted resolution asks for (pure): the response of `"done"` is
 /// encoded under the record's key, as the winner would have stored it.
-fn resolution(req: ResolveRequest, store_key: &StoreKey) -> Result<Resolution, GatewayError> {
+fn resolution(
+    req: ResolveRequest,
+    store_key: &StoreKey,
+    expires: std::time::SystemTime,
+) -> Result<Resolution, GatewayError> {
     if req.resolve_as == ResolveAs::Retry {
         if req.status.is_some() || !req.headers.is_empty() || req.body.is_some() {
             return Err(bad("\"as\": \"retry\" takes no status, headers or body"));
@@ -280,6 +285,7 @@ fn resolution(req: ResolveRequest, store_key: &StoreKey) -> Result<Resolution, G
             status,
             headers,
             body: StoredBody::Stored(body),
+            expires: Some(expires),
         }
         .encode(store_key),
     ))
@@ -318,7 +324,12 @@ async fn resolve(
         ResolveAs::Retry => "retry",
         ResolveAs::Done => "done",
     };
-    let resolution = resolution(req, &store_key)?;
+    let expires = std::time::SystemTime::now() + route.window;
+    // Sealed like the winner's records, so it opens where they open.
+    let resolution = match resolution(req, &store_key, expires)? {
+        Resolution::Done(record) => Resolution::Done(gateway.keyring().seal(&store_key, record)),
+        retry => retry,
+    };
     let resolved = gateway
         .store()
         .resolve(&store_key, fence, resolution, route.window)

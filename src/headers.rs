@@ -17,3 +17,8 @@ pub static IDEMPOTENCY_FENCE: HeaderName = HeaderName::from_static("idempotency-
 /// on a route without scope), so an upstream that records keys keeps two tenants' `order-1`
 /// apart. Like the fence, a client never gets to send its own.
 pub static IDEMPOTENCY_SCOPE: HeaderName = HeaderName::from_static("idempotency-scope");
+
+/// `Idempotency-Expires: <HTTP-date>` on won and replayed answers: when the gateway forgets
+/// the key (completion plus the route's window). Not a standard header: it follows the
+/// open discussion of the IETF idempotency-key draft (its issues #35 and #49).
+pub static IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");

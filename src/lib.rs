@@ -24,6 +24,7 @@
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster); the
 //!   values a claim is made of ([`store::StoreKey`], [`store::Fence`], ...).
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
+//! - [`seal`]: encryption at rest of stored records, bound to their store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
@@ -54,6 +55,7 @@ pub mod problem;
 pub mod record;
 pub mod reload;
 pub mod route;
+pub mod seal;
 pub mod server;
 pub mod store;
 pub mod upstream;

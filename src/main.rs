@@ -165,6 +165,23 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
         c.server.upstream.base_path,
         c.store.backend.as_str(),
     )?;
+    // Keys by id only: `check` output never shows key material.
+    let ids: Vec<String> = c
+        .store
+        .encryption
+        .key_ids()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    match ids.split_first() {
+        Some((first, [])) => writeln!(out, "stored responses encrypted: key id {first}")?,
+        Some((first, rest)) => writeln!(
+            out,
+            "stored responses encrypted: key id {first}; also decrypting key ids {}",
+            rest.join(", ")
+        )?,
+        None => writeln!(out, "stored responses not encrypted")?,
+    }
     for w in &c.warnings {
         writeln!(out, "warning: {w}")?;
     }
@@ -195,7 +212,7 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
         };
         writeln!(
             out,
-            "route {}: {} {} key={} lease={} window={} on_conflict={}",
+            "route {}: {} {} key={} lease={} window={} on_conflict={}{}",
             r.name,
             methods.join(","),
             r.path.as_str(),
@@ -203,6 +220,11 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
             humantime::format_duration(r.lease),
             humantime::format_duration(r.window),
             conflict,
+            if r.store_body {
+                ""
+            } else {
+                " store_body=false"
+            },
         )?;
     }
     Ok(())

@@ -259,6 +259,7 @@ impl GatewayError {
             GatewayError::ReplayUnavailable { body, .. } => Some(
                 match body {
                     StoredBody::TooLarge => "the original response body was larger than this route stores; the request was executed once and will not be executed again",
+                    StoredBody::NotStored => "this route does not store responses; the request was executed once and will not be executed again",
                     _ => "the upstream's original response broke off; the request was executed once and will not be executed again",
                 }
                 .to_owned(),

@@ -2,9 +2,14 @@
 //! key it was stored under, in a compact length-prefixed binary form. Pure; unit-tested here.
 //!
 //! Layout (all integers big-endian):
-//! `"DGR1"` | key: u16 len + bytes | status: u16 | body state: u8 |
+//! `"DGR2"` | key: u16 len + bytes | expires: u64 Unix seconds (0: not known) |
+//! status: u16 | body state: u8 |
 //! header count: u16 | per header: u16 name len + name + u32 value len + value |
 //! body: u32 len + bytes (only when the body state is "stored").
+//!
+//! `"DGR1"` records (no expiry field), written before `Idempotency-Expires`, still decode.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -12,7 +17,9 @@ use http::{HeaderMap, StatusCode};
 
 use crate::store::StoreKey;
 
-const MAGIC: &[u8; 4] = b"DGR1";
+const MAGIC: &[u8; 4] = b"DGR2";
+/// The layout before the expiry field.
+const MAGIC_V1: &[u8; 4] = b"DGR1";
 
 /// What happened to the upstream's body when the record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +31,8 @@ pub enum StoredBody {
     /// The upstream answered but its body broke off or timed out: the effect happened,
     /// the response cannot be replayed.
     Incomplete,
+    /// The route keeps no bodies (`store_body = false`): only the outcome is stored.
+    NotStored,
 }
 
 /// An upstream response as stored for replay.
@@ -31,10 +40,13 @@ pub enum StoredBody {
 pub struct StoredResponse {
     /// Upstream status.
     pub status: StatusCode,
-    /// Upstream headers, minus hop-by-hop headers and `Set-Cookie`.
+    /// Upstream headers, minus hop-by-hop headers, `Set-Cookie` and the route's
+    /// `replay_drop_headers`.
     pub headers: HeaderMap,
     /// Upstream body.
     pub body: StoredBody,
+    /// When the store forgets the key (completion plus the window), to the second.
+    pub expires: Option<SystemTime>,
 }
 
 /// Why a stored record could not be used.
@@ -61,14 +73,21 @@ impl StoredResponse {
             .iter()
             .map(|(n, v)| 6 + n.as_str().len() + v.len())
             .sum();
-        let mut out = BytesMut::with_capacity(4 + 2 + key.len() + 5 + headers_len + 4 + body_len);
+        let mut out =
+            BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
         out.put_slice(MAGIC);
         put_u16_bytes(&mut out, key.as_bytes());
+        out.put_u64(
+            self.expires
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs()),
+        );
         out.put_u16(self.status.as_u16());
         out.put_u8(match self.body {
             StoredBody::Stored(_) => 0,
             StoredBody::TooLarge => 1,
             StoredBody::Incomplete => 2,
+            StoredBody::NotStored => 3,
         });
         let count = self.headers.len().min(u16::MAX as usize);
         out.put_u16(count as u16);
@@ -89,13 +108,26 @@ impl StoredResponse {
     pub fn decode(bytes: &Bytes, expected_key: &StoreKey) -> Result<Self, RecordError> {
         let expected_key = expected_key.as_str();
         let mut r = Reader { buf: bytes, pos: 0 };
-        if r.take(4)? != MAGIC {
-            return Err(RecordError::Corrupt("bad magic"));
-        }
+        let v2 = match r.take(4)? {
+            m if m == MAGIC => true,
+            m if m == MAGIC_V1 => false,
+            _ => return Err(RecordError::Corrupt("bad magic")),
+        };
         let key_len = r.u16()? as usize;
         if r.take(key_len)? != expected_key.as_bytes() {
             return Err(RecordError::WrongKey);
         }
+        let expires = match v2 {
+            true => match r.u64()? {
+                0 => None,
+                secs => Some(
+                    UNIX_EPOCH
+                        .checked_add(Duration::from_secs(secs))
+                        .ok_or(RecordError::Corrupt("bad expiry"))?,
+                ),
+            },
+            false => None,
+        };
         let status =
             StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
         let state = r.u8()?;
@@ -119,6 +151,7 @@ impl StoredResponse {
             }
             1 => StoredBody::TooLarge,
             2 => StoredBody::Incomplete,
+            3 => StoredBody::NotStored,
             _ => return Err(RecordError::Corrupt("bad body state")),
         };
         if r.pos != bytes.len() {
@@ -128,6 +161,7 @@ impl StoredResponse {
             status,
             headers,
             body,
+            expires,
         })
     }
 }
@@ -166,6 +200,11 @@ impl<'a> Reader<'a> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
+    fn u64(&mut self) -> Result<u64, RecordError> {
+        let mut b = [0; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(b))
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +220,7 @@ mod tests {
             status: StatusCode::CREATED,
             headers,
             body,
+            expires: Some(UNIX_EPOCH + Duration::from_secs(1_900_000_000)),
         }
     }
 
@@ -191,6 +231,7 @@ mod tests {
             StoredBody::Stored(Bytes::new()),
             StoredBody::TooLarge,
             StoredBody::Incomplete,
+            StoredBody::NotStored,
         ] {
             let r = sample(body);
             let enc = r.encode(&StoreKey::from_raw("dedupe:{x}:r:-:k"));
@@ -199,6 +240,21 @@ mod tests {
                 r
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_expiry_round_trips_and_version_1_records_still_decode() {
+        let mut r = sample(StoredBody::TooLarge);
+        r.expires = None;
+        let k = StoreKey::from_raw("k");
+        assert_eq!(StoredResponse::decode(&r.encode(&k), &k).unwrap(), r);
+        // A DGR1 record: the same layout without the expiry field.
+        let mut v1 = b"DGR1".to_vec();
+        v1.extend_from_slice(&[0, 1, b'k', 0, 201, 1, 0, 0]);
+        let decoded = StoredResponse::decode(&Bytes::from(v1), &k).unwrap();
+        assert_eq!(decoded.status, StatusCode::CREATED);
+        assert_eq!(decoded.body, StoredBody::TooLarge);
+        assert_eq!(decoded.expires, None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use http::header::HeaderName;
-use http::Method;
+use http::{HeaderMap, Method};
 use serde::Deserialize;
 
 use crate::key::{KeyRule, RequestPart};
@@ -171,6 +171,53 @@ impl PathPattern {
     }
 }
 
+/// A header never stored for replay: a name, or a prefix (`x-ratelimit-*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderPattern {
+    /// This header.
+    Name(HeaderName),
+    /// Every header whose name starts with this (lower-case) prefix.
+    Prefix(String),
+}
+
+impl HeaderPattern {
+    /// Parses `x-request-id` or `x-ratelimit-*`; a bare `*` is refused (it would drop
+    /// `Content-Type` and every other header a replay needs).
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        match pattern.strip_suffix('*') {
+            Some("") => Err("\"*\" alone would drop every header; name them, or a prefix like \"x-ratelimit-*\"".to_owned()),
+            Some(prefix) => HeaderName::from_bytes(prefix.as_bytes())
+                .map(|n| Self::Prefix(n.as_str().to_owned()))
+                .map_err(|_| format!("{pattern:?} is not a header name or a prefix ending in '*'")),
+            None => HeaderName::from_bytes(pattern.as_bytes())
+                .map(Self::Name)
+                .map_err(|_| format!("{pattern:?} is not a header name or a prefix ending in '*'")),
+        }
+    }
+
+    fn matches(&self, name: &HeaderName) -> bool {
+        match self {
+            Self::Name(n) => n == name,
+            Self::Prefix(p) => name.as_str().starts_with(p.as_str()),
+        }
+    }
+}
+
+/// Removes every header `patterns` name from `headers`.
+pub fn drop_headers(patterns: &[HeaderPattern], headers: &mut HeaderMap) {
+    if patterns.is_empty() {
+        return;
+    }
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| patterns.iter().any(|p| p.matches(n)))
+        .cloned()
+        .collect();
+    for name in doomed {
+        headers.remove(name);
+    }
+}
+
 /// One validated `[[routes]]` entry.
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -202,6 +249,13 @@ pub struct Route {
     pub on_unknown: OnUnknown,
     /// Which upstream statuses release the key, and which leave the outcome unknown.
     pub statuses: StatusPolicy,
+    /// Whether the upstream's body and headers are stored for replay; without them a
+    /// duplicate gets the original status and a `response-not-stored` problem.
+    pub store_body: bool,
+    /// Headers never stored for replay, beside the hop-by-hop ones and `Set-Cookie`.
+    pub replay_drop_headers: Vec<HeaderPattern>,
+    /// Whether won and replayed answers carry `Idempotency-Expires`.
+    pub advertise_expiry: bool,
 }
 
 /// The index of the first route (in file order) whose path matches, if its methods include
@@ -276,6 +330,32 @@ mod tests {
         assert_eq!(policy.classify(504), StatusMeaning::Unknown);
         assert_eq!(policy.classify(409), StatusMeaning::Final);
         assert_eq!(policy.classify(201), StatusMeaning::Final);
+    }
+
+    #[test]
+    fn header_patterns_drop_names_and_prefixes_only() {
+        let patterns: Vec<HeaderPattern> = ["X-Request-Id", "x-ratelimit-*"]
+            .iter()
+            .map(|p| HeaderPattern::new(p).unwrap())
+            .collect();
+        let mut h = HeaderMap::new();
+        for name in [
+            "x-request-id",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-request-idx",
+            "content-type",
+            "date",
+        ] {
+            h.insert(HeaderName::from_static(name), "1".parse().unwrap());
+        }
+        drop_headers(&patterns, &mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-type", "date", "x-request-idx"]);
+        assert!(HeaderPattern::new("*").is_err());
+        assert!(HeaderPattern::new("bad header").is_err());
+        assert!(HeaderPattern::new("x bad*").is_err());
     }
 
     #[test]

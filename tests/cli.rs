@@ -383,3 +383,54 @@ fn an_environment_error_names_the_variable() {
         assert!(!err.contains("gateway.toml"), "names the file: {err}");
     }
 }
+
+/// `check` reads every encryption key, names them by id only, and refuses bad material
+/// with exit 64 naming the entry, without ever printing a byte of it.
+#[test]
+fn check_validates_encryption_keys_without_showing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file_key = "c3".repeat(32);
+    let env_key = "d4".repeat(32);
+    let key_path = dir.path().join("k2");
+    std::fs::write(&key_path, &file_key).unwrap();
+    let text = format!(
+        "{BASE}[store]\nencryption_keys = [\"file:{}\", \"env:DEDUPE_TEST_KEY_1\"]\n",
+        key_path.display()
+    );
+    let config = write(&dir, &text);
+    let out = gateway()
+        .args(["check", "--config"])
+        .arg(&config)
+        .env("DEDUPE_TEST_KEY_1", &env_key)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("stored responses encrypted: key id "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("also decrypting key ids "), "{stdout}");
+    for shown in [&stdout, &stderr] {
+        assert!(
+            !shown.contains("c3c3") && !shown.contains("d4d4"),
+            "{shown}"
+        );
+    }
+
+    // A key that is not 32 bytes: exit 64, the entry named, the material not shown.
+    let out = gateway()
+        .args(["check", "--config"])
+        .arg(&config)
+        .env("DEDUPE_TEST_KEY_1", "d4d4d4d4d4d4d4d4")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("store.encryption_keys[1]"), "{stderr}");
+    assert!(stderr.contains("DEDUPE_TEST_KEY_1"), "{stderr}");
+    assert!(!stderr.contains("d4d4"), "{stderr}");
+}

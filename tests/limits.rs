@@ -67,6 +67,9 @@ async fn clients_that_stop_reading_a_passthrough_are_cut_after_write_timeout() {
         .await
         .expect("a new client was never served: stalled readers keep their slots");
     assert_eq!(later.status, 201);
+    // The ten were stalled at slightly different times; let every deadline pass before
+    // reading, since reading would restart a deadline that has not fired yet.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     for s in stalled {
         let got = drain(s).await;
         assert!(

@@ -77,6 +77,10 @@ pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
 pub const DEFAULT_KEY_REQUIRED: bool = true;
 /// `routes[].allow_extension_methods`.
 pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
+/// `routes[].store_body`.
+pub const DEFAULT_STORE_BODY: bool = true;
+/// `routes[].advertise_expiry`.
+pub const DEFAULT_ADVERTISE_EXPIRY: bool = true;
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
@@ -227,6 +231,8 @@ mod tests {
             "routes[].allow_extension_methods" => {
                 text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
             }
+            "routes[].store_body" => text.parse().ok() == Some(DEFAULT_STORE_BODY),
+            "routes[].advertise_expiry" => text.parse().ok() == Some(DEFAULT_ADVERTISE_EXPIRY),
             _ => return None,
         })
     }
@@ -303,7 +309,14 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 27, "every DEFAULT_* constant has its README row");
+        let constants = include_str!("defaults.rs")
+            .lines()
+            .filter(|l| l.starts_with("pub const DEFAULT_"))
+            .count();
+        assert_eq!(
+            defaults, constants,
+            "every DEFAULT_* constant has its README row"
+        );
         assert_eq!(bounds, 19, "every bounded field has its README bound");
     }
 }

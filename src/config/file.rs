@@ -91,6 +91,9 @@ pub struct FileStore {
     pub max_records: Option<usize>,
     /// Memory backend: most bytes of records held before new claims fail.
     pub max_bytes: Option<String>,
+    /// Keys that seal stored records (`file:PATH` or `env:NAME`): the first seals, every
+    /// one opens.
+    pub encryption_keys: Option<Vec<String>>,
 }
 
 /// `[defaults]` as written.
@@ -178,6 +181,14 @@ pub struct FileRoute {
     pub retry_statuses: Option<Vec<StatusSpec>>,
     /// Overrides `[defaults] unknown_statuses`.
     pub unknown_statuses: Option<Vec<StatusSpec>>,
+    /// Whether the upstream's body and headers are stored for replay (`false`: only the
+    /// outcome is).
+    pub store_body: Option<bool>,
+    /// Headers never stored for replay: names, or prefixes ending in `*`.
+    #[serde(default)]
+    pub replay_drop_headers: Vec<String>,
+    /// Whether won and replayed answers carry `Idempotency-Expires`.
+    pub advertise_expiry: Option<bool>,
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
     /// a method is refused as a likely typo.
     pub allow_extension_methods: Option<bool>,

@@ -7,7 +7,8 @@
 //! - [`defaults`]: every default, named;
 //! - `server`, `store`, `routes`: validation of each section; `parse`: value syntaxes.
 //!
-//! Nothing here does I/O except [`Config::load`], which reads the file.
+//! Nothing here does I/O except [`Config::load`], which reads the file, and the reading
+//! of the key files `store.encryption_keys` names.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -105,8 +106,8 @@ impl Config {
             source,
         })?;
         let mut file = FileConfig::parse(&text)?;
-        file.apply_env(env);
-        Self::from_file(file)
+        file.apply_env(&env);
+        Self::from_file_in(file, &env)
     }
 
     /// Parses and validates TOML text without environment overrides.
@@ -114,9 +115,18 @@ impl Config {
         Self::from_file(FileConfig::parse(text)?)
     }
 
-    /// Validates a parsed file.
+    /// Validates a parsed file. An `env:` encryption key finds no variable here: only
+    /// [`Config::load`] and [`Config::from_file_in`] see an environment.
     pub fn from_file(file: FileConfig) -> Result<Self, ConfigError> {
-        Self::validate(&file).map_err(|e| match e {
+        Self::from_file_in(file, &|_| None)
+    }
+
+    /// Validates a parsed file, reading `env:` encryption keys from `env`.
+    pub fn from_file_in(
+        file: FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        Self::validate(&file, env).map_err(|e| match e {
             ConfigError::Invalid { at, message } => match file.env_var_for(&at) {
                 Some(var) => ConfigError::Env { var, at, message },
                 None => ConfigError::Invalid { at, message },
@@ -125,9 +135,12 @@ impl Config {
         })
     }
 
-    fn validate(file: &FileConfig) -> Result<Self, ConfigError> {
+    fn validate(
+        file: &FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let server = server::validate(&file.server)?;
-        let store = store::validate(&file.store)?;
+        let store = store::validate(&file.store, env)?;
         let admin = file
             .admin
             .as_ref()

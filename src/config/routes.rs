@@ -6,16 +6,18 @@ use std::time::Duration;
 use http::Method;
 
 use super::defaults::{
-    DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
-    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN,
-    DEFAULT_RETRY_STATUSES, DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE,
-    MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_ADVERTISE_EXPIRY, DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT,
+    DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT,
+    DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY,
+    DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
 use super::file::{FileDefaults, FileRoute};
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
 use crate::key::{KeyRule, RequestPart};
-use crate::route::{OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy, StatusSpec};
+use crate::route::{
+    HeaderPattern, OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy, StatusSpec,
+};
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
 pub(super) struct Inherited {
@@ -195,6 +197,11 @@ pub(super) fn validate(
         Some(v) => window(&format!("{at}.window"), v)?,
         None => inherited.window,
     };
+    let replay_drop_headers = r
+        .replay_drop_headers
+        .iter()
+        .map(|p| HeaderPattern::new(p).map_err(|e| invalid(format!("{at}.replay_drop_headers"), e)))
+        .collect::<Result<Vec<_>, _>>()?;
     let max_cached_body = match &r.max_cached_body {
         Some(v) => max_cached_body(&format!("{at}.max_cached_body"), v)?,
         None => inherited.max_cached_body,
@@ -226,6 +233,9 @@ pub(super) fn validate(
                 .clone()
                 .unwrap_or_else(|| inherited.unknown_statuses.clone()),
         },
+        store_body: r.store_body.unwrap_or(DEFAULT_STORE_BODY),
+        replay_drop_headers,
+        advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
     })
 }
 

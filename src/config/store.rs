@@ -10,6 +10,7 @@ use super::defaults::{
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
+use crate::seal::{self, Keyring, KEY_LEN};
 
 /// The store backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -52,9 +53,14 @@ pub struct StoreConfig {
     pub max_records: usize,
     /// Memory backend: most bytes of records held (keys, responses, a fixed overhead each).
     pub max_bytes: u64,
+    /// The keys of `encryption_keys`, read and checked (empty: records in clear).
+    pub encryption: Keyring,
 }
 
-pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
+pub(super) fn validate(
+    s: &FileStore,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<StoreConfig, ConfigError> {
     let prefix = s.prefix.as_deref().unwrap_or(DEFAULT_PREFIX).to_owned();
     if prefix.is_empty()
         || !prefix
@@ -161,6 +167,7 @@ pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
         MIN_STORE_BYTES,
         MAX_STORE_BYTES,
     )?;
+    let encryption = keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
     Ok(StoreConfig {
         backend,
         prefix,
@@ -168,5 +175,51 @@ pub(super) fn validate(s: &FileStore) -> Result<StoreConfig, ConfigError> {
         timeout,
         max_records,
         max_bytes,
+        encryption,
     })
+}
+
+/// Reads and checks every `encryption_keys` entry. Errors name the entry and its source,
+/// never a byte of the material.
+fn keyring(
+    sources: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Keyring, ConfigError> {
+    let at = |i: usize| format!("store.encryption_keys[{i}]");
+    let mut keys: Vec<[u8; KEY_LEN]> = Vec::with_capacity(sources.len());
+    for (i, source) in sources.iter().enumerate() {
+        let (material, origin) = if let Some(path) = source.strip_prefix("file:") {
+            let bytes = std::fs::read(path).map_err(|e| {
+                invalid(
+                    at(i),
+                    format!("cannot read the key file {path:?}: {}", e.kind()),
+                )
+            })?;
+            (bytes, format!("the key file {path:?}"))
+        } else if let Some(name) = source.strip_prefix("env:") {
+            let value = env(name).ok_or_else(|| {
+                invalid(at(i), format!("the environment variable {name} is not set"))
+            })?;
+            // Raw bytes cannot travel in a variable: there, a key is 64 hex digits.
+            if value.len() == KEY_LEN {
+                return Err(invalid(
+                    at(i),
+                    format!("the environment variable {name} must hold 64 hex digits"),
+                ));
+            }
+            (
+                value.into_bytes(),
+                format!("the environment variable {name}"),
+            )
+        } else {
+            return Err(invalid(
+                at(i),
+                "must be \"file:/path/to/key\" or \"env:VARIABLE\"",
+            ));
+        };
+        let key =
+            seal::parse_key(&material).map_err(|e| invalid(at(i), format!("{origin} {e}")))?;
+        keys.push(key);
+    }
+    Keyring::new(&keys).map_err(|(i, e)| invalid(at(i), e.to_string()))
 }

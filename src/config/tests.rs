@@ -225,3 +225,81 @@ fn environment_overrides_apply_before_validation() {
     assert_eq!(c.admin.unwrap().listen.port(), 9901);
     assert_eq!(c.store.urls, vec!["redis://redis:6379".to_owned()]);
 }
+
+#[test]
+fn encryption_keys_are_read_checked_and_never_quoted() {
+    let dir = tempfile::tempdir().unwrap();
+    let hex_key = "ab".repeat(32);
+    let good = dir.path().join("good");
+    std::fs::write(&good, format!("{hex_key}\n")).unwrap();
+    let raw = dir.path().join("raw");
+    std::fs::write(&raw, [0x5a; 32]).unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "cd".repeat(20)).unwrap();
+    let keys = |list: &str| format!("[store]\nencryption_keys = {list}\n");
+    let env_key = "ef".repeat(32);
+    let load = |list: &str| {
+        let mut f = FileConfig::parse(&format!("{BASE}{}", keys(list))).unwrap();
+        let env = |k: &str| (k == "DEDUPE_KEY_1").then(|| env_key.clone());
+        f.apply_env(env);
+        Config::from_file_in(f, &env)
+    };
+
+    let c = load(&format!(
+        "[\"file:{}\", \"file:{}\", \"env:DEDUPE_KEY_1\"]",
+        good.display(),
+        raw.display()
+    ))
+    .unwrap();
+    assert_eq!(c.store.encryption.key_ids().len(), 3);
+    let shown = format!("{c:?}");
+    assert!(!shown.contains(&hex_key[..16]) && !shown.contains(&env_key[..16]));
+    assert!(!with("").unwrap().store.encryption.is_enabled());
+
+    let e = load(&format!("[\"file:{}\"]", short.display()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("store.encryption_keys[0]: the key file"),
+        "{e}"
+    );
+    assert!(e.contains("holds 40 bytes"), "{e}");
+    assert!(!e.contains("cdcd"), "{e}");
+    let e = load("[\"file:/nonexistent/key\"]").unwrap_err().to_string();
+    assert!(e.contains("cannot read the key file"), "{e}");
+    let e = load("[\"env:DEDUPE_KEY_2\"]").unwrap_err().to_string();
+    assert!(e.contains("DEDUPE_KEY_2 is not set"), "{e}");
+    let e = load("[\"/run/key\"]").unwrap_err().to_string();
+    assert!(e.contains("file:"), "{e}");
+    let e = load(&format!(
+        "[\"file:{}\", \"env:DEDUPE_KEY_1\", \"file:{}\"]",
+        good.display(),
+        good.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("store.encryption_keys[2]: is the same key"),
+        "{e}"
+    );
+}
+
+#[test]
+fn replay_settings_are_checked() {
+    let route = |extra: &str| {
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\n{extra}")
+    };
+    let c = with(&route("")).unwrap();
+    assert!(c.routes[0].store_body && c.routes[0].advertise_expiry);
+    assert!(c.routes[0].replay_drop_headers.is_empty());
+    let c = with(&route(
+        "store_body = false\nadvertise_expiry = false\nreplay_drop_headers = [\"X-Request-Id\", \"x-ratelimit-*\"]\n",
+    ))
+    .unwrap();
+    assert!(!c.routes[0].store_body && !c.routes[0].advertise_expiry);
+    assert_eq!(c.routes[0].replay_drop_headers.len(), 2);
+    let e = err(&route("replay_drop_headers = [\"*\"]\n"));
+    assert!(e.starts_with("routes[r].replay_drop_headers:"), "{e}");
+    let e = err(&route("replay_drop_headers = [\"bad header\"]\n"));
+    assert!(e.contains("not a header name"), "{e}");
+}

@@ -10,8 +10,16 @@
 //!            claim ──▶ Won(lease) ──▶ forward(Owned(fence)) ──▶ Final    ─▶ lease.complete
 //!              │         (renewed every lease/3 while it runs) ├─▶ NotExecuted ─▶ lease.release
 //!              │                                             └─▶ Unknown  ─▶ lease.keep
-//!              ├─▶ Replay / Conflict / Mismatch / Held  (answered from the store)
-//!              └─▶ store error ─▶ on_error: fail-closed 503, or forward(Unguarded)
+//!              ├─▶ Replay (opened with the keyring) / Conflict / Mismatch / Held
+//!              └─▶ store error, or a record no key opens ─▶ on_error: fail-closed 503,
+//!                  or forward(Unguarded)
+//! ```
+//!
+//! Records are sealed ([`crate::seal`]) on their way into the store and opened on their
+//! way out here, above the store contract, so every backend stores them alike and the
+//! HTTP edge only ever sees records in clear.
+//!
+//! ```text
 //! ```
 
 mod claim;
@@ -31,6 +39,7 @@ pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome};
 use crate::metrics::Metrics;
 use crate::route::{OnConflict, OnError, OnUnknown};
+use crate::seal::Keyring;
 use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
 
 /// What the protocol needs from the gateway around it.
@@ -43,6 +52,8 @@ pub struct Env<'a> {
     pub claimants: &'a Claimants,
     /// The gateway's request tasks: once closed (shutdown), duplicates stop waiting.
     pub tasks: &'a TaskTracker,
+    /// Seals records before they are stored and opens them when they are read.
+    pub keyring: &'a Keyring,
 }
 
 /// A route's dedupe settings, as the protocol uses them.
@@ -102,7 +113,7 @@ impl<R> Attempt<R> {
 pub enum Answer<R> {
     /// The forwarder's response (the winner's, or a failed-open request's).
     Forwarded(R),
-    /// The stored response, encoded, to replay.
+    /// The stored response, encoded (opened, in clear), to replay.
     Replay(Bytes),
     /// Another request holds the key: 409, or the wait ran out.
     Conflict {
@@ -163,9 +174,15 @@ where
     let claimed = claim::claim(env, key, request_hash, policy).await;
     let (fence, takeover) = match claimed {
         Ok(Claim::Won { fence, takeover }) => (fence, takeover),
-        Ok(Claim::Replay(record)) => {
-            return Settled::answered(Answer::Replay(record), Outcome::Replayed)
-        }
+        Ok(Claim::Replay(stored)) => match env.keyring.open(key, stored) {
+            Ok(record) => return Settled::answered(Answer::Replay(record), Outcome::Replayed),
+            // The request did execute once; but a record no key opens is as good as a
+            // store that cannot answer: never a replay of unverified bytes, never a claim.
+            Err(e) => {
+                let what = "stored record does not open";
+                return store_failed(what, &e, key, policy, forward).await;
+            }
+        },
         Ok(Claim::Conflict { retry_after }) => {
             return Settled::answered(Answer::Conflict { retry_after }, Outcome::Conflict)
         }
@@ -179,20 +196,7 @@ where
             settled.fence = Some(fence);
             return settled;
         }
-        Err(e) => {
-            return match policy.on_error {
-                OnError::FailClosed => {
-                    error!(error = %e, store_key = %key, "store claim failed; failing closed (503)");
-                    Settled::answered(Answer::StoreUnavailable, Outcome::StoreError)
-                }
-                OnError::FailOpen => {
-                    warn!(error = %e, store_key = %key,
-                        "store claim failed; failing open: forwarding without dedupe");
-                    let response = forward(Forward::Unguarded).await.into_response();
-                    Settled::answered(Answer::Forwarded(response), Outcome::FailOpen)
-                }
-            };
-        }
+        Err(e) => return store_failed("store claim failed", &e, key, policy, forward).await,
     };
     if let Some(old) = takeover {
         warn!(store_key = %key, old_fence = old.get(), new_fence = fence.get(),
@@ -202,7 +206,10 @@ where
     let _held = env.metrics.claim_held();
     let lease = Lease::new(env.store, env.metrics, key, fence, policy);
     let (finish, response) = match lease.renewing(forward(Forward::Owned(fence))).await {
-        Attempt::Final { record, response } => (lease.complete(record).await, response),
+        Attempt::Final { record, response } => (
+            lease.complete(env.keyring.seal(key, record)).await,
+            response,
+        ),
         Attempt::NotExecuted(response) => (lease.release().await, response),
         Attempt::Unknown(response) => (lease.keep(), response),
     };
@@ -215,5 +222,31 @@ where
         },
         finish: Some(finish),
         fence: Some(fence),
+    }
+}
+
+/// A store that failed, or a record no key opens: what the route's `on_error` says.
+async fn store_failed<R, F, Fut>(
+    what: &str,
+    e: &(dyn std::fmt::Display + Sync),
+    key: &StoreKey,
+    policy: &Policy,
+    forward: F,
+) -> Settled<R>
+where
+    F: FnOnce(Forward) -> Fut,
+    Fut: Future<Output = Attempt<R>>,
+{
+    match policy.on_error {
+        OnError::FailClosed => {
+            error!(error = %e, store_key = %key, "{what}; failing closed (503)");
+            Settled::answered(Answer::StoreUnavailable, Outcome::StoreError)
+        }
+        OnError::FailOpen => {
+            warn!(error = %e, store_key = %key,
+                "{what}; failing open: forwarding without dedupe");
+            let response = forward(Forward::Unguarded).await.into_response();
+            Settled::answered(Answer::Forwarded(response), Outcome::FailOpen)
+        }
     }
 }

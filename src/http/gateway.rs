@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::dedupe::Env;
 use crate::metrics::Metrics;
+use crate::seal::Keyring;
 use crate::store::{Claimants, Store};
 use crate::upstream::Upstream;
 
@@ -37,6 +38,8 @@ pub struct Gateway {
     // the rules under a request half-way.
     live: ArcSwap<Live>,
     pub(super) store: Store,
+    // Like the store, fixed at start: a reload that changes the keys waits for a restart.
+    keyring: Keyring,
     pub(super) metrics: Metrics,
     pub(super) tasks: TaskTracker,
     pub(super) claimants: Claimants,
@@ -50,9 +53,11 @@ impl Gateway {
     /// A gateway over a validated config and a store.
     pub fn new(config: Config, store: Store) -> Arc<Self> {
         let upstream = Upstream::new(&config.server);
+        let keyring = config.store.encryption.clone();
         Arc::new(Self {
             live: ArcSwap::from_pointee(Live { config, upstream }),
             store,
+            keyring,
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
             claimants: Claimants::new(),
@@ -80,6 +85,11 @@ impl Gateway {
         &self.store
     }
 
+    /// The keys that seal and open stored records.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -103,6 +113,7 @@ impl Gateway {
             metrics: &self.metrics,
             claimants: &self.claimants,
             tasks: &self.tasks,
+            keyring: &self.keyring,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -20,6 +20,8 @@ use crate::{Body, BoxError};
 pub(super) struct Forwarded {
     pub response: Result<Response<Body>, GatewayError>,
     pub upstream: Option<Duration>,
+    /// The expiry the winner's record carries, once stored: `Idempotency-Expires`.
+    pub expires: Option<SystemTime>,
 }
 
 impl Forwarded {
@@ -28,6 +30,7 @@ impl Forwarded {
         Self {
             response: Err(e),
             upstream: None,
+            expires: None,
         }
     }
 }
@@ -62,6 +65,7 @@ pub(super) async fn forward(
             Forwarded {
                 response: Ok(stream_response(resp)),
                 upstream: Some(took),
+                expires: None,
             }
         }
     }

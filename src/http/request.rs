@@ -18,7 +18,7 @@ use super::passthrough::{self, Forwarded};
 use super::winner::Winner;
 use super::{replay, ConnInfo, Gateway, Live};
 use crate::config::Config;
-use crate::dedupe::{self, Answer, Outcome, Policy};
+use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::problem::GatewayError;
 use crate::route::{self, Route};
@@ -173,6 +173,7 @@ impl Gateway {
         }
         let policy = policy(route);
         let route_name = route.name.clone();
+        let advertise_expiry = route.advertise_expiry;
         let winner = Winner {
             live: live.clone(),
             route: route_idx,
@@ -198,9 +199,22 @@ impl Gateway {
                     winner.execute(&gateway.metrics, &store_key, forward)
                 })
                 .await;
+                let stored = settled.finish == Some(Finish::Completed);
                 let (response, upstream) = match settled.answer {
-                    Answer::Forwarded(Forwarded { response, upstream }) => (response, upstream),
-                    Answer::Replay(record) => (replay::respond(&record, &store_key), None),
+                    Answer::Forwarded(Forwarded {
+                        mut response,
+                        upstream,
+                        expires,
+                    }) => {
+                        // Only a stored record has an expiry to advertise.
+                        if let (Ok(r), true) = (&mut response, stored && advertise_expiry) {
+                            replay::advertise(r.headers_mut(), expires);
+                        }
+                        (response, upstream)
+                    }
+                    Answer::Replay(record) => {
+                        (replay::respond(&record, &store_key, advertise_expiry), None)
+                    }
                     Answer::Conflict { retry_after } => {
                         (Err(GatewayError::Conflict { retry_after }), None)
                     }

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, SET_COOKIE};
@@ -20,7 +20,7 @@ use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
-use crate::route::{Route, StatusMeaning};
+use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::StoreKey;
 use crate::upstream::{strip_hop_by_hop, UpstreamError};
 use crate::{full, BoxError};
@@ -105,6 +105,7 @@ impl Winner {
         let forwarded = |response| Forwarded {
             response,
             upstream: Some(took),
+            expires: None,
         };
 
         match route.statuses.classify(resp.status().as_u16()) {
@@ -123,9 +124,32 @@ impl Winner {
 
         let (mut head, body) = resp.into_parts();
         strip_hop_by_hop(&mut head.headers);
+        // The store forgets the key a window after completion, which follows at once: to
+        // the second, this is when, and never later than the store does.
+        let expires = SystemTime::now() + route.window;
+        if !route.store_body {
+            // Only the outcome is kept: the body streams to this client alone.
+            let record = StoredResponse {
+                status: head.status,
+                headers: http::HeaderMap::new(),
+                body: StoredBody::NotStored,
+                expires: Some(expires),
+            }
+            .encode(store_key);
+            let body = body.map_err(BoxError::from).boxed();
+            return Attempt::Final {
+                record,
+                response: Forwarded {
+                    expires: Some(expires),
+                    ..forwarded(Ok(Response::from_parts(head, body)))
+                },
+            };
+        }
         let limit = route.max_cached_body;
+        // The replay policy applies before the store: dropped headers never reach it.
         let mut stored_headers = head.headers.clone();
         stored_headers.remove(SET_COOKIE);
+        routes::drop_headers(&route.replay_drop_headers, &mut stored_headers);
         let (stored_body, client_body) = match capture(body, limit, deadline).await {
             Captured::Whole(bytes) => (StoredBody::Stored(bytes.clone()), Some(full(bytes))),
             Captured::TooLarge(prefix, rest) => {
@@ -152,6 +176,7 @@ impl Winner {
             status: head.status,
             headers: stored_headers,
             body: stored_body,
+            expires: Some(expires),
         }
         .encode(store_key);
         let response = match client_body {
@@ -160,7 +185,10 @@ impl Winner {
         };
         Attempt::Final {
             record,
-            response: forwarded(response),
+            response: Forwarded {
+                expires: Some(expires),
+                ..forwarded(response)
+            },
         }
     }
 }

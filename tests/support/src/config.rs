@@ -216,6 +216,8 @@ pub struct StoreCfg {
     prefix: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_bytes: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    encryption_keys: Vec<String>,
 }
 
 impl StoreCfg {
@@ -227,6 +229,7 @@ impl StoreCfg {
             timeout: None,
             prefix: None,
             max_bytes: None,
+            encryption_keys: Vec::new(),
         }
     }
 
@@ -268,6 +271,12 @@ impl StoreCfg {
         self.prefix = Some(prefix.to_owned());
         self
     }
+
+    /// `store.encryption_keys` (`"file:PATH"` or `"env:NAME"`), the first encrypting.
+    pub fn encryption_keys(mut self, sources: &[String]) -> Self {
+        self.encryption_keys = sources.to_vec();
+        self
+    }
 }
 
 /// One `[[routes]]` entry; `methods = ["POST"]` unless set.
@@ -297,6 +306,12 @@ pub struct RouteCfg {
     retry_statuses: Option<Vec<Status>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unknown_statuses: Option<Vec<Status>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_body: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    replay_drop_headers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advertise_expiry: Option<bool>,
 }
 
 /// A status list entry: a number, or a class such as `"5xx"`.
@@ -343,6 +358,9 @@ impl RouteCfg {
             on_unknown: None,
             retry_statuses: None,
             unknown_statuses: None,
+            store_body: None,
+            replay_drop_headers: Vec::new(),
+            advertise_expiry: None,
         }
     }
 
@@ -431,6 +449,24 @@ impl RouteCfg {
     /// `on_error = "fail-open"`.
     pub fn fail_open(mut self) -> Self {
         self.on_error = Some("fail-open");
+        self
+    }
+
+    /// `store_body`.
+    pub fn store_body(mut self, store: bool) -> Self {
+        self.store_body = Some(store);
+        self
+    }
+
+    /// `replay_drop_headers`.
+    pub fn replay_drop_headers(mut self, patterns: &[&str]) -> Self {
+        self.replay_drop_headers = patterns.iter().map(|p| p.to_string()).collect();
+        self
+    }
+
+    /// `advertise_expiry`.
+    pub fn advertise_expiry(mut self, advertise: bool) -> Self {
+        self.advertise_expiry = Some(advertise);
         self
     }
 }

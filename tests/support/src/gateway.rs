@@ -56,9 +56,19 @@ impl TestGateway {
     /// Loads `config` through the real loader and serves it; the listen addresses in the
     /// file are replaced by loopback port 0.
     pub async fn start(config: &GatewayConfig) -> Self {
+        Self::serve(config, None).await
+    }
+
+    /// As `start`, on a store another gateway already uses (an embedded store shared
+    /// between two gateways, as two replicas share a Redis).
+    pub async fn start_on(config: &GatewayConfig, store: Store) -> Self {
+        Self::serve(config, Some(store)).await
+    }
+
+    async fn serve(config: &GatewayConfig, store: Option<Store>) -> Self {
         let text = config.to_toml();
         let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let store = Store::from_config(&config.store).unwrap();
+        let store = store.unwrap_or_else(|| Store::from_config(&config.store).unwrap());
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = match &config.admin {
             Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),

@@ -43,7 +43,8 @@ struct UpstreamState {
 
 /// A counting upstream. Every request it receives is one side effect. Test-only request
 /// headers steer it: `x-test-status` (answer status), `x-test-delay-ms` (answer late),
-/// `x-test-body-bytes` (answer a body of that size), `x-test-drop` (close without answering).
+/// `x-test-body-bytes` (answer a body of that size), `x-test-drop` (close without answering),
+/// `x-test-respond-header: name=value` (add that header to the answer; may repeat).
 #[derive(Clone)]
 pub struct Upstream {
     addr: SocketAddr,
@@ -132,6 +133,13 @@ async fn answer(
     let delay = header_num(&req, "x-test-delay-ms").unwrap_or(0);
     let body_bytes = header_num(&req, "x-test-body-bytes");
     let drop_it = req.headers().contains_key("x-test-drop");
+    let extra: Vec<(String, String)> = req
+        .headers()
+        .get_all("x-test-respond-header")
+        .iter()
+        .filter_map(|v| v.to_str().ok()?.split_once('='))
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect();
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
@@ -171,5 +179,11 @@ async fn answer(
         .insert("x-effect", n.to_string().parse().unwrap());
     resp.headers_mut()
         .insert("set-cookie", "session=first-client-only".parse().unwrap());
+    for (name, value) in extra {
+        resp.headers_mut().append(
+            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
     Ok(resp)
 }
