@@ -25,6 +25,7 @@
 //!   values a claim is made of ([`store::StoreKey`], [`store::Fence`], ...).
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
+//! - [`path`]: request path normalisation: what routes match and the upstream gets (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`headers`]: every header name the gateway reads or writes.
@@ -50,6 +51,7 @@ pub mod headers;
 pub mod http;
 pub mod key;
 pub mod metrics;
+pub mod path;
 pub mod problem;
 pub mod record;
 pub mod reload;

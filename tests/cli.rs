@@ -52,7 +52,7 @@ fn check_prints_the_routes_it_understood() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("route payments: POST,PATCH /v1/payments/* key=header idempotency-key (required) lease=30s window=1day"), "{text}");
+    assert!(text.contains("route payments: POST,PATCH /v1/payments/** key=header idempotency-key (required) lease=30s window=1day"), "{text}");
     assert!(text.contains("route shopify-orders:"), "{text}");
     assert!(text.contains("window=3days"), "{text}");
     assert!(
