@@ -162,7 +162,14 @@ impl KeyRule {
                 if values.next().is_some() {
                     return Err(invalid("must appear once"));
                 }
-                let bytes = value.as_bytes();
+                let unquoted;
+                let mut bytes = value.as_bytes();
+                if bytes.first() == Some(&b'"') {
+                    unquoted = sf_string(bytes).ok_or_else(|| {
+                        invalid("is not a valid Structured Field string (RFC 8941 §3.3.3)")
+                    })?;
+                    bytes = &unquoted;
+                }
                 if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
                     return Err(invalid("must be 1 to 255 characters long"));
                 }
@@ -180,6 +187,29 @@ impl KeyRule {
             }
         }
     }
+}
+
+/// The content of an RFC 8941 sf-string (`"..."` with `\"` and `\\` escapes), or `None`
+/// when it is malformed. The IETF Idempotency-Key draft makes the header an sf-string,
+/// while most clients send the bare key: both spell the same key. Parameters after the
+/// string are refused rather than ignored, so no two spellings differ only in what the
+/// gateway dropped.
+fn sf_string(value: &[u8]) -> Option<Vec<u8>> {
+    let inner = value.strip_prefix(b"\"")?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(e),
+                _ => return None,
+            },
+            b'"' => return bytes.next().is_none().then_some(out),
+            0x20..=0x7e => out.push(b),
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Hash of the scope parts that namespaces a key (tenant isolation): 32 hex characters,
@@ -365,6 +395,41 @@ mod tests {
             .header("Idempotency-Key", "a")
             .header("Idempotency-Key", "b");
         assert!(header_rule(true).derive(&twice.view()).is_err());
+    }
+
+    #[test]
+    fn sf_string_and_bare_keys_are_the_same_key() {
+        let key =
+            |v: &str| header_rule(true).derive(&Req::new("").header("Idempotency-Key", v).view());
+        assert_eq!(key("8e03978e").unwrap(), key("\"8e03978e\"").unwrap());
+        assert_eq!(key("\"8e03978e\"").unwrap().as_deref(), Some("8e03978e"));
+        assert_eq!(key(r#""a\"b\\c""#).unwrap().as_deref(), Some(r#"a"b\c"#));
+        assert_eq!(
+            key(r#"a"b"#).unwrap().as_deref(),
+            Some(r#"a"b"#),
+            "bare keys keep quotes inside"
+        );
+        for bad in [
+            "\"unterminated",
+            "\"",
+            "\"\"",
+            "\"a\"b",
+            "\"a\";p=1",
+            r#""a\x""#,
+            r#""a\""#,
+            "\"has space\"",
+        ] {
+            assert!(
+                matches!(key(bad), Err(KeyError::Invalid { .. })),
+                "{bad:?} -> {:?}",
+                key(bad)
+            );
+        }
+        let long = format!("\"{}\"", "x".repeat(255));
+        assert!(
+            key(&long).is_ok(),
+            "the quotes do not count toward the length"
+        );
     }
 
     #[test]

@@ -151,3 +151,35 @@ async fn paths_that_cannot_be_normalised_safely_are_400() {
     }
     assert_eq!(up.effects(), 0, "nothing unsafe reaches the upstream");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sf_string_and_bare_keys_replay_each_other() {
+    let (up, gw, http) = start().await;
+    let url = gw.url("/v1/payments");
+    let first = http
+        .post(&url, &[("Idempotency-Key", "\"8e03978e\""), AUTH], "{}")
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let bare = http
+        .post(&url, &[("Idempotency-Key", "8e03978e"), AUTH], "{}")
+        .await;
+    assert!(bare.replayed());
+    assert_eq!(bare.body, first.body);
+    assert_eq!(up.effects(), 1);
+    assert_eq!(
+        up.seen()[0].headers["idempotency-key"],
+        "8e03978e",
+        "the upstream gets the key itself"
+    );
+    for bad in ["\"8e03978e", "\"8e03978e\";x=1", "\"a\\qb\""] {
+        let r = http
+            .post(&url, &[("Idempotency-Key", bad), AUTH], "{}")
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(
+            r.problem_type(),
+            "urn:dedupe-gateway:problem:idempotency-key-invalid"
+        );
+    }
+    assert_eq!(up.effects(), 1);
+}
