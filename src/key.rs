@@ -222,9 +222,39 @@ pub fn scope_hash(parts: &[RequestPart], req: &RequestView<'_>) -> Result<String
     Ok(hex::encode(&digest[..16]))
 }
 
-/// SHA-256 over method, path, query, body and the route's `hash_headers`: what makes
-/// "the same request". Same key with a different hash is a 422.
-pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> RequestHash {
+/// What must be equal for a repeat of a key to be a replay rather than a 422.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchRule {
+    /// The whole request: method, path, query, raw body (and `hash_headers`).
+    Request,
+    /// Only these parts (and `hash_headers`); empty: the key alone. JSON parts are compared
+    /// canonically, so key order and whitespace never matter.
+    Parts(Vec<RequestPart>),
+}
+
+/// The request hash under a route's [`MatchRule`]: what makes "the same request". Same key
+/// with a different hash is a 422. Fails only on a `json:` part the body lacks.
+pub fn request_hash(
+    req: &RequestView<'_>,
+    rule: &MatchRule,
+    hash_headers: &[HeaderName],
+) -> Result<RequestHash, KeyError> {
+    match rule {
+        MatchRule::Request => Ok(whole_request_hash(req, hash_headers)),
+        MatchRule::Parts(parts) => {
+            let parts: Vec<RequestPart> = parts
+                .iter()
+                .cloned()
+                .chain(hash_headers.iter().cloned().map(RequestPart::Header))
+                .collect();
+            let digest = digest_parts(b"dedupe-gateway/match/v1", &parts, req)?;
+            Ok(RequestHash::new(digest))
+        }
+    }
+}
+
+/// SHA-256 over method, path, query, body and `hash_headers`.
+fn whole_request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> RequestHash {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/request/v1");
     field(&mut h, Some(req.method.as_str().as_bytes()));
@@ -492,6 +522,9 @@ mod tests {
 
     #[test]
     fn request_hash_covers_method_path_query_body_and_listed_headers() {
+        let request_hash = |v: &RequestView<'_>, h: &[HeaderName]| {
+            super::request_hash(v, &MatchRule::Request, h).unwrap()
+        };
         let base = Req::new("{}");
         let h = request_hash(&base.view(), &[]);
         let mut q = Req::new("{}");
@@ -514,6 +547,59 @@ mod tests {
         assert_ne!(
             request_hash(&with.view(), std::slice::from_ref(&name)),
             request_hash(&base.view(), &[name])
+        );
+    }
+
+    #[test]
+    fn matching_named_parts_ignores_everything_else_and_key_order() {
+        let rule = MatchRule::Parts(vec![
+            RequestPart::parse("json:/id").unwrap(),
+            RequestPart::parse("json:/data").unwrap(),
+        ]);
+        let h = |body: &str| request_hash(&Req::new(body).view(), &rule, &[]);
+        let first = h(r#"{"id":"evt_1","data":{"a":1,"b":2},"attempt":1}"#).unwrap();
+        assert_eq!(
+            first,
+            h(r#"{"attempt":2, "data":{"b":2,"a":1}, "id":"evt_1"}"#).unwrap()
+        );
+        assert_ne!(first, h(r#"{"id":"evt_1","data":{"a":1,"b":3}}"#).unwrap());
+        assert_eq!(
+            h(r#"{"id":"evt_1"}"#).unwrap_err(),
+            KeyError::MissingPart("json:/data".into())
+        );
+        // The key alone: every repeat is a replay.
+        let key_only = MatchRule::Parts(vec![]);
+        let a = request_hash(&Req::new("a").view(), &key_only, &[]).unwrap();
+        assert_eq!(
+            a,
+            request_hash(&Req::new("b").view(), &key_only, &[]).unwrap()
+        );
+        // hash_headers still count.
+        let x = HeaderName::from_static("x-amount");
+        let with = |v| {
+            request_hash(
+                &Req::new("").header("X-Amount", v).view(),
+                &key_only,
+                std::slice::from_ref(&x),
+            )
+            .unwrap()
+        };
+        assert_ne!(with("1"), with("2"));
+        // Never equal to the whole-request hash of the same request.
+        let r = Req::new("{}");
+        assert_ne!(
+            request_hash(&r.view(), &MatchRule::Request, &[]).unwrap(),
+            request_hash(
+                &r.view(),
+                &MatchRule::Parts(vec![
+                    RequestPart::Method,
+                    RequestPart::Path,
+                    RequestPart::Query,
+                    RequestPart::Body
+                ]),
+                &[]
+            )
+            .unwrap()
         );
     }
 

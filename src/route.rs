@@ -9,7 +9,7 @@ use http::header::HeaderName;
 use http::Method;
 use serde::Deserialize;
 
-use crate::key::{KeyRule, RequestPart};
+use crate::key::{KeyRule, MatchRule, RequestPart};
 
 /// What a deduped request does when the store fails or times out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -33,6 +33,16 @@ pub enum OnConflict {
     /// Hold the duplicate (up to `conflict_wait`) until the first request finishes, then
     /// answer it with the stored response; 409 if the wait runs out.
     Wait,
+}
+
+/// `match = "request" | "key"` as written; a list of parts is the third form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", expecting = "\"request\" or \"key\"")]
+pub enum MatchMode {
+    /// The whole request must match.
+    Request,
+    /// The key's own parts: the fingerprint's parts, or a header key alone.
+    Key,
 }
 
 /// A path pattern, matched against the normalised path ([`crate::path::normalise`]):
@@ -152,6 +162,8 @@ pub struct Route {
     pub key: KeyRule,
     /// Request parts whose hash namespaces the key (tenant isolation).
     pub scope: Vec<RequestPart>,
+    /// What must be equal for a repeat to be a replay rather than a 422.
+    pub must_match: MatchRule,
     /// Extra headers folded into the request hash.
     pub hash_headers: Vec<HeaderName>,
     /// How long an in-flight claim is honoured.

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::store::Backend;
-use crate::route::{OnConflict, OnError};
+use crate::route::{MatchMode, OnConflict, OnError};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -56,6 +56,12 @@ pub const DEFAULT_MAX_CACHED_BODY: u64 = MIB;
 
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
+/// `routes[].match` on a route keyed by a header: the whole request, as the IETF draft
+/// and Stripe do (a client reusing a key for a different request is told so).
+pub const DEFAULT_MATCH_HEADER: MatchMode = MatchMode::Request;
+/// `routes[].match` on a fingerprint route: the fingerprint's own parts, so a redelivery is
+/// a replay whatever else in it changed.
+pub const DEFAULT_MATCH_FINGERPRINT: MatchMode = MatchMode::Key;
 /// `routes[].allow_extension_methods`.
 pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
 
@@ -181,6 +187,13 @@ mod tests {
             "defaults.conflict_wait" => d(DEFAULT_CONFLICT_WAIT),
             "defaults.max_cached_body" => s(DEFAULT_MAX_CACHED_BODY),
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
+            "routes[].match" => match text.split_once(" / ") {
+                Some((header, fingerprint)) => {
+                    enum_value::<MatchMode>(header) == DEFAULT_MATCH_HEADER
+                        && enum_value::<MatchMode>(fingerprint) == DEFAULT_MATCH_FINGERPRINT
+                }
+                None => false,
+            },
             "routes[].allow_extension_methods" => {
                 text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
             }
@@ -257,7 +270,7 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(defaults, 21, "every DEFAULT_* constant has its README row");
+        assert_eq!(defaults, 22, "every DEFAULT_* constant has its README row");
         assert_eq!(bounds, 16, "every bounded field has its README bound");
     }
 }

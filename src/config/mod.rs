@@ -24,7 +24,9 @@ mod store;
 mod tests;
 
 pub use crate::route::{OnConflict, OnError};
-pub use file::{FileAdmin, FileConfig, FileDefaults, FileKey, FileRoute, FileServer, FileStore};
+pub use file::{
+    FileAdmin, FileConfig, FileDefaults, FileKey, FileMatch, FileRoute, FileServer, FileStore,
+};
 pub use server::{ServerConfig, UpstreamTarget};
 pub use store::{Backend, StoreConfig};
 

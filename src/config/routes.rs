@@ -7,15 +7,15 @@ use http::Method;
 
 use super::defaults::{
     DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
-    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT,
-    MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER, DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT,
+    DEFAULT_ON_ERROR, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
-use super::file::{FileDefaults, FileRoute};
+use super::file::{FileDefaults, FileMatch, FileRoute};
 use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
-use crate::key::{KeyRule, RequestPart};
-use crate::route::{OnConflict, OnError, PathPattern, Route};
+use crate::key::{KeyRule, MatchRule, RequestPart};
+use crate::route::{MatchMode, OnConflict, OnError, PathPattern, Route};
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
 pub(super) struct Inherited {
@@ -168,6 +168,25 @@ pub(super) fn validate(
             ))
         }
     };
+    let must_match = {
+        let default = match key {
+            KeyRule::Header { .. } => DEFAULT_MATCH_HEADER,
+            KeyRule::Fingerprint(_) => DEFAULT_MATCH_FINGERPRINT,
+        };
+        match &r.must_match {
+            None => match_rule(default, &key),
+            Some(FileMatch::Mode(mode)) => match_rule(*mode, &key),
+            Some(FileMatch::Parts(parts)) if parts.is_empty() => {
+                return Err(invalid(
+                    format!("{at}.match"),
+                    "must list at least one request part (or say \"key\" for the key alone)",
+                ))
+            }
+            Some(FileMatch::Parts(parts)) => {
+                MatchRule::Parts(parse_parts(&format!("{at}.match"), parts)?)
+            }
+        }
+    };
     let scope = parse_parts(&format!("{at}.scope"), &r.scope)?;
     let hash_headers = r
         .hash_headers
@@ -193,6 +212,7 @@ pub(super) fn validate(
         path,
         key,
         scope,
+        must_match,
         hash_headers,
         lease,
         window,
@@ -204,6 +224,14 @@ pub(super) fn validate(
         },
         on_error: r.on_error.unwrap_or(inherited.on_error),
     })
+}
+
+fn match_rule(mode: MatchMode, key: &KeyRule) -> MatchRule {
+    match (mode, key) {
+        (MatchMode::Request, _) => MatchRule::Request,
+        (MatchMode::Key, KeyRule::Fingerprint(parts)) => MatchRule::Parts(parts.clone()),
+        (MatchMode::Key, KeyRule::Header { .. }) => MatchRule::Parts(Vec::new()),
+    }
 }
 
 fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigError> {

@@ -164,7 +164,10 @@ impl Gateway {
             Ok(scope) => scope,
             Err(e) => return key_error(e),
         };
-        let request_hash = key::request_hash(&view, &route.hash_headers);
+        let request_hash = match key::request_hash(&view, &route.must_match, &route.hash_headers) {
+            Ok(hash) => hash,
+            Err(e) => return key_error(e),
+        };
         let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
         // Requests whose clients left keep running (their claims must settle), but only so
         // many: past `max_connections` of them, no new claim is made.

@@ -258,6 +258,10 @@ pub struct RouteCfg {
     max_cached_body: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_error: Option<&'static str>,
+    #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
+    must_match: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preset: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -284,6 +288,8 @@ impl RouteCfg {
             conflict_wait: None,
             max_cached_body: None,
             on_error: None,
+            must_match: None,
+            preset: None,
         }
     }
 
@@ -348,6 +354,29 @@ impl RouteCfg {
     /// `max_cached_body`.
     pub fn max_cached_body(mut self, size: &str) -> Self {
         self.max_cached_body = Some(size.to_owned());
+        self
+    }
+
+    /// `match = "request"` or `match = "key"`.
+    pub fn match_mode(mut self, mode: &str) -> Self {
+        self.must_match = Some(toml::Value::String(mode.to_owned()));
+        self
+    }
+
+    /// `match = [parts]`.
+    pub fn match_parts(mut self, parts: &[&str]) -> Self {
+        self.must_match = Some(toml::Value::Array(
+            parts
+                .iter()
+                .map(|p| toml::Value::String(p.to_string()))
+                .collect(),
+        ));
+        self
+    }
+
+    /// `preset = "..."`.
+    pub fn preset(mut self, preset: &str) -> Self {
+        self.preset = Some(preset.to_owned());
         self
     }
 
