@@ -32,6 +32,7 @@
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
 //! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
+//! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
 //! - [`upstream`]: the pooled upstream client and the proxy hop's header rules.
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
@@ -46,6 +47,7 @@
 pub mod admin;
 pub mod config;
 pub mod dedupe;
+pub mod explain;
 pub mod framing;
 pub mod headers;
 pub mod http;

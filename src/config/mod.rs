@@ -165,7 +165,8 @@ impl Config {
             }
             routes.push(route);
         }
-        let warnings = routes::lease_warnings(&server, &store, &routes);
+        let mut warnings = routes::lease_warnings(&server, &store, &routes);
+        warnings.extend(routes::lints(&server, &routes));
         Ok(Config {
             server,
             store,

@@ -264,3 +264,100 @@ pub(super) fn lease_warnings(
         })
         .collect()
 }
+
+/// Valid settings that quietly weaken dedupe: `check` prints them, `check --strict` fails
+/// on them, `run` logs them.
+pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
+    let mut out = Vec::new();
+    if server.max_body == 0 {
+        out.push(
+            "server.max_body: 0 refuses every deduped request that has a body (413)".to_owned(),
+        );
+    }
+    for (j, later) in routes.iter().enumerate() {
+        if let Some(earlier) = routes[..j].iter().find(|e| e.path.covers(&later.path)) {
+            out.push(format!(
+                "routes[{}] can never match: routes[{}] comes first and its path {:?} covers {:?} \
+                 (the first route whose path matches decides, whatever its methods)",
+                later.name,
+                earlier.name,
+                earlier.path.as_str(),
+                later.path.as_str(),
+            ));
+        }
+    }
+    for r in routes {
+        let name = &r.name;
+        for m in &r.methods {
+            if matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE") {
+                out.push(format!(
+                    "routes[{name}].methods: {m} is safe (RFC 9110): deduping it answers reads \
+                     from the store for the whole window"
+                ));
+            }
+        }
+        let fingerprint = match &r.key {
+            KeyRule::Header { .. } => {
+                if r.scope.is_empty() {
+                    out.push(format!(
+                        "routes[{name}].scope: a header key without scope is shared by every caller, \
+                         so one client's key replays another's response; name what identifies a \
+                         caller (scope = [\"header:Authorization\"])"
+                    ));
+                }
+                None
+            }
+            KeyRule::Fingerprint(parts) => Some(parts),
+        };
+        let listed = [
+            (
+                "key.fingerprint",
+                fingerprint.map(Vec::as_slice).unwrap_or_default(),
+            ),
+            ("scope", r.scope.as_slice()),
+            (
+                "match",
+                match &r.must_match {
+                    // The fingerprint's own parts were checked above.
+                    MatchRule::Parts(p) if Some(p) != fingerprint => p.as_slice(),
+                    _ => &[],
+                },
+            ),
+        ];
+        for (field, parts) in listed {
+            for part in parts {
+                if let Some(why) = changes_per_delivery(part, fingerprint.is_some()) {
+                    out.push(format!(
+                        "routes[{name}].{field}: {part} {why}, so a redelivery is not recognised"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Why a request part differs between deliveries of the same event, if it does.
+fn changes_per_delivery(part: &RequestPart, webhook: bool) -> Option<&'static str> {
+    match part {
+        RequestPart::Body if webhook => Some(
+            "is the raw body, which a sender may re-serialise or stamp with an attempt number; \
+             prefer json: pointers to the event's own fields",
+        ),
+        RequestPart::Header(h) => {
+            let h = h.as_str();
+            let exact = [
+                "date",
+                "traceparent",
+                "tracestate",
+                "stripe-signature",
+                "webhook-signature",
+                "x-shopify-triggered-at",
+            ];
+            let parts = ["request-id", "correlation-id", "trace-id", "timestamp"];
+            (exact.contains(&h) || parts.iter().any(|p| h.contains(p)))
+                .then_some("is a per-request id, timestamp or timestamped signature")
+        }
+        _ => None,
+    }
+}

@@ -163,7 +163,7 @@ fn server_settings_are_checked() {
 #[test]
 fn a_lease_shorter_than_the_upstream_timeout_is_warned_about() {
     let route = |lease: &str| {
-        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nlease = \"{lease}\"\n")
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nscope = [\"header:Authorization\"]\nlease = \"{lease}\"\n")
     };
     let c = with(&route("30s")).unwrap();
     assert_eq!(c.warnings.len(), 1);

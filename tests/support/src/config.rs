@@ -260,8 +260,6 @@ pub struct RouteCfg {
     on_error: Option<&'static str>,
     #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
     must_match: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    preset: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -289,7 +287,6 @@ impl RouteCfg {
             max_cached_body: None,
             on_error: None,
             must_match: None,
-            preset: None,
         }
     }
 
@@ -371,12 +368,6 @@ impl RouteCfg {
                 .map(|p| toml::Value::String(p.to_string()))
                 .collect(),
         ));
-        self
-    }
-
-    /// `preset = "..."`.
-    pub fn preset(mut self, preset: &str) -> Self {
-        self.preset = Some(preset.to_owned());
         self
     }
 
