@@ -167,7 +167,14 @@ impl KeyRule {
                 if values.next().is_some() {
                     return Err(invalid("must appear once"));
                 }
-                let bytes = value.as_bytes();
+                let unquoted;
+                let mut bytes = value.as_bytes();
+                if bytes.first() == Some(&b'"') {
+                    unquoted = sf_string(bytes).ok_or_else(|| {
+                        invalid("is not a valid Structured Field string (RFC 8941 §3.3.3)")
+                    })?;
+                    bytes = &unquoted;
+                }
                 if bytes.is_empty() || bytes.len() > MAX_KEY_LEN {
                     return Err(invalid("must be 1 to 255 characters long"));
                 }
@@ -187,6 +194,29 @@ impl KeyRule {
     }
 }
 
+/// The content of an RFC 8941 sf-string (`"..."` with `\"` and `\\` escapes), or `None`
+/// when it is malformed. The IETF Idempotency-Key draft makes the header an sf-string,
+/// while most clients send the bare key: both spell the same key. Parameters after the
+/// string are refused rather than ignored, so no two spellings differ only in what the
+/// gateway dropped.
+fn sf_string(value: &[u8]) -> Option<Vec<u8>> {
+    let inner = value.strip_prefix(b"\"")?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(e),
+                _ => return None,
+            },
+            b'"' => return bytes.next().is_none().then_some(out),
+            0x20..=0x7e => out.push(b),
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// Hash of the scope parts that namespaces a key (tenant isolation): 32 hex characters,
 /// or `-` for a route without scope.
 pub fn scope_hash(parts: &[RequestPart], req: &RequestView<'_>) -> Result<String, KeyError> {
@@ -197,9 +227,39 @@ pub fn scope_hash(parts: &[RequestPart], req: &RequestView<'_>) -> Result<String
     Ok(hex::encode(&digest[..16]))
 }
 
-/// SHA-256 over method, path, query, body and the route's `hash_headers`: what makes
-/// "the same request". Same key with a different hash is a 422.
-pub fn request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> RequestHash {
+/// What must be equal for a repeat of a key to be a replay rather than a 422.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchRule {
+    /// The whole request: method, path, query, raw body (and `hash_headers`).
+    Request,
+    /// Only these parts (and `hash_headers`); empty: the key alone. JSON parts are compared
+    /// canonically, so key order and whitespace never matter.
+    Parts(Vec<RequestPart>),
+}
+
+/// The request hash under a route's [`MatchRule`]: what makes "the same request". Same key
+/// with a different hash is a 422. Fails only on a `json:` part the body lacks.
+pub fn request_hash(
+    req: &RequestView<'_>,
+    rule: &MatchRule,
+    hash_headers: &[HeaderName],
+) -> Result<RequestHash, KeyError> {
+    match rule {
+        MatchRule::Request => Ok(whole_request_hash(req, hash_headers)),
+        MatchRule::Parts(parts) => {
+            let parts: Vec<RequestPart> = parts
+                .iter()
+                .cloned()
+                .chain(hash_headers.iter().cloned().map(RequestPart::Header))
+                .collect();
+            let digest = digest_parts(b"dedupe-gateway/match/v1", &parts, req)?;
+            Ok(RequestHash::new(digest))
+        }
+    }
+}
+
+/// SHA-256 over method, path, query, body and `hash_headers`.
+fn whole_request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> RequestHash {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/request/v1");
     field(&mut h, Some(req.method.as_str().as_bytes()));
@@ -375,6 +435,41 @@ mod tests {
     }
 
     #[test]
+    fn sf_string_and_bare_keys_are_the_same_key() {
+        let key =
+            |v: &str| header_rule(true).derive(&Req::new("").header("Idempotency-Key", v).view());
+        assert_eq!(key("8e03978e").unwrap(), key("\"8e03978e\"").unwrap());
+        assert_eq!(key("\"8e03978e\"").unwrap().as_deref(), Some("8e03978e"));
+        assert_eq!(key(r#""a\"b\\c""#).unwrap().as_deref(), Some(r#"a"b\c"#));
+        assert_eq!(
+            key(r#"a"b"#).unwrap().as_deref(),
+            Some(r#"a"b"#),
+            "bare keys keep quotes inside"
+        );
+        for bad in [
+            "\"unterminated",
+            "\"",
+            "\"\"",
+            "\"a\"b",
+            "\"a\";p=1",
+            r#""a\x""#,
+            r#""a\""#,
+            "\"has space\"",
+        ] {
+            assert!(
+                matches!(key(bad), Err(KeyError::Invalid { .. })),
+                "{bad:?} -> {:?}",
+                key(bad)
+            );
+        }
+        let long = format!("\"{}\"", "x".repeat(255));
+        assert!(
+            key(&long).is_ok(),
+            "the quotes do not count toward the length"
+        );
+    }
+
+    #[test]
     fn fingerprint_is_stable_and_ignores_unlisted_fields() {
         let rule = fp(&[
             "method",
@@ -464,6 +559,9 @@ mod tests {
 
     #[test]
     fn request_hash_covers_method_path_query_body_and_listed_headers() {
+        let request_hash = |v: &RequestView<'_>, h: &[HeaderName]| {
+            super::request_hash(v, &MatchRule::Request, h).unwrap()
+        };
         let base = Req::new("{}");
         let h = request_hash(&base.view(), &[]);
         let mut q = Req::new("{}");
@@ -486,6 +584,59 @@ mod tests {
         assert_ne!(
             request_hash(&with.view(), std::slice::from_ref(&name)),
             request_hash(&base.view(), &[name])
+        );
+    }
+
+    #[test]
+    fn matching_named_parts_ignores_everything_else_and_key_order() {
+        let rule = MatchRule::Parts(vec![
+            RequestPart::parse("json:/id").unwrap(),
+            RequestPart::parse("json:/data").unwrap(),
+        ]);
+        let h = |body: &str| request_hash(&Req::new(body).view(), &rule, &[]);
+        let first = h(r#"{"id":"evt_1","data":{"a":1,"b":2},"attempt":1}"#).unwrap();
+        assert_eq!(
+            first,
+            h(r#"{"attempt":2, "data":{"b":2,"a":1}, "id":"evt_1"}"#).unwrap()
+        );
+        assert_ne!(first, h(r#"{"id":"evt_1","data":{"a":1,"b":3}}"#).unwrap());
+        assert_eq!(
+            h(r#"{"id":"evt_1"}"#).unwrap_err(),
+            KeyError::MissingPart("json:/data".into())
+        );
+        // The key alone: every repeat is a replay.
+        let key_only = MatchRule::Parts(vec![]);
+        let a = request_hash(&Req::new("a").view(), &key_only, &[]).unwrap();
+        assert_eq!(
+            a,
+            request_hash(&Req::new("b").view(), &key_only, &[]).unwrap()
+        );
+        // hash_headers still count.
+        let x = HeaderName::from_static("x-amount");
+        let with = |v| {
+            request_hash(
+                &Req::new("").header("X-Amount", v).view(),
+                &key_only,
+                std::slice::from_ref(&x),
+            )
+            .unwrap()
+        };
+        assert_ne!(with("1"), with("2"));
+        // Never equal to the whole-request hash of the same request.
+        let r = Req::new("{}");
+        assert_ne!(
+            request_hash(&r.view(), &MatchRule::Request, &[]).unwrap(),
+            request_hash(
+                &r.view(),
+                &MatchRule::Parts(vec![
+                    RequestPart::Method,
+                    RequestPart::Path,
+                    RequestPart::Query,
+                    RequestPart::Body
+                ]),
+                &[]
+            )
+            .unwrap()
         );
     }
 

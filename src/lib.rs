@@ -26,12 +26,14 @@
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
 //! - [`seal`]: encryption at rest of stored records, bound to their store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
+//! - [`path`]: request path normalisation: what routes match and the upstream gets (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`headers`]: every header name the gateway reads or writes.
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
 //! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
+//! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
 //! - [`upstream`]: the pooled upstream client and the proxy hop's header rules.
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
@@ -46,11 +48,13 @@
 pub mod admin;
 pub mod config;
 pub mod dedupe;
+pub mod explain;
 pub mod framing;
 pub mod headers;
 pub mod http;
 pub mod key;
 pub mod metrics;
+pub mod path;
 pub mod problem;
 pub mod record;
 pub mod reload;

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
+use dedupe_gateway::explain::{explain, Probe};
 use dedupe_gateway::key::KeyRule;
 use dedupe_gateway::route::OnConflict;
 
@@ -21,6 +22,8 @@ const EXIT_CONFIG: u8 = 64;
 const EXIT_UNAVAILABLE: u8 = 69;
 /// Exit status for any other failure at run time (EX_SOFTWARE).
 const EXIT_RUNTIME: u8 = 70;
+/// Exit status for an unusable `--request` or `-H` (EX_USAGE too).
+const EXIT_USAGE: u8 = 64;
 
 #[derive(Parser)]
 #[command(version, about = "A reverse proxy that makes retried HTTP writes safe")]
@@ -40,11 +43,29 @@ enum Command {
         #[arg(long, env = "DEDUPE_CONFIG")]
         config: PathBuf,
     },
-    /// Validate a configuration file and print the routes it defines.
+    /// Validate a configuration file and print the routes it defines and its warnings; or,
+    /// with --request, show what the gateway would do with one request.
     Check {
         /// Configuration file.
         #[arg(long, env = "DEDUPE_CONFIG")]
         config: PathBuf,
+        /// Exit 1 when there is any warning (for CI).
+        #[arg(long)]
+        strict: bool,
+        /// A request to explain: "METHOD /path?query".
+        #[arg(long, value_name = "METHOD TARGET")]
+        request: Option<String>,
+        /// A request header, "Name: value" (repeatable); derives the key.
+        #[arg(
+            short = 'H',
+            long = "header",
+            value_name = "NAME: VALUE",
+            requires = "request"
+        )]
+        headers: Vec<String>,
+        /// The request body; derives the key.
+        #[arg(long, requires = "request")]
+        body: Option<String>,
     },
 }
 
@@ -68,17 +89,43 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Check { config } => match load(&config) {
-            Ok(c) => match print_routes(&mut std::io::stdout().lock(), &c) {
+        Command::Check {
+            config,
+            strict,
+            request,
+            headers,
+            body,
+        } => {
+            let c = match load(&config) {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            let printed = match request {
+                Some(request) => match probe(&request, &headers, body) {
+                    Ok(p) => write!(std::io::stdout().lock(), "{}", explain(&c, &p)),
+                    Err(e) => {
+                        report(&e);
+                        return ExitCode::from(EXIT_USAGE);
+                    }
+                },
+                None => print_routes(&mut std::io::stdout().lock(), &c),
+            };
+            match printed {
                 // A reader that stopped early (`check ... | head -2`) has what it wanted.
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                     report(&format!("cannot write to stdout: {e}"));
                     ExitCode::FAILURE
                 }
+                _ if strict && !c.warnings.is_empty() => {
+                    report(&format!(
+                        "--strict: {} warning(s) (see above)",
+                        c.warnings.len()
+                    ));
+                    ExitCode::FAILURE
+                }
                 _ => ExitCode::SUCCESS,
-            },
-            Err(e) => config_error(&e),
-        },
+            }
+        }
         Command::Run { config: path } => {
             init_tracing(cli.log_format);
             let config = match load(&path) {
@@ -109,6 +156,38 @@ fn load(path: &std::path::Path) -> Result<Config, anyhow::Error> {
             _ => format!("invalid configuration {}", path.display()),
         };
         anyhow::Error::new(e).context(context)
+    })
+}
+
+/// `--request "POST /path"`, `-H "Name: value"` and `--body` as a [`Probe`].
+fn probe(request: &str, headers: &[String], body: Option<String>) -> Result<Probe, String> {
+    let (method, target) = request
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| format!("--request {request:?}: expected \"METHOD /path\""))?;
+    let method = http::Method::from_bytes(method.as_bytes())
+        .map_err(|_| format!("--request: {method:?} is not a method"))?;
+    let target = target.trim();
+    if !target.starts_with('/') {
+        return Err(format!("--request: {target:?} must start with '/'"));
+    }
+    let mut map = http::HeaderMap::new();
+    for h in headers {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| format!("-H {h:?}: expected \"Name: value\""))?;
+        let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| format!("-H {h:?}: {name:?} is not a header name"))?;
+        let value = http::HeaderValue::from_str(value.trim())
+            .map_err(|_| format!("-H {h:?}: the value is not a header value"))?;
+        map.append(name, value);
+    }
+    Ok(Probe {
+        method,
+        target: target.to_owned(),
+        derive: !headers.is_empty() || body.is_some(),
+        headers: map,
+        body: body.unwrap_or_default().into_bytes(),
     })
 }
 

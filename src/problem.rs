@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::headers::REPLAYED;
 use crate::key::KeyError;
+use crate::path::PathError;
 use crate::record::StoredBody;
 use crate::{full, Body};
 
@@ -20,6 +21,9 @@ pub enum GatewayError {
     /// Both `Content-Length` and `Transfer-Encoding` (request smuggling risk).
     #[error("request has both Content-Length and Transfer-Encoding")]
     AmbiguousFraming,
+    /// A path that cannot be normalised safely.
+    #[error(transparent)]
+    Path(#[from] PathError),
     /// The request body exceeds `server.max_body`.
     #[error("request body exceeds {limit} bytes")]
     BodyTooLarge {
@@ -115,6 +119,11 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "ambiguous-framing",
                 "Request has both Content-Length and Transfer-Encoding",
+            ),
+            Path(_) => (
+                StatusCode::BAD_REQUEST,
+                "path-invalid",
+                "Request path cannot be normalised safely",
             ),
             BodyTooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -244,6 +253,7 @@ impl GatewayError {
     fn detail(&self) -> Option<String> {
         match self {
             GatewayError::Key(e) => Some(e.to_string()),
+            GatewayError::Path(e) => Some(e.to_string()),
             GatewayError::BadAdminRequest(e) => Some(e.clone()),
             GatewayError::OutcomeUnknown => Some(
                 "an earlier request with this key may or may not have taken effect; it will not be \
@@ -268,6 +278,16 @@ impl GatewayError {
         }
     }
 
+    /// The problem `type` URI, as the response carries it.
+    pub fn problem_type(&self) -> String {
+        format!("urn:dedupe-gateway:problem:{}", self.describe().1)
+    }
+
+    /// The client-safe detail, as the response carries it.
+    pub fn client_detail(&self) -> Option<String> {
+        self.detail()
+    }
+
     /// The status this error answers with.
     pub fn status(&self) -> StatusCode {
         self.describe().0
@@ -275,8 +295,8 @@ impl GatewayError {
 
     /// The problem+json response.
     pub fn to_response(&self) -> Response<Body> {
-        let (status, kind, title) = self.describe();
-        let kind = format!("urn:dedupe-gateway:problem:{kind}");
+        let (status, _, title) = self.describe();
+        let kind = self.problem_type();
         let problem = Problem {
             kind: &kind,
             title,

@@ -255,7 +255,7 @@ async fn plant(store: &Store, key: &StoreKey, path: &str, record: Bytes) {
     let claim = store
         .claim(ClaimRequest {
             key,
-            request_hash: &key::request_hash(&view, &[]),
+            request_hash: &key::request_hash(&view, &key::MatchRule::Request, &[]).unwrap(),
             lease: Duration::from_secs(5),
             window: WINDOW,
             claimant: Claimants::new().next_id(),

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::store::Backend;
-use crate::route::{OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::route::{MatchMode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -75,6 +75,12 @@ pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
 
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
+/// `routes[].match` on a route keyed by a header: the whole request, as the IETF draft
+/// and Stripe do (a client reusing a key for a different request is told so).
+pub const DEFAULT_MATCH_HEADER: MatchMode = MatchMode::Request;
+/// `routes[].match` on a fingerprint route: the fingerprint's own parts, so a redelivery is
+/// a replay whatever else in it changed.
+pub const DEFAULT_MATCH_FINGERPRINT: MatchMode = MatchMode::Key;
 /// `routes[].allow_extension_methods`.
 pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
 /// `routes[].store_body`.
@@ -228,6 +234,13 @@ mod tests {
                 statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
             }
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
+            "routes[].match" => match text.split_once(" / ") {
+                Some((header, fingerprint)) => {
+                    enum_value::<MatchMode>(header) == DEFAULT_MATCH_HEADER
+                        && enum_value::<MatchMode>(fingerprint) == DEFAULT_MATCH_FINGERPRINT
+                }
+                None => false,
+            },
             "routes[].allow_extension_methods" => {
                 text.parse().ok() == Some(DEFAULT_ALLOW_EXTENSION_METHODS)
             }
@@ -312,7 +325,9 @@ mod tests {
         let constants = include_str!("defaults.rs")
             .lines()
             .filter(|l| l.starts_with("pub const DEFAULT_"))
-            .count();
+            .count()
+            // `match` states both of its defaults in one row.
+            - 1;
         assert_eq!(
             defaults, constants,
             "every DEFAULT_* constant has its README row"

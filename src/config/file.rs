@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::store::Backend;
 use super::{invalid, ConfigError};
-use crate::route::{OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::route::{MatchMode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 /// The TOML file, field for field.
 #[derive(Debug, Clone, Deserialize)]
@@ -145,6 +145,43 @@ pub struct FileKey {
     pub fingerprint: Option<Vec<String>>,
 }
 
+/// `match = ...` as written.
+#[derive(Debug, Clone)]
+pub enum FileMatch {
+    /// `"request"` or `"key"`.
+    Mode(MatchMode),
+    /// A list of request parts.
+    Parts(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for FileMatch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FileMatch;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"request\", \"key\" or a list of request parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileMatch, E> {
+                MatchMode::deserialize(serde::de::value::StrDeserializer::<E>::new(v))
+                    .map(FileMatch::Mode)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<FileMatch, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    parts.push(p);
+                }
+                Ok(FileMatch::Parts(parts))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// `[[routes]]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a [[routes]] table")]
@@ -160,6 +197,9 @@ pub struct FileRoute {
     /// Parts whose hash namespaces the key.
     #[serde(default)]
     pub scope: Vec<String>,
+    /// What must be equal for a repeat to be a replay: `"request"`, `"key"` or parts.
+    #[serde(rename = "match")]
+    pub must_match: Option<FileMatch>,
     /// Extra headers folded into the request hash.
     #[serde(default)]
     pub hash_headers: Vec<String>,
@@ -303,6 +343,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "on_conflict" => "\"reject\" or \"wait\"",
         "on_unknown" => "\"retry\" or \"hold\"",
         "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
+        "match" => "\"request\", \"key\" or a list of request parts",
         _ => return None,
     })
 }

@@ -25,7 +25,9 @@ mod store;
 mod tests;
 
 pub use crate::route::{OnConflict, OnError};
-pub use file::{FileAdmin, FileConfig, FileDefaults, FileKey, FileRoute, FileServer, FileStore};
+pub use file::{
+    FileAdmin, FileConfig, FileDefaults, FileKey, FileMatch, FileRoute, FileServer, FileStore,
+};
 pub use server::{ServerConfig, UpstreamTarget};
 pub use store::{Backend, StoreConfig};
 
@@ -185,7 +187,8 @@ impl Config {
             }
             routes.push(route);
         }
-        let warnings = routes::lease_warnings(&store, &routes);
+        let mut warnings = routes::lease_warnings(&store, &routes);
+        warnings.extend(routes::lints(&server, &routes));
         Ok(Config {
             server,
             store,

@@ -7,16 +7,19 @@ use http::Method;
 
 use super::defaults::{
     DEFAULT_ADVERTISE_EXPIRY, DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT,
-    DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT,
-    DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY,
-    DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN,
+    DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY, DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW,
+    MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
-use super::file::{FileDefaults, FileRoute};
+use super::file::{FileDefaults, FileMatch, FileRoute};
+use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
-use crate::key::{KeyRule, RequestPart};
+use crate::key::{KeyRule, MatchRule, RequestPart};
 use crate::route::{
-    HeaderPattern, OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy, StatusSpec,
+    HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy,
+    StatusSpec,
 };
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
@@ -182,6 +185,25 @@ pub(super) fn validate(
             ))
         }
     };
+    let must_match = {
+        let default = match key {
+            KeyRule::Header { .. } => DEFAULT_MATCH_HEADER,
+            KeyRule::Fingerprint(_) => DEFAULT_MATCH_FINGERPRINT,
+        };
+        match &r.must_match {
+            None => match_rule(default, &key),
+            Some(FileMatch::Mode(mode)) => match_rule(*mode, &key),
+            Some(FileMatch::Parts(parts)) if parts.is_empty() => {
+                return Err(invalid(
+                    format!("{at}.match"),
+                    "must list at least one request part (or say \"key\" for the key alone)",
+                ))
+            }
+            Some(FileMatch::Parts(parts)) => {
+                MatchRule::Parts(parse_parts(&format!("{at}.match"), parts)?)
+            }
+        }
+    };
     let scope = parse_parts(&format!("{at}.scope"), &r.scope)?;
     let hash_headers = r
         .hash_headers
@@ -212,6 +234,7 @@ pub(super) fn validate(
         path,
         key,
         scope,
+        must_match,
         hash_headers,
         lease,
         window,
@@ -237,6 +260,14 @@ pub(super) fn validate(
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
     })
+}
+
+fn match_rule(mode: MatchMode, key: &KeyRule) -> MatchRule {
+    match (mode, key) {
+        (MatchMode::Request, _) => MatchRule::Request,
+        (MatchMode::Key, KeyRule::Fingerprint(parts)) => MatchRule::Parts(parts.clone()),
+        (MatchMode::Key, KeyRule::Header { .. }) => MatchRule::Parts(Vec::new()),
+    }
 }
 
 fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigError> {
@@ -265,4 +296,101 @@ pub(super) fn lease_warnings(store: &StoreConfig, routes: &[Route]) -> Vec<Strin
             )
         })
         .collect()
+}
+
+/// Valid settings that quietly weaken dedupe: `check` prints them, `check --strict` fails
+/// on them, `run` logs them.
+pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
+    let mut out = Vec::new();
+    if server.max_body == 0 {
+        out.push(
+            "server.max_body: 0 refuses every deduped request that has a body (413)".to_owned(),
+        );
+    }
+    for (j, later) in routes.iter().enumerate() {
+        if let Some(earlier) = routes[..j].iter().find(|e| e.path.covers(&later.path)) {
+            out.push(format!(
+                "routes[{}] can never match: routes[{}] comes first and its path {:?} covers {:?} \
+                 (the first route whose path matches decides, whatever its methods)",
+                later.name,
+                earlier.name,
+                earlier.path.as_str(),
+                later.path.as_str(),
+            ));
+        }
+    }
+    for r in routes {
+        let name = &r.name;
+        for m in &r.methods {
+            if matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE") {
+                out.push(format!(
+                    "routes[{name}].methods: {m} is safe (RFC 9110): deduping it answers reads \
+                     from the store for the whole window"
+                ));
+            }
+        }
+        let fingerprint = match &r.key {
+            KeyRule::Header { .. } => {
+                if r.scope.is_empty() {
+                    out.push(format!(
+                        "routes[{name}].scope: a header key without scope is shared by every caller, \
+                         so one client's key replays another's response; name what identifies a \
+                         caller (scope = [\"header:Authorization\"])"
+                    ));
+                }
+                None
+            }
+            KeyRule::Fingerprint(parts) => Some(parts),
+        };
+        let listed = [
+            (
+                "key.fingerprint",
+                fingerprint.map(Vec::as_slice).unwrap_or_default(),
+            ),
+            ("scope", r.scope.as_slice()),
+            (
+                "match",
+                match &r.must_match {
+                    // The fingerprint's own parts were checked above.
+                    MatchRule::Parts(p) if Some(p) != fingerprint => p.as_slice(),
+                    _ => &[],
+                },
+            ),
+        ];
+        for (field, parts) in listed {
+            for part in parts {
+                if let Some(why) = changes_per_delivery(part, fingerprint.is_some()) {
+                    out.push(format!(
+                        "routes[{name}].{field}: {part} {why}, so a redelivery is not recognised"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Why a request part differs between deliveries of the same event, if it does.
+fn changes_per_delivery(part: &RequestPart, webhook: bool) -> Option<&'static str> {
+    match part {
+        RequestPart::Body if webhook => Some(
+            "is the raw body, which a sender may re-serialise or stamp with an attempt number; \
+             prefer json: pointers to the event's own fields",
+        ),
+        RequestPart::Header(h) => {
+            let h = h.as_str();
+            let exact = [
+                "date",
+                "traceparent",
+                "tracestate",
+                "stripe-signature",
+                "webhook-signature",
+                "x-shopify-triggered-at",
+            ];
+            let parts = ["request-id", "correlation-id", "trace-id", "timestamp"];
+            (exact.contains(&h) || parts.iter().any(|p| h.contains(p)))
+                .then_some("is a per-request id, timestamp or timestamped signature")
+        }
+        _ => None,
+    }
 }

@@ -163,7 +163,7 @@ fn server_settings_are_checked() {
 #[test]
 fn a_lease_too_short_to_renew_is_warned_about() {
     let route = |lease: &str| {
-        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nlease = \"{lease}\"\n")
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nscope = [\"header:Authorization\"]\nlease = \"{lease}\"\n")
     };
     // Renewed leases need not outlast the upstream timeout (30s here).
     assert!(with(&route("10s")).unwrap().warnings.is_empty());
@@ -302,4 +302,53 @@ fn replay_settings_are_checked() {
     assert!(e.starts_with("routes[r].replay_drop_headers:"), "{e}");
     let e = err(&route("replay_drop_headers = [\"bad header\"]\n"));
     assert!(e.contains("not a header name"), "{e}");
+}
+
+#[test]
+fn match_defaults_by_key_kind_and_names_its_errors() {
+    use crate::key::{MatchRule, RequestPart};
+    let route = |key: &str, extra: &str| {
+        format!(
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/r\"\nkey = {key}\n{extra}"
+        )
+    };
+    let header = r#"{ header = "Idempotency-Key" }"#;
+    let fp = r#"{ fingerprint = ["json:/id"] }"#;
+    let m = |key: &str, extra: &str| {
+        with(&route(key, extra)).unwrap().routes[0]
+            .must_match
+            .clone()
+    };
+    assert_eq!(m(header, ""), MatchRule::Request);
+    assert_eq!(
+        m(fp, ""),
+        MatchRule::Parts(vec![RequestPart::Json("/id".into())])
+    );
+    assert_eq!(m(header, "match = \"key\""), MatchRule::Parts(vec![]));
+    assert_eq!(m(fp, "match = \"request\""), MatchRule::Request);
+    assert_eq!(
+        m(header, "match = [\"method\", \"json:\"]"),
+        MatchRule::Parts(vec![RequestPart::Method, RequestPart::Json(String::new())])
+    );
+    for (bad, says) in [
+        (
+            "match = \"whole\"",
+            "routes[r].match: expected \"request\", \"key\" or a list of request parts",
+        ),
+        (
+            "match = 5",
+            "routes[r].match: expected \"request\", \"key\" or a list of request parts",
+        ),
+        (
+            "match = []",
+            "routes[r].match: must list at least one request part",
+        ),
+        (
+            "match = [\"cookie:a\"]",
+            "routes[r].match: \"cookie:a\" is not a request part",
+        ),
+    ] {
+        let e = err(&route(header, bad));
+        assert!(e.starts_with(says), "{bad}: {e}");
+    }
 }

@@ -1,13 +1,14 @@
 //! The pipeline from a client request to its response: framing check, route, key, then
 //! either a stream to the upstream or the dedupe protocol in a tracked task.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
-use http::{Request, Response};
+use http::{Request, Response, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::{error, warn, Instrument};
@@ -20,6 +21,7 @@ use super::{replay, ConnInfo, Gateway, Live};
 use crate::config::Config;
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::key::{self, KeyError, KeyRule, RequestView};
+use crate::path::{self, PathError};
 use crate::problem::GatewayError;
 use crate::route::{self, Route};
 use crate::{Body, BoxError};
@@ -96,6 +98,12 @@ impl Gateway {
                 Err(GatewayError::AmbiguousFraming),
             );
         }
+        // Routes see, and the upstream gets, the normalised path: a spelling the upstream
+        // reads as the same path must not slip past its route.
+        let req = match normalise_uri(req) {
+            Ok(req) => req,
+            Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e.into())),
+        };
         let Some(route_idx) = route::find(&live.config.routes, req.method(), req.uri().path())
         else {
             let req = req.map(|b| b.map_err(BoxError::from).boxed());
@@ -156,7 +164,10 @@ impl Gateway {
             Ok(scope) => scope,
             Err(e) => return key_error(e),
         };
-        let request_hash = key::request_hash(&view, &route.hash_headers);
+        let request_hash = match key::request_hash(&view, &route.must_match, &route.hash_headers) {
+            Ok(hash) => hash,
+            Err(e) => return key_error(e),
+        };
         let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
         // Requests whose clients left keep running (their claims must settle), but only so
         // many: past `max_connections` of them, no new claim is made.
@@ -283,6 +294,24 @@ fn policy(route: &Route) -> Policy {
         on_error: route.on_error,
         on_unknown: route.on_unknown,
     }
+}
+
+/// The request with its path in normal form (query untouched).
+fn normalise_uri<B>(mut req: Request<B>) -> Result<Request<B>, PathError> {
+    let normal = match path::normalise(req.uri().path())? {
+        Cow::Borrowed(_) => return Ok(req),
+        Cow::Owned(normal) => normal,
+    };
+    let pq = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    // A normalised valid path is still a valid path; should that ever fail, the request
+    // is refused rather than forwarded unnormalised.
+    parts.path_and_query = Some(pq.parse().map_err(|_| PathError::MalformedEscape)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| PathError::MalformedEscape)?;
+    Ok(req)
 }
 
 /// The parts of a request the key rules read.

@@ -312,6 +312,8 @@ pub struct RouteCfg {
     replay_drop_headers: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     advertise_expiry: Option<bool>,
+    #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
+    must_match: Option<toml::Value>,
 }
 
 /// A status list entry: a number, or a class such as `"5xx"`.
@@ -361,6 +363,7 @@ impl RouteCfg {
             store_body: None,
             replay_drop_headers: Vec::new(),
             advertise_expiry: None,
+            must_match: None,
         }
     }
 
@@ -443,6 +446,23 @@ impl RouteCfg {
     /// `unknown_statuses`: numbers (`"504"`) or classes (`"5xx"`).
     pub fn unknown_statuses(mut self, list: &[&str]) -> Self {
         self.unknown_statuses = Some(statuses(list));
+        self
+    }
+
+    /// `match = "request"` or `match = "key"`.
+    pub fn match_mode(mut self, mode: &str) -> Self {
+        self.must_match = Some(toml::Value::String(mode.to_owned()));
+        self
+    }
+
+    /// `match = [parts]`.
+    pub fn match_parts(mut self, parts: &[&str]) -> Self {
+        self.must_match = Some(toml::Value::Array(
+            parts
+                .iter()
+                .map(|p| toml::Value::String(p.to_string()))
+                .collect(),
+        ));
         self
     }
 

@@ -1,0 +1,233 @@
+//! `check --request`: what the gateway would do with one request, told step by step with the
+//! same functions the request pipeline runs (path normalisation, route matching, key,
+//! scope and request hash). The tool a user reaches for when a duplicate got through.
+//! Pure: no I/O.
+
+use std::fmt::Write;
+
+use http::{HeaderMap, Method};
+
+use crate::config::Config;
+use crate::key::{self, KeyRule, MatchRule, RequestPart, RequestView};
+use crate::path;
+use crate::problem::GatewayError;
+use crate::route::{self, Route};
+
+/// A request described on the command line.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// Method.
+    pub method: Method,
+    /// Request target: path and optional `?query`, as the client sends it.
+    pub target: String,
+    /// Headers given with `-H`.
+    pub headers: HeaderMap,
+    /// Body given with `--body`.
+    pub body: Vec<u8>,
+    /// Whether headers or a body were given: only then is the key derived.
+    pub derive: bool,
+}
+
+/// The explanation, one fact per line.
+pub fn explain(config: &Config, probe: &Probe) -> String {
+    let mut out = String::new();
+    let (raw_path, query) = match probe.target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (probe.target.as_str(), None),
+    };
+    let _ = writeln!(out, "request: {} {}", probe.method, probe.target);
+    let path = match path::normalise(raw_path) {
+        Ok(p) => p.into_owned(),
+        Err(e) => {
+            answer(&mut out, &GatewayError::from(e));
+            return out;
+        }
+    };
+    let _ = writeln!(out, "normalised path: {path}");
+    let Some(i) = route::find(&config.routes, &probe.method, &path) else {
+        let _ = match config.routes.iter().find(|r| r.path.matches(&path)) {
+            Some(r) => writeln!(
+                out,
+                "route: passthrough (route {} matches the path but not {}; it lists {})",
+                r.name,
+                probe.method,
+                methods(r)
+            ),
+            None => writeln!(out, "route: passthrough (no route matches)"),
+        };
+        let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
+        return out;
+    };
+    let route = &config.routes[i];
+    let _ = writeln!(
+        out,
+        "route: {} ({} {})",
+        route.name,
+        methods(route),
+        route.path.as_str()
+    );
+    let _ = match &route.key {
+        KeyRule::Header { name, required } => writeln!(
+            out,
+            "key: header {name}, {}",
+            if *required {
+                "required (missing: 400)"
+            } else {
+                "optional (missing: forwarded without dedupe)"
+            }
+        ),
+        KeyRule::Fingerprint(parts) => writeln!(out, "key: fingerprint of {}", list(parts)),
+    };
+    let _ = writeln!(
+        out,
+        "scope: {}",
+        if route.scope.is_empty() {
+            "none (keys are shared by every caller)".to_owned()
+        } else {
+            list(&route.scope)
+        }
+    );
+    let _ = match &route.must_match {
+        MatchRule::Request => writeln!(out, "match: the whole request"),
+        MatchRule::Parts(p) if p.is_empty() => writeln!(out, "match: the key alone"),
+        MatchRule::Parts(p) => writeln!(out, "match: {}", list(p)),
+    };
+    if !probe.derive {
+        let _ = writeln!(out, "(give -H and --body to derive the key)");
+        return out;
+    }
+    let view = RequestView {
+        method: &probe.method,
+        path: &path,
+        query,
+        headers: &probe.headers,
+        body: &probe.body,
+    };
+    derive(&mut out, config, route, &view);
+    out
+}
+
+fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'_>) {
+    let key = match route.key.derive(view) {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            let _ = writeln!(
+                out,
+                "answer: no key: forwarded to the upstream without dedupe"
+            );
+            return;
+        }
+        Err(e) => return answer(out, &GatewayError::from(e)),
+    };
+    let scope = match key::scope_hash(&route.scope, view) {
+        Ok(s) => s,
+        Err(e) => return answer(out, &GatewayError::from(e)),
+    };
+    if let Err(e) = key::request_hash(view, &route.must_match, &route.hash_headers) {
+        return answer(out, &GatewayError::from(e));
+    }
+    let store_key = key::store_key(&config.store.prefix, &route.name, &scope, &key);
+    let _ = writeln!(out, "key value: {key}");
+    let _ = writeln!(out, "scope hash: {scope}");
+    let _ = writeln!(out, "store key: {store_key}");
+    let _ = writeln!(
+        out,
+        "answer: claimed in the store (forwarded once; a repeat is replayed, 409 in flight, 422 if different)"
+    );
+}
+
+fn answer(out: &mut String, e: &GatewayError) {
+    let _ = write!(out, "answer: {} {}", e.status().as_u16(), e.problem_type());
+    let _ = match e.client_detail() {
+        Some(d) => writeln!(out, ": {d}"),
+        None => writeln!(out),
+    };
+}
+
+fn methods(r: &Route) -> String {
+    r.methods
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn list(parts: &[RequestPart]) -> String {
+    parts
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn probe(line: &str, headers: &[(&'static str, &str)], body: &str) -> String {
+        let config = Config::from_toml(include_str!("../config/example.toml")).unwrap();
+        let (method, target) = line.split_once(' ').unwrap();
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        explain(
+            &config,
+            &Probe {
+                method: method.parse().unwrap(),
+                target: target.to_owned(),
+                headers: h,
+                body: body.as_bytes().to_vec(),
+                derive: !headers.is_empty() || !body.is_empty(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_routed_request_shows_its_key_and_scope() {
+        let out = probe(
+            "POST //v1/%70ayments/x?a=1",
+            &[("idempotency-key", "\"k1\""), ("authorization", "Bearer a")],
+            "",
+        );
+        assert!(out.contains("normalised path: /v1/payments/x\n"), "{out}");
+        assert!(
+            out.contains("route: payments (POST,PATCH /v1/payments/**)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("key: header idempotency-key, required"),
+            "{out}"
+        );
+        assert!(out.contains("scope: header:authorization\n"), "{out}");
+        assert!(out.contains("key value: k1\n"), "{out}");
+        assert!(out.contains("store key: dedupe:{"), "{out}");
+    }
+
+    #[test]
+    fn passthrough_missing_keys_and_bad_paths_are_told() {
+        let out = probe("POST /elsewhere", &[], "");
+        assert!(
+            out.contains("route: passthrough (no route matches)"),
+            "{out}"
+        );
+        let out = probe("GET /v1/payments", &[], "");
+        assert!(
+            out.contains("route payments matches the path but not GET"),
+            "{out}"
+        );
+        let out = probe("POST /v1/payments", &[("authorization", "x")], "");
+        assert!(
+            out.contains("answer: 400 urn:dedupe-gateway:problem:idempotency-key-missing"),
+            "{out}"
+        );
+        let out = probe("POST /v1/a%2Fb", &[], "");
+        assert!(
+            out.contains("answer: 400 urn:dedupe-gateway:problem:path-invalid"),
+            "{out}"
+        );
+        let out = probe("POST /webhooks/x", &[], "{}");
+        assert!(out.contains("fingerprint-part-missing"), "{out}");
+    }
+}

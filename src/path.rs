@@ -1,0 +1,217 @@
+//! Request path normalisation: the path route matching sees is the path the upstream gets.
+//! Pure: no I/O, unit-tested here.
+//!
+//! A route that does not match is the worst failure a dedupe gateway can have: nothing
+//! looks wrong and the duplicate goes through. `//v1/payments/x`, `/v1/%70ayments/x` and
+//! `/x/../v1/payments/x` all reach the upstream's `/v1/payments/x` handler, so they must
+//! match its route too; and `/v1/payments/../x` must not be deduped as a payment while the
+//! upstream acts on `/v1/x`. Hence RFC 3986 §6.2.2 normalisation (percent-encoded
+//! unreserved characters decoded, the remaining escapes in uppercase, dot segments
+//! removed) plus merging repeated slashes, and the result is what is forwarded. What
+//! cannot be normalised without guessing how the upstream decodes it is refused.
+
+use std::borrow::Cow;
+
+/// Why a path was refused (400 for the client).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// `%2F`, `%5C` or `%00` inside a segment: upstreams disagree on whether it separates
+    /// segments (or ends the string), so no normal form is safe.
+    #[error(
+        "the path contains {0}, which upstreams decode differently; send the segments unencoded"
+    )]
+    AmbiguousEscape(&'static str),
+    /// A `%` not followed by two hex digits.
+    #[error("the path has a malformed percent-escape")]
+    MalformedEscape,
+    /// `..` would climb above `/`.
+    #[error("the path's dot segments climb above the root")]
+    AboveRoot,
+}
+
+/// The normal form of an origin-form path (without query). Paths that do not start with
+/// `/` (`*` of `OPTIONS *`) are returned as they are: no route can match them.
+///
+/// - `%XX` of an unreserved character (`A-Z a-z 0-9 - . _ ~`) is decoded; every other
+///   escape is kept with uppercase hex digits;
+/// - `%2F` (`/`), `%5C` (`\`) and `%00` are refused, as is a malformed escape;
+/// - runs of `/` become one `/`;
+/// - `.` segments are removed and `..` removes the segment before it (RFC 3986 §5.2.4),
+///   refused when nothing is left to remove. A trailing `.` or `..` leaves a trailing `/`.
+pub fn normalise(path: &str) -> Result<Cow<'_, str>, PathError> {
+    if !path.starts_with('/') {
+        return Ok(Cow::Borrowed(path));
+    }
+    let mut segments: Vec<String> = Vec::new();
+    let mut raw = path[1..].split('/').peekable();
+    // Whether the output ends in `/` (a final empty, `.` or `..` segment).
+    let mut trailing_slash = false;
+    while let Some(raw_segment) = raw.next() {
+        let last = raw.peek().is_none();
+        let segment = decode_unreserved(raw_segment)?;
+        match segment.as_str() {
+            // An empty segment is a repeated (or the final) slash.
+            "" => trailing_slash = last,
+            "." => trailing_slash = last,
+            ".." => {
+                if segments.pop().is_none() {
+                    return Err(PathError::AboveRoot);
+                }
+                trailing_slash = last;
+            }
+            _ => {
+                segments.push(segment);
+                trailing_slash = false;
+            }
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for s in &segments {
+        out.push('/');
+        out.push_str(s);
+    }
+    if trailing_slash || segments.is_empty() {
+        out.push('/');
+    }
+    Ok(if out == path {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(out)
+    })
+}
+
+/// One segment with unreserved escapes decoded and the rest in uppercase.
+fn decode_unreserved(segment: &str) -> Result<String, PathError> {
+    let bytes = segment.as_bytes();
+    let mut out = String::with_capacity(segment.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b != b'%' {
+            out.push(char::from(b));
+            i += 1;
+            continue;
+        }
+        let hex = |j: usize| {
+            bytes
+                .get(j)
+                .and_then(|&c| char::from(c).to_digit(16))
+                .ok_or(PathError::MalformedEscape)
+        };
+        let octet = u8::try_from(hex(i + 1)? * 16 + hex(i + 2)?).unwrap_or(0);
+        match octet {
+            b'/' => return Err(PathError::AmbiguousEscape("%2F")),
+            b'\\' => return Err(PathError::AmbiguousEscape("%5C")),
+            0 => return Err(PathError::AmbiguousEscape("%00")),
+            c if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
+                out.push(char::from(c))
+            }
+            c => out.push_str(&format!("%{c:02X}")),
+        }
+        i += 3;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(p: &str) -> String {
+        normalise(p).unwrap().into_owned()
+    }
+
+    #[test]
+    fn the_issue_s_variants_all_become_the_same_path() {
+        for p in [
+            "/v1/payments/x",
+            "//v1/payments/x",
+            "/v1//payments///x",
+            "/v1/%70ayments/x",
+            "/%76%31/payments/x",
+            "/v1/./payments/x",
+            "/x/../v1/payments/x",
+            "/v1/payments/y/../x",
+            "/v1/payments/%2e/x",
+            "/v1/%2E%2E/v1/payments/x",
+        ] {
+            assert_eq!(n(p), "/v1/payments/x", "{p}");
+        }
+        assert_eq!(n("/v1/payments/../x"), "/v1/x");
+    }
+
+    #[test]
+    fn normal_paths_are_borrowed_unchanged() {
+        for p in [
+            "/",
+            "/a",
+            "/a/",
+            "/a/b%20c",
+            "/a/%C3%A9",
+            "/a:b@c!$&'()*+,;=",
+        ] {
+            assert!(matches!(normalise(p), Ok(Cow::Borrowed(_))), "{p}");
+        }
+        assert_eq!(n("*"), "*");
+    }
+
+    #[test]
+    fn other_escapes_stay_escaped_in_uppercase() {
+        assert_eq!(n("/a/b%20c"), "/a/b%20c");
+        assert_eq!(n("/a/%c3%a9"), "/a/%C3%A9");
+        assert_eq!(n("/a/%3f"), "/a/%3F");
+        assert_eq!(n("/%7euser"), "/~user");
+    }
+
+    #[test]
+    fn trailing_slashes_and_dots() {
+        assert_eq!(n("/a/"), "/a/");
+        assert_eq!(n("/a//"), "/a/");
+        assert_eq!(n("/a/."), "/a/");
+        assert_eq!(n("/a/b/.."), "/a/");
+        assert_eq!(n("/a/.."), "/");
+        assert_eq!(n("//"), "/");
+        assert_eq!(n("/./"), "/");
+        // Only whole segments are dot segments.
+        assert_eq!(n("/a/.b/..c/..."), "/a/.b/..c/...");
+    }
+
+    #[test]
+    fn unsafe_paths_are_refused() {
+        assert_eq!(
+            normalise("/v1/a%2Fb"),
+            Err(PathError::AmbiguousEscape("%2F"))
+        );
+        assert_eq!(
+            normalise("/v1/a%2fb"),
+            Err(PathError::AmbiguousEscape("%2F"))
+        );
+        assert_eq!(
+            normalise("/v1/a%5cb"),
+            Err(PathError::AmbiguousEscape("%5C"))
+        );
+        assert_eq!(
+            normalise("/v1/a%00"),
+            Err(PathError::AmbiguousEscape("%00"))
+        );
+        assert_eq!(normalise("/.."), Err(PathError::AboveRoot));
+        assert_eq!(normalise("/a/../.."), Err(PathError::AboveRoot));
+        assert_eq!(normalise("/%2e%2e/a"), Err(PathError::AboveRoot));
+        for bad in ["/a%", "/a%2", "/a%zz", "/a%2g"] {
+            assert_eq!(normalise(bad), Err(PathError::MalformedEscape), "{bad}");
+        }
+    }
+
+    #[test]
+    fn normalising_is_idempotent() {
+        for p in [
+            "//a/./b/../c/",
+            "/%41%2e%7E/x",
+            "/a/%c3%a9/..",
+            "/a/b/c/../../d",
+        ] {
+            let once = n(p);
+            assert_eq!(n(&once), once, "{p}");
+        }
+    }
+}
