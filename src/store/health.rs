@@ -207,7 +207,10 @@ mod tests {
             save: None,
             ..healthy()
         };
-        assert_eq!(checks(&findings(&[n], None)), [("config", Severity::Warning)]);
+        assert_eq!(
+            checks(&findings(&[n], None)),
+            [("config", Severity::Warning)]
+        );
     }
 
     #[test]
@@ -218,8 +221,9 @@ mod tests {
         };
         assert!(findings(&[healthy()], Some(&ok)).is_empty());
         let partial = ClusterReplies {
-            info: "cluster_state:fail\r\ncluster_slots_assigned:10923\r\ncluster_slots_ok:10923\r\n"
-                .into(),
+            info:
+                "cluster_state:fail\r\ncluster_slots_assigned:10923\r\ncluster_slots_ok:10923\r\n"
+                    .into(),
         };
         let f = findings(&[healthy()], Some(&partial));
         assert_eq!(checks(&f), [("cluster-slots", Severity::Risk)]);

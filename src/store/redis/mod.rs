@@ -423,7 +423,11 @@ fn config_value(v: Value, name: &str) -> Option<String> {
 /// The commands a store check sends to each node.
 const CONFIG_CHECKED: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
 
-fn node_replies(node: String, config: [Option<Value>; 3], replication: Option<Value>) -> NodeReplies {
+fn node_replies(
+    node: String,
+    config: [Option<Value>; 3],
+    replication: Option<Value>,
+) -> NodeReplies {
     let [policy, aof, save] = config;
     let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
     NodeReplies {
