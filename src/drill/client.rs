@@ -37,14 +37,28 @@ impl Reply {
 
     /// Same status, headers (apart from the replay mark) and body as `other`.
     pub fn same_answer(&self, other: &Reply) -> bool {
-        let strip = |h: &HeaderMap| {
-            let mut h = h.clone();
-            h.remove(&REPLAYED);
-            h
-        };
         self.status == other.status
             && self.body == other.body
-            && strip(&self.headers) == strip(&other.headers)
+            && self.differing_headers(other).is_empty()
+    }
+
+    /// The names of headers whose values differ from `other`'s, apart from the replay mark
+    /// and `Set-Cookie` (a session cookie belongs to the first client: never replayed).
+    pub fn differing_headers(&self, other: &Reply) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .headers
+            .keys()
+            .chain(other.headers.keys())
+            .filter(|n| **n != REPLAYED && **n != http::header::SET_COOKIE)
+            .filter(|n| {
+                let a: Vec<_> = self.headers.get_all(*n).iter().collect();
+                let b: Vec<_> = other.headers.get_all(*n).iter().collect();
+                a != b
+            })
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        names.dedup();
+        names
     }
 }
 

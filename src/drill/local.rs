@@ -273,6 +273,7 @@ impl Rig<'_> {
                 "statuses": [first.status.as_u16(), second.status.as_u16()],
                 "second_replayed": second.replayed(),
                 "byte_identical": identical,
+                "differing_headers": second.differing_headers(&first),
                 "fence": fence_of(effects.first()),
                 "gap_ms": REPLAY_GAP.as_millis() as u64,
             })),

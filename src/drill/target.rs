@@ -291,6 +291,7 @@ impl Live<'_> {
                 "statuses": [first.status.as_u16(), second.status.as_u16()],
                 "second_replayed": second.replayed(),
                 "byte_identical": identical,
+                "differing_headers": second.differing_headers(&first),
                 "record": record.state,
                 "fence": record.fence,
             })),
