@@ -258,3 +258,15 @@ async fn drill_target_refuses_without_yes_after_printing_the_plan() {
     assert!(err.contains("refusing without --yes"), "{err}");
     assert_eq!(upstream.effects(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_logs_store_findings_at_start_up() {
+    let upstream = Upstream::start().await;
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let cfg = GatewayConfig::new(upstream.url())
+        .store(StoreCfg::redis(redis.url()))
+        .route(RouteCfg::header("orders", "/orders"));
+    let gw = GatewayProcess::start(&cfg);
+    gw.wait_logged("store check: maxmemory-policy is allkeys-lru")
+        .await;
+}
