@@ -41,6 +41,8 @@
 //!   winner's call, replays, the access record.
 //! - [`admin`]: metrics, health and key inspection on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
+//! - [`drill`]: `dedupe-gateway drill`: five drills per route and the store checks, against
+//!   an in-process gateway or a live one.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -48,6 +50,7 @@
 pub mod admin;
 pub mod config;
 pub mod dedupe;
+pub mod drill;
 pub mod explain;
 pub mod framing;
 pub mod headers;

@@ -1,9 +1,10 @@
 //! The `dedupe-gateway` binary: parses the command line, sets up logging, loads the
 //! configuration and hands over to the library.
 //!
-//! Exit status (sysexits.h): 0 after a clean drain, or `check` found the file valid;
-//! 64 unusable command line or configuration (nothing was bound); 69 a listener could not
-//! be bound (address in use, permission); 70 any other failure at run time.
+//! Exit status (sysexits.h): 0 after a clean drain, or `check` found the file valid, or
+//! every drill passed; 1 a drill or store check failed; 64 unusable command line or
+//! configuration (nothing was bound); 69 a listener could not be bound (address in use,
+//! permission); 70 any other failure at run time.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -67,6 +68,50 @@ enum Command {
         #[arg(long, requires = "request")]
         body: Option<String>,
     },
+    /// Prove dedupe on your setup: replay, lease, crash, race and misuse drills per route,
+    /// and store checks. With --target, a black-box run against a live gateway.
+    Drill(DrillArgs),
+}
+
+#[derive(clap::Args)]
+struct DrillArgs {
+    /// Configuration file: its routes and store (with --target: the file the target runs,
+    /// for its routes' key rules).
+    #[arg(long, env = "DEDUPE_CONFIG")]
+    config: PathBuf,
+    /// Drill only this route (repeatable; default every route). With --target, exactly one.
+    #[arg(long = "route")]
+    routes: Vec<String>,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: ReportFormat,
+    /// The lease every route gets for the drill (not with --target).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    lease: std::time::Duration,
+    /// Concurrent requests in the race drill.
+    #[arg(long, default_value_t = dedupe_gateway::drill::DEFAULT_RACE)]
+    race: usize,
+    /// A live gateway's public base URL (`http://host:port`): black-box mode.
+    #[arg(long, requires = "admin")]
+    target: Option<String>,
+    /// The live gateway's admin base URL.
+    #[arg(long, requires = "target")]
+    admin: Option<String>,
+    /// The admin bearer token.
+    #[arg(long, env = "DEDUPE_ADMIN_TOKEN", requires = "target")]
+    token: Option<String>,
+    /// A header sent with every --target request, over the generated one ("Name: value").
+    #[arg(long = "header", requires = "target")]
+    headers: Vec<String>,
+    /// Send the --target requests (they reach the real upstream).
+    #[arg(long, requires = "target")]
+    yes: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -126,6 +171,7 @@ fn main() -> ExitCode {
                 _ => ExitCode::SUCCESS,
             }
         }
+        Command::Drill(args) => drill(args),
         Command::Run { config: path } => {
             init_tracing(cli.log_format);
             let config = match load(&path) {
@@ -209,6 +255,96 @@ fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(dedupe_gateway::server::run(config, Some(path)))?;
     Ok(())
+}
+
+/// Exit status when a drill or a store check failed.
+const EXIT_DRILL_FAILED: u8 = 1;
+
+fn drill(args: DrillArgs) -> ExitCode {
+    use dedupe_gateway::drill::{local, target};
+    let config = match load(&args.config) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            report(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let result = match (&args.target, &args.admin) {
+        (Some(t), Some(a)) => {
+            let [route] = args.routes.as_slice() else {
+                report("drill --target: name exactly one --route");
+                return ExitCode::from(EXIT_CONFIG);
+            };
+            let mut headers = http::HeaderMap::new();
+            for h in &args.headers {
+                match dedupe_gateway::drill::request::parse_header(h) {
+                    Ok((name, value)) => {
+                        headers.insert(name, value);
+                    }
+                    Err(e) => {
+                        report(&format!("--header: {e}"));
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                }
+            }
+            let opts = target::TargetOptions {
+                target: t.clone(),
+                admin: a.clone(),
+                token: args.token.clone(),
+                route: route.clone(),
+                headers,
+                race: args.race,
+            };
+            let plan = match target::Plan::new(&config, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    report(&e.to_string());
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            // Printed first, so a person sees what would reach their upstream.
+            let _ = write!(std::io::stderr(), "{}", plan.describe());
+            if !args.yes {
+                report("drill --target sends real requests to the real upstream: refusing without --yes");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            Ok(runtime.block_on(target::run(&plan)))
+        }
+        _ => {
+            let opts = local::LocalOptions {
+                routes: args.routes.clone(),
+                lease: args.lease,
+                race: args.race,
+            };
+            runtime.block_on(local::run(config, &opts))
+        }
+    };
+    // The doomed gateway of the crash drill is already gone; nothing else may linger.
+    runtime.shutdown_background();
+    let drilled = match result {
+        Ok(r) => r,
+        Err(e) => {
+            report(&format!("drill: {e}"));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let text = match args.format {
+        ReportFormat::Text => drilled.to_text(),
+        ReportFormat::Json => drilled.to_json() + "\n",
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if drilled.pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_DRILL_FAILED)
+    }
 }
 
 fn init_tracing(format: Option<LogFormat>) {

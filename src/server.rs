@@ -75,6 +75,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
         warn!("{w}");
     }
     let store = Store::from_config(&config.store)?;
+    warn_store_findings(store.clone());
     let listeners = Listeners::bind(&config).await?;
     let gateway = Gateway::new(config, store);
 
@@ -98,6 +99,21 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
     };
     serve(gateway, listeners, shutdown).await;
     Ok(())
+}
+
+/// Logs the store checks' findings as warnings, in the background: a Redis that is not
+/// up yet must not delay start-up (the connection task warns about that itself).
+fn warn_store_findings(store: Store) {
+    tokio::spawn(async move {
+        match store.health_findings().await {
+            Ok(findings) => {
+                for f in findings {
+                    warn!(node = %f.node, check = f.check, "store check: {}", f.message);
+                }
+            }
+            Err(e) => debug!(error = %e, "store checks skipped: the store does not answer"),
+        }
+    });
 }
 
 fn reload(gateway: &Gateway, path: &std::path::Path) {

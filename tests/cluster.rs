@@ -150,3 +150,31 @@ async fn cluster_survives_storms() {
         .count();
     assert_eq!(holding, 3, "every master holds records");
 }
+
+/// `drill --config` on a cluster: the store checks find every slot served and no
+/// evicting master, the five drills pass, and the drill's keys are gone afterwards.
+#[test]
+fn drill_passes_on_the_cluster_and_cleans_up() {
+    let urls: Vec<String> = cluster().nodes.iter().map(|n| n.url()).collect();
+    let text = GatewayConfig::new("http://127.0.0.1:9")
+        .store(StoreCfg::cluster(urls).timeout("1s"))
+        .route(RouteCfg::header("orders", "/orders").scope(&["header:Authorization"]))
+        .to_toml();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        .args(["drill", "--lease", "1s", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("PASS store redis-cluster"), "{stdout}");
+    assert!(!stdout.contains("cluster-slots"), "{stdout}");
+    assert!(stdout.contains("PASS orders/crash"), "{stdout}");
+    for node in &cluster().nodes {
+        let keys: Vec<String> = node.cmd(&["KEYS", "*-drill-*"]);
+        assert!(keys.is_empty(), "left behind: {keys:?}");
+    }
+}

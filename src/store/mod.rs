@@ -20,6 +20,7 @@
 //! every takeover and every reclaim after a release, so a worker that froze past its
 //! lease can never complete a record that somebody else now owns.
 
+pub mod health;
 mod memory;
 mod redis;
 mod tokens;
@@ -296,6 +297,19 @@ impl Store {
     /// Checks that the store answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         dispatch!(self, s => s.ping())
+    }
+
+    /// Store checks: settings of the store that let duplicates through (see [`health`]).
+    /// The embedded store has none. Fails only when the store does not answer.
+    pub async fn health_findings(&self) -> Result<Vec<health::Finding>, StoreError> {
+        match self {
+            Store::Memory(_) => Ok(Vec::new()),
+            Store::Redis(s) => Ok(health::findings(&[s.health_replies().await?], None)),
+            Store::Cluster(s) => {
+                let (nodes, cluster) = s.health_replies().await?;
+                Ok(health::findings(&nodes, Some(&cluster)))
+            }
+        }
     }
 
     /// The backend's name, for logs.

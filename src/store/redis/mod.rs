@@ -31,6 +31,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Script, ScriptInvocation, Value};
 
 use self::link::{Link, NoConnection};
+use super::health::{ClusterReplies, NodeReplies};
 use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
 
 /// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
@@ -411,6 +412,8 @@ macro_rules! redis_backend {
 #[derive(Clone)]
 pub struct RedisStore {
     link: Link,
+    /// `host:port`, for store checks.
+    node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
@@ -423,7 +426,9 @@ impl RedisStore {
         let client = redis::Client::open(url).map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
+        let node = client.get_connection_info().addr().to_string();
         Ok(Self {
+            node: node.into(),
             link: Link::start(client, timeout, &runtime),
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
@@ -489,6 +494,56 @@ impl RedisStore {
 }
 
 redis_backend!(RedisStore);
+
+/// `CONFIG GET name` as one value; `None` when the node refuses it.
+fn config_value(v: Value, name: &str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = redis::from_redis_value(v).ok()?;
+    map.get(name).cloned()
+}
+
+/// The commands a store check sends to each node.
+const CONFIG_CHECKED: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
+
+fn node_replies(
+    node: String,
+    config: [Option<Value>; 3],
+    replication: Option<Value>,
+) -> NodeReplies {
+    let [policy, aof, save] = config;
+    let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
+    NodeReplies {
+        node,
+        maxmemory_policy: get(policy, CONFIG_CHECKED[0]),
+        appendonly: get(aof, CONFIG_CHECKED[1]),
+        save: get(save, CONFIG_CHECKED[2]),
+        replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
+    }
+}
+
+impl RedisStore {
+    /// The node's settings that store checks read. Fails only when Redis does not
+    /// answer at all; a refused `CONFIG` leaves its fields empty.
+    pub(super) async fn health_replies(&self) -> Result<NodeReplies, StoreError> {
+        self.ping().await?;
+        let ask = |args: [&'static str; 3]| async move {
+            let cmd = &redis::cmd(args[0]).arg(args[1]).arg(args[2]).clone();
+            self.query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
+                .await
+                .ok()
+        };
+        let config = [
+            ask(["CONFIG", "GET", CONFIG_CHECKED[0]]).await,
+            ask(["CONFIG", "GET", CONFIG_CHECKED[1]]).await,
+            ask(["CONFIG", "GET", CONFIG_CHECKED[2]]).await,
+        ];
+        let cmd = &redis::cmd("INFO").arg("replication").clone();
+        let replication = self
+            .query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
+            .await
+            .ok();
+        Ok(node_replies(self.node.to_string(), config, replication))
+    }
+}
 
 /// A Redis Cluster through the cluster-async client (slot routing, redirects and
 /// reconnects are the client's), shared by every request.
@@ -577,3 +632,63 @@ impl RedisClusterStore {
 }
 
 redis_backend!(RedisClusterStore);
+
+/// A reply routed to every master: `address -> reply`, server errors left out.
+fn per_node(v: Value) -> Vec<(String, Value)> {
+    let Value::Map(pairs) = v else {
+        return Vec::new();
+    };
+    pairs
+        .into_iter()
+        .filter(|(_, v)| !matches!(v, Value::ServerError(_)))
+        .filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v)))
+        .collect()
+}
+
+impl RedisClusterStore {
+    /// Every master's settings and the cluster's slot coverage. Fails only when the
+    /// cluster does not answer at all.
+    pub(super) async fn health_replies(
+        &self,
+    ) -> Result<(Vec<NodeReplies>, ClusterReplies), StoreError> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+        let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let info = redis::cmd("CLUSTER").arg("INFO").clone();
+        let info = bounded(self.timeout, async {
+            let mut con = self.con().await?;
+            con.route_command(info, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                .await
+                .map_err(unavailable)
+        })
+        .await?;
+        let info: String = redis::from_redis_value(info)
+            .map_err(|e| StoreError::Protocol(format!("CLUSTER INFO: {e}")))?;
+        let ask = |cmd: redis::Cmd| {
+            let masters = masters.clone();
+            async move {
+                bounded(self.timeout, async {
+                    let mut con = self.con().await?;
+                    con.route_command(cmd, masters).await.map_err(unavailable)
+                })
+                .await
+                .map(per_node)
+                .unwrap_or_default()
+            }
+        };
+        let mut replies: std::collections::BTreeMap<String, ([Option<Value>; 3], Option<Value>)> =
+            Default::default();
+        for (i, name) in CONFIG_CHECKED.iter().enumerate() {
+            for (node, v) in ask(redis::cmd("CONFIG").arg("GET").arg(*name).clone()).await {
+                replies.entry(node).or_default().0[i] = Some(v);
+            }
+        }
+        for (node, v) in ask(redis::cmd("INFO").arg("replication").clone()).await {
+            replies.entry(node).or_default().1 = Some(v);
+        }
+        let nodes = replies
+            .into_iter()
+            .map(|(node, (config, repl))| node_replies(node, config, repl))
+            .collect();
+        Ok((nodes, ClusterReplies { info }))
+    }
+}

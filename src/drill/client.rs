@@ -1,0 +1,151 @@
+//! The drill's HTTP client: sends a [`DrillRequest`] to a gateway and keeps the whole
+//! answer, so a replay can be compared with the original byte for byte.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+
+use super::request::DrillRequest;
+use crate::headers::REPLAYED;
+
+/// A whole answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+    /// When it was sent.
+    pub sent: Instant,
+    /// How long it took.
+    pub took: Duration,
+}
+
+impl Reply {
+    /// Marked `Idempotent-Replayed: true`.
+    pub fn replayed(&self) -> bool {
+        self.headers.get(&REPLAYED).is_some_and(|v| v == "true")
+    }
+
+    /// Same status, headers (apart from the replay mark) and body as `other`.
+    pub fn same_answer(&self, other: &Reply) -> bool {
+        self.status == other.status
+            && self.body == other.body
+            && self.differing_headers(other).is_empty()
+    }
+
+    /// The names of headers whose values differ from `other`'s, apart from the replay mark
+    /// and `Set-Cookie` (a session cookie belongs to the first client: never replayed).
+    pub fn differing_headers(&self, other: &Reply) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .headers
+            .keys()
+            .chain(other.headers.keys())
+            .filter(|n| **n != REPLAYED && **n != http::header::SET_COOKIE)
+            .filter(|n| {
+                let a: Vec<_> = self.headers.get_all(*n).iter().collect();
+                let b: Vec<_> = other.headers.get_all(*n).iter().collect();
+                a != b
+            })
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        names.dedup();
+        names
+    }
+}
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The URL could not be built.
+    #[error("invalid URL {0}")]
+    Url(String),
+    /// Connection refused, reset, closed.
+    #[error("{0}")]
+    Transport(String),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// A pooled plain-HTTP client.
+#[derive(Clone)]
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Http {
+    /// A client giving up on an answer after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            timeout,
+        }
+    }
+
+    /// Sends `req` to `base` (`http://host:port`).
+    pub async fn send(&self, base: &str, req: &DrillRequest) -> Result<Reply, SendError> {
+        let url = format!("{base}{}", req.path_and_query());
+        let mut builder = Request::builder().method(req.method.clone()).uri(&url);
+        for (name, value) in &req.headers {
+            builder = builder.header(name, value);
+        }
+        let request = builder
+            .body(Full::new(req.body.clone()))
+            .map_err(|_| SendError::Url(url))?;
+        self.call(request).await
+    }
+
+    /// A bodiless request (admin API); `token` as a bearer token.
+    pub async fn admin(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+    ) -> Result<Reply, SendError> {
+        let mut builder = Request::builder().method(method).uri(url);
+        if let Some(t) = token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let request = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| SendError::Url(url.to_owned()))?;
+        self.call(request).await
+    }
+
+    async fn call(&self, request: Request<Full<Bytes>>) -> Result<Reply, SendError> {
+        let sent = Instant::now();
+        let exchange = async {
+            let resp = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| SendError::Transport(format!("{e:?}")))?;
+            let (parts, body) = resp.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| SendError::Transport(e.to_string()))?
+                .to_bytes();
+            Ok(Reply {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+                sent,
+                took: sent.elapsed(),
+            })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| SendError::Timeout(self.timeout))?
+    }
+}

@@ -1,0 +1,638 @@
+//! `drill --config`: the five drills per route against the real gateway code served in
+//! this process, on the user's own store (under a key prefix of the drill's own), with
+//! the counting upstream in place of theirs.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{json, Map, Value};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use super::client::{Http, Reply};
+use super::report::{Cleanup, Drill, Outcome, Report, StoreCheck};
+use super::request::{self, DrillRequest, Marks};
+use super::upstream::CountingUpstream;
+use super::{run_id, DrillError};
+use crate::config::{Backend, Config, UpstreamTarget};
+use crate::http::Gateway;
+use crate::route::{OnConflict, Route};
+use crate::server::{serve, Listeners};
+use crate::store::{Store, StoreKey};
+
+/// The pause between a request and its retry in the replay drill: a sender retrying at
+/// once, not a dedupe window of a few milliseconds.
+pub const REPLAY_GAP: Duration = Duration::from_millis(100);
+/// How long the race drill's winner stays in flight, so its duplicates overlap it.
+pub const RACE_HOLD: Duration = Duration::from_millis(300);
+
+/// What `drill --config` runs.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Only these routes (empty: every route).
+    pub routes: Vec<String>,
+    /// The lease every route gets for the drill, so the crash drill takes seconds.
+    pub lease: Duration,
+    /// Concurrent requests in the race drill.
+    pub race: usize,
+}
+
+/// Runs the store checks and the drills. `Err` only when the drill cannot start (an
+/// unknown route, a port it cannot bind); a failed check or drill is in the report.
+pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillError> {
+    let selected = super::select_routes(&config.routes, &opts.routes)?;
+    let run = run_id();
+    let upstream = CountingUpstream::start().await.map_err(DrillError::Bind)?;
+    let cfg = drill_config(config, &run, opts.lease, upstream.addr())?;
+    let store = Store::from_config(&cfg.store).map_err(|e| DrillError::Store(e.to_string()))?;
+
+    let mut setup = Map::new();
+    setup.insert("backend".into(), cfg.store.backend.as_str().into());
+    setup.insert("prefix".into(), cfg.store.prefix.clone().into());
+    setup.insert(
+        "lease".into(),
+        humantime::format_duration(opts.lease).to_string().into(),
+    );
+    setup.insert("race".into(), opts.race.into());
+    let mut report = Report {
+        mode: "config",
+        setup,
+        store: None,
+        drills: Vec::new(),
+        cleanup: None,
+        pass: false,
+    };
+
+    let patience = (cfg.store.timeout * 4).max(Duration::from_secs(2));
+    let checked = match tokio::time::timeout(patience, store.health_findings()).await {
+        Ok(Ok(f)) => Ok(f),
+        Ok(Err(e)) => Err(format!("the store does not answer: {e}")),
+        Err(_) => Err(format!("the store does not answer within {patience:?}")),
+    };
+    let reachable = checked.is_ok();
+    report.store = Some(StoreCheck::new(store.backend_name(), checked));
+    if !reachable {
+        return Ok(report.finish());
+    }
+
+    let gateway = Gateway::new(cfg.clone(), store.clone());
+    let public = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(DrillError::Bind)?;
+    let addr = public.local_addr().map_err(DrillError::Bind)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve(
+        gateway,
+        Listeners {
+            public,
+            admin: None,
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let longest_wait = cfg
+        .routes
+        .iter()
+        .map(|r| r.conflict_wait)
+        .max()
+        .unwrap_or_default();
+    let rig = Rig {
+        http: Http::new(longest_wait + opts.lease + Duration::from_secs(30)),
+        base: format!("http://{addr}"),
+        upstream,
+        config: &cfg,
+        store: &store,
+        run: &run,
+        lease: opts.lease,
+        race: opts.race.max(2),
+        made: Mutex::new(Vec::new()),
+    };
+    for &i in &selected {
+        for drill in Drill::ALL {
+            let started = Instant::now();
+            let mut outcome = match rig.drill(i, drill).await {
+                Ok(o) => o,
+                Err(note) => Outcome {
+                    route: cfg.routes[i].name.to_string(),
+                    drill,
+                    pass: false,
+                    evidence: Map::new(),
+                    note: Some(note),
+                    millis: 0,
+                },
+            };
+            outcome.millis = started.elapsed().as_millis() as u64;
+            // Drills on a route whose key ignores the marks share a key: start each clean.
+            rig.forget_made().await;
+            report.drills.push(outcome);
+        }
+    }
+    report.cleanup = Some(rig.cleanup().await);
+    let _ = stop.send(());
+    let _ = served.await;
+    Ok(report.finish())
+}
+
+/// The user's configuration, pointed at the counting upstream, under a key prefix of the
+/// drill's own and with the drill's lease on every route.
+fn drill_config(
+    mut cfg: Config,
+    run: &str,
+    lease: Duration,
+    upstream: SocketAddr,
+) -> Result<Config, DrillError> {
+    cfg.store.prefix = format!("{}-drill-{run}", cfg.store.prefix);
+    cfg.server.upstream = UpstreamTarget {
+        scheme: http::uri::Scheme::HTTP,
+        authority: upstream
+            .to_string()
+            .parse()
+            .map_err(|e| DrillError::Bind(std::io::Error::other(format!("{e}"))))?,
+        base_path: String::new(),
+    };
+    cfg.server.shutdown_grace = Duration::from_secs(1);
+    cfg.admin = None;
+    cfg.warnings.clear();
+    for r in &mut cfg.routes {
+        r.lease = lease;
+    }
+    Ok(cfg)
+}
+
+struct Rig<'a> {
+    http: Http,
+    base: String,
+    upstream: CountingUpstream,
+    config: &'a Config,
+    store: &'a Store,
+    run: &'a str,
+    lease: Duration,
+    race: usize,
+    made: Mutex<Vec<StoreKey>>,
+}
+
+fn evidence(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn fence_of(e: Option<&super::upstream::Effect>) -> Value {
+    e.and_then(|e| e.fence).map_or(Value::Null, Value::from)
+}
+
+impl Rig<'_> {
+    fn request(&self, i: usize, drill: Drill) -> Result<DrillRequest, String> {
+        let key = format!(
+            "drill-{}-{}-{}",
+            self.run,
+            self.config.routes[i].name,
+            drill.as_str()
+        );
+        let tenant = format!("drill-{}", self.run);
+        let none = http::HeaderMap::new();
+        let req = request::for_route(
+            &self.config.routes,
+            i,
+            &Marks {
+                key: &key,
+                tenant: &tenant,
+                headers: &none,
+            },
+        )?;
+        let store_key = req.store_key(&self.config.store.prefix, &self.config.routes[i].name);
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if !made.contains(&store_key) {
+            made.push(store_key);
+        }
+        Ok(req)
+    }
+
+    async fn send(&self, req: &DrillRequest) -> Result<Reply, String> {
+        self.send_to(&self.base, req).await
+    }
+
+    async fn send_to(&self, base: &str, req: &DrillRequest) -> Result<Reply, String> {
+        self.http
+            .send(base, req)
+            .await
+            .map_err(|e| format!("{} {}: {e}", req.method, req.path_and_query()))
+    }
+
+    async fn drill(&self, i: usize, drill: Drill) -> Result<Outcome, String> {
+        let route = &self.config.routes[i];
+        let req = self.request(i, drill)?;
+        let (pass, evidence, note) = match drill {
+            Drill::Replay => self.replay(&req).await?,
+            Drill::Lease => self.lease_drill(route, &req).await?,
+            Drill::Crash => self.crash(&req).await?,
+            Drill::Race => self.race_drill(&req).await?,
+            Drill::Misuse => self.misuse(route, &req).await?,
+        };
+        Ok(Outcome {
+            route: route.name.to_string(),
+            drill,
+            pass,
+            evidence,
+            note,
+            millis: 0,
+        })
+    }
+
+    async fn replay(&self, req: &DrillRequest) -> Result<Verdict, String> {
+        let first = self.send(req).await?;
+        tokio::time::sleep(REPLAY_GAP).await;
+        let second = self.send(req).await?;
+        let effects = self.upstream.effects(&req.key);
+        let identical = second.same_answer(&first);
+        let pass = effects.len() == 1
+            && first.status.as_u16() < 500
+            && !first.replayed()
+            && second.replayed()
+            && identical;
+        let note = (!pass).then(|| {
+            if effects.len() > 1 {
+                format!(
+                    "the upstream executed the request {} times: the record was gone (or never stored) when the retry came {} ms later; is the window shorter than your senders' retries?",
+                    effects.len(),
+                    REPLAY_GAP.as_millis()
+                )
+            } else {
+                "the retry was not answered with the stored response".to_owned()
+            }
+        });
+        Ok((
+            pass,
+            evidence(json!({
+                "effects": effects.len(),
+                "statuses": [first.status.as_u16(), second.status.as_u16()],
+                "second_replayed": second.replayed(),
+                "byte_identical": identical,
+                "differing_headers": second.differing_headers(&first),
+                "fence": fence_of(effects.first()),
+                "gap_ms": REPLAY_GAP.as_millis() as u64,
+            })),
+            note,
+        ))
+    }
+
+    async fn lease_drill(&self, route: &Route, req: &DrillRequest) -> Result<Verdict, String> {
+        let hold = self.lease / 4;
+        self.upstream.hold_first(&req.key, hold);
+        let first = {
+            let (http, base, req) = (self.http.clone(), self.base.clone(), req.clone());
+            tokio::spawn(async move { http.send(&base, &req).await })
+        };
+        if !self
+            .upstream
+            .wait_for(&req.key, 1, Duration::from_secs(5))
+            .await
+        {
+            return Err("the first request never reached the upstream".into());
+        }
+        let dup = self.send(req).await?;
+        let first = first
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the first request: {e}"))?;
+        let effects = self.upstream.effects(&req.key);
+        let conflict = dup.status == StatusCode::CONFLICT;
+        let answered = match route.on_conflict {
+            OnConflict::Reject => conflict,
+            // A held duplicate gets the stored answer, or 409 when conflict_wait ran out.
+            OnConflict::Wait => (dup.replayed() && dup.same_answer(&first)) || conflict,
+        };
+        let pass = effects.len() == 1 && first.status.as_u16() < 500 && answered;
+        let note = (!pass).then(|| match effects.len() {
+            1 => format!(
+                "the duplicate got {} instead of 409 or the stored answer",
+                dup.status
+            ),
+            n => format!("the duplicate executed: {n} effects"),
+        });
+        let retry_after = dup
+            .headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map_or(Value::Null, |v| v.into());
+        let on_conflict = match route.on_conflict {
+            OnConflict::Reject => "reject",
+            OnConflict::Wait => "wait",
+        };
+        Ok((
+            pass,
+            evidence(json!({
+                "effects": effects.len(),
+                "on_conflict": on_conflict,
+                "first_status": first.status.as_u16(),
+                "duplicate_status": dup.status.as_u16(),
+                "duplicate_replayed": dup.replayed(),
+                "retry_after": retry_after,
+                "held_ms": hold.as_millis() as u64,
+                "duplicate_ms": dup.took.as_millis() as u64,
+            })),
+            note,
+        ))
+    }
+
+    async fn crash(&self, req: &DrillRequest) -> Result<Verdict, String> {
+        // The doomed gateway shares the embedded store (one process) or dials the same
+        // Redis; its death takes its tasks, connections and store client with it.
+        let shared = match self.config.store.backend {
+            Backend::Memory => Some(self.store.clone()),
+            Backend::Redis | Backend::RedisCluster => None,
+        };
+        let doomed = DoomedGateway::start(self.config.clone(), shared)
+            .await
+            .map_err(|e| format!("cannot start the second gateway: {e}"))?;
+        self.upstream
+            .hold_first(&req.key, Duration::from_secs(3600));
+        let sent = Instant::now();
+        let first = {
+            let (http, base, req) = (self.http.clone(), doomed.base(), req.clone());
+            tokio::spawn(async move { http.send(&base, &req).await })
+        };
+        if !self
+            .upstream
+            .wait_for(&req.key, 1, Duration::from_secs(5))
+            .await
+        {
+            doomed.kill().await;
+            return Err("the first request never reached the upstream".into());
+        }
+        doomed.kill().await;
+        let killed_ms = sent.elapsed().as_millis() as u64;
+        let first_reply = first.await.map_err(|e| e.to_string())?;
+
+        let deadline = sent + self.lease + Duration::from_secs(10);
+        let mut attempts: Vec<(u64, u16)> = Vec::new();
+        let last = loop {
+            let r = self.send(req).await?;
+            attempts.push((
+                r.sent.duration_since(sent).as_millis() as u64,
+                r.status.as_u16(),
+            ));
+            if r.status == StatusCode::CONFLICT && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            break r;
+        };
+        let after = self.send(req).await?;
+        let effects = self.upstream.effects(&req.key);
+        let (f1, f2) = (
+            effects.first().and_then(|e| e.fence),
+            effects.get(1).and_then(|e| e.fence),
+        );
+        let higher = matches!((f1, f2), (Some(a), Some(b)) if b > a);
+        // The first claim was made after `sent`, so its lease ended no earlier than
+        // `sent + lease`: a takeover before that would be a lease not honoured.
+        let takeover_after = effects
+            .get(1)
+            .map(|e| e.at.duration_since(sent))
+            .unwrap_or_default();
+        let honoured = takeover_after >= self.lease;
+        let earlier_all_409 = attempts[..attempts.len() - 1]
+            .iter()
+            .all(|&(_, s)| s == 409);
+        let pass = first_reply.is_err()
+            && effects.len() == 2
+            && higher
+            && honoured
+            && earlier_all_409
+            && last.status.as_u16() < 500
+            && !last.replayed()
+            && after.replayed()
+            && after.same_answer(&last);
+        let note = if pass {
+            Some("the takeover executed the request again under a higher fence (the documented limit of an unknown outcome); an upstream that refuses lower fences makes the dead owner's write harmless".to_owned())
+        } else if effects.len() < 2 {
+            Some(format!(
+                "no takeover within the lease + 10s: last status {}",
+                last.status
+            ))
+        } else if !honoured {
+            Some(format!(
+                "taken over {} ms after the first call was sent, before its {} ms lease ended",
+                takeover_after.as_millis(),
+                self.lease.as_millis()
+            ))
+        } else {
+            Some("the takeover did not behave as expected: see the evidence".to_owned())
+        };
+        let conflicts = attempts.iter().filter(|a| a.1 == 409).count();
+        Ok((
+            pass,
+            evidence(json!({
+                "effects": effects.len(),
+                "first_fence": f1,
+                "takeover_fence": f2,
+                "killed_after_ms": killed_ms,
+                "retries_409": conflicts,
+                "takeover_after_ms": takeover_after.as_millis() as u64,
+                "lease_ms": self.lease.as_millis() as u64,
+                "takeover_status": last.status.as_u16(),
+                "then_replayed": after.replayed(),
+            })),
+            note,
+        ))
+    }
+
+    async fn race_drill(&self, req: &DrillRequest) -> Result<Verdict, String> {
+        self.upstream.hold_first(&req.key, RACE_HOLD);
+        let tasks: Vec<_> = (0..self.race)
+            .map(|_| {
+                let (http, base, req) = (self.http.clone(), self.base.clone(), req.clone());
+                tokio::spawn(async move { http.send(&base, &req).await })
+            })
+            .collect();
+        let mut replies = Vec::new();
+        for t in tasks {
+            replies.push(
+                t.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let effects = self.upstream.effects(&req.key);
+        let fresh: Vec<&Reply> = replies
+            .iter()
+            .filter(|r| !r.replayed() && r.status.as_u16() < 400)
+            .collect();
+        let replayed = replies.iter().filter(|r| r.replayed()).count();
+        let conflicts = replies
+            .iter()
+            .filter(|r| r.status == StatusCode::CONFLICT)
+            .count();
+        let consistent = fresh.len() == 1
+            && replies
+                .iter()
+                .filter(|r| r.replayed())
+                .all(|r| r.same_answer(fresh[0]));
+        let pass = effects.len() == 1 && consistent && 1 + replayed + conflicts == replies.len();
+        let note = (!pass).then(|| {
+            format!(
+                "{} concurrent requests caused {} effects",
+                replies.len(),
+                effects.len()
+            )
+        });
+        Ok((
+            pass,
+            evidence(json!({
+                "concurrent": replies.len(),
+                "effects": effects.len(),
+                "won": fresh.len(),
+                "replayed": replayed,
+                "conflict": conflicts,
+                "fence": fence_of(effects.first()),
+            })),
+            note,
+        ))
+    }
+
+    async fn misuse(&self, route: &Route, req: &DrillRequest) -> Result<Verdict, String> {
+        let Some(other) = request::misuse(route, req) else {
+            return Ok((
+                true,
+                Map::new(),
+                Some("not applicable: the key covers every part of the request hash, so the same key cannot come with a different request".into()),
+            ));
+        };
+        let first = self.send(req).await?;
+        let m = self.send(&other).await?;
+        let again = self.send(req).await?;
+        let effects = self.upstream.effects(&req.key);
+        let pass = first.status.as_u16() < 500
+            && m.status == StatusCode::UNPROCESSABLE_ENTITY
+            && effects.len() == 1
+            && again.replayed()
+            && again.same_answer(&first);
+        let note = (!pass).then(|| {
+            format!(
+                "the changed request got {} with {} effects",
+                m.status,
+                effects.len()
+            )
+        });
+        Ok((
+            pass,
+            evidence(json!({
+                "effects": effects.len(),
+                "first_status": first.status.as_u16(),
+                "changed_request_status": m.status.as_u16(),
+                "original_again_replayed": again.replayed(),
+            })),
+            note,
+        ))
+    }
+
+    async fn forget_made(&self) -> usize {
+        let made: Vec<StoreKey> = self.made.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut n = 0;
+        for k in &made {
+            if matches!(self.store.forget(k).await, Ok(true)) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    async fn cleanup(&self) -> Cleanup {
+        self.forget_made().await;
+        let made: Vec<StoreKey> = self.made.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut left = Vec::new();
+        for k in &made {
+            if !matches!(self.store.inspect(k).await, Ok(None)) {
+                left.push(k.as_str().to_owned());
+            }
+        }
+        Cleanup {
+            deleted: made.len() - left.len(),
+            left,
+        }
+    }
+}
+
+/// Pass, evidence, note.
+type Verdict = (bool, Map<String, Value>, Option<String>);
+
+/// A second gateway in a runtime of its own on its own thread, so that killing it drops
+/// every task it runs (connections, in-flight requests, its store client) at once, as a
+/// process dying would: its leases are never settled.
+struct DoomedGateway {
+    addr: SocketAddr,
+    kill: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl DoomedGateway {
+    async fn start(config: Config, shared: Option<Store>) -> std::io::Result<Self> {
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let store = match shared {
+                    Some(s) => s,
+                    None => match Store::from_config(&config.store) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(std::io::Error::other(e.to_string())));
+                            return;
+                        }
+                    },
+                };
+                let public = match TcpListener::bind("127.0.0.1:0").await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let addr = public.local_addr();
+                let _ = ready_tx.send(addr);
+                let gateway = Gateway::new(config, store);
+                tokio::spawn(serve(
+                    gateway,
+                    Listeners {
+                        public,
+                        admin: None,
+                    },
+                    std::future::pending(),
+                ));
+                let _ = killed.await;
+            });
+            // No grace, no drain: every task of this gateway is dropped where it stands.
+            runtime.shutdown_background();
+        });
+        let addr = ready
+            .await
+            .map_err(|_| std::io::Error::other("the second gateway did not start"))??;
+        Ok(Self { addr, kill, thread })
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    async fn kill(self) {
+        let _ = self.kill.send(());
+        let thread = self.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}

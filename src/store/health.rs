@@ -1,0 +1,232 @@
+//! Store checks: settings of the Redis a gateway points at that quietly break the
+//! guarantee (a claim evicted under memory pressure, a restart that forgets every key, a
+//! replica that refuses writes, cluster slots nobody serves).
+//!
+//! [`findings`] is pure: it reads the replies of `CONFIG GET` and `INFO` that the Redis
+//! backends collect ([`super::Store::health_findings`]) and says what is wrong with them.
+
+use serde::Serialize;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Duplicates can slip through while the gateway runs: `drill` fails on it.
+    Risk,
+    /// The guarantee holds while Redis runs but not across everything (a restart), or the
+    /// gateway could not tell: printed and logged, not a failure.
+    Warning,
+}
+
+/// One thing wrong with the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// How bad.
+    pub severity: Severity,
+    /// Which node (`host:port`), or `cluster`.
+    pub node: String,
+    /// Which setting: `maxmemory-policy`, `persistence`, `role`, `cluster-slots`, `config`.
+    pub check: &'static str,
+    /// What is wrong and what it costs.
+    pub message: String,
+}
+
+/// What one Redis node answered. `None`: the node refused the command (managed Redis
+/// services often rename or forbid `CONFIG`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReplies {
+    /// `host:port`.
+    pub node: String,
+    /// `CONFIG GET maxmemory-policy`.
+    pub maxmemory_policy: Option<String>,
+    /// `CONFIG GET appendonly`.
+    pub appendonly: Option<String>,
+    /// `CONFIG GET save` (empty: no snapshots).
+    pub save: Option<String>,
+    /// `INFO replication`, as text.
+    pub replication: Option<String>,
+}
+
+/// The reply of `CLUSTER INFO`, as text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterReplies {
+    /// `CLUSTER INFO`.
+    pub info: String,
+}
+
+/// Every slot a cluster has.
+const CLUSTER_SLOTS: u64 = 16384;
+
+/// The value of `field:` in `INFO`-style text.
+fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| {
+        l.trim_end_matches('\r')
+            .strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+    })
+}
+
+/// What is wrong with these nodes (and this cluster, if it is one). Empty: nothing found.
+pub fn findings(nodes: &[NodeReplies], cluster: Option<&ClusterReplies>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for n in nodes {
+        let mut finding = |severity, check, message: String| {
+            out.push(Finding {
+                severity,
+                node: n.node.clone(),
+                check,
+                message,
+            })
+        };
+        match n.maxmemory_policy.as_deref() {
+            Some("noeviction") => {}
+            Some(policy) => finding(
+                Severity::Risk,
+                "maxmemory-policy",
+                format!(
+                    "maxmemory-policy is {policy}: under memory pressure Redis evicts live claims and stored responses, and their retries execute again; set noeviction"
+                ),
+            ),
+            None => finding(
+                Severity::Warning,
+                "config",
+                "CONFIG GET is refused: check by hand that maxmemory-policy is noeviction and persistence is on".into(),
+            ),
+        }
+        if let (Some(aof), Some(save)) = (n.appendonly.as_deref(), n.save.as_deref()) {
+            if aof == "no" && save.trim().is_empty() {
+                finding(
+                    Severity::Warning,
+                    "persistence",
+                    "persistence is off (appendonly no, no snapshots): a Redis restart forgets every key, and retries after it execute again; set appendonly yes".into(),
+                );
+            }
+        }
+        if let Some(repl) = n.replication.as_deref() {
+            if let Some(role) = info_field(repl, "role") {
+                if role != "master" {
+                    finding(
+                        Severity::Risk,
+                        "role",
+                        format!(
+                            "the node is a {role} (read-only): every claim fails; point the gateway at the primary"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(c) = cluster {
+        let state = info_field(&c.info, "cluster_state").unwrap_or("unknown");
+        let ok: Option<u64> = info_field(&c.info, "cluster_slots_ok").and_then(|v| v.parse().ok());
+        if state != "ok" || ok != Some(CLUSTER_SLOTS) {
+            out.push(Finding {
+                severity: Severity::Risk,
+                node: "cluster".into(),
+                check: "cluster-slots",
+                message: format!(
+                    "cluster_state is {state}, {} of {CLUSTER_SLOTS} slots served: keys in the other slots cannot be claimed",
+                    ok.map_or("an unknown number".to_owned(), |n| n.to_string())
+                ),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> NodeReplies {
+        NodeReplies {
+            node: "127.0.0.1:6379".into(),
+            maxmemory_policy: Some("noeviction".into()),
+            appendonly: Some("yes".into()),
+            save: Some("3600 1 300 100 60 10000".into()),
+            replication: Some("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n".into()),
+        }
+    }
+
+    fn checks(f: &[Finding]) -> Vec<(&'static str, Severity)> {
+        f.iter().map(|f| (f.check, f.severity)).collect()
+    }
+
+    #[test]
+    fn a_healthy_node_has_no_findings() {
+        assert!(findings(&[healthy()], None).is_empty());
+        // Snapshots alone are persistence too.
+        let n = NodeReplies {
+            appendonly: Some("no".into()),
+            ..healthy()
+        };
+        assert!(findings(&[n], None).is_empty());
+    }
+
+    #[test]
+    fn an_evicting_policy_is_a_risk() {
+        let n = NodeReplies {
+            maxmemory_policy: Some("allkeys-lru".into()),
+            ..healthy()
+        };
+        let f = findings(&[n], None);
+        assert_eq!(checks(&f), [("maxmemory-policy", Severity::Risk)]);
+        assert!(f[0].message.contains("allkeys-lru"), "{f:?}");
+        assert_eq!(f[0].node, "127.0.0.1:6379");
+    }
+
+    #[test]
+    fn no_persistence_is_a_warning() {
+        let n = NodeReplies {
+            appendonly: Some("no".into()),
+            save: Some(String::new()),
+            ..healthy()
+        };
+        assert_eq!(
+            checks(&findings(&[n], None)),
+            [("persistence", Severity::Warning)]
+        );
+    }
+
+    #[test]
+    fn a_replica_is_a_risk() {
+        let n = NodeReplies {
+            replication: Some("# Replication\r\nrole:slave\r\nmaster_host:10.0.0.1\r\n".into()),
+            ..healthy()
+        };
+        let f = findings(&[n], None);
+        assert_eq!(checks(&f), [("role", Severity::Risk)]);
+        assert!(f[0].message.contains("slave"), "{f:?}");
+    }
+
+    #[test]
+    fn a_refused_config_get_is_a_warning_not_a_guess() {
+        let n = NodeReplies {
+            maxmemory_policy: None,
+            appendonly: None,
+            save: None,
+            ..healthy()
+        };
+        assert_eq!(
+            checks(&findings(&[n], None)),
+            [("config", Severity::Warning)]
+        );
+    }
+
+    #[test]
+    fn uncovered_cluster_slots_are_a_risk() {
+        let ok = ClusterReplies {
+            info: "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\n"
+                .into(),
+        };
+        assert!(findings(&[healthy()], Some(&ok)).is_empty());
+        let partial = ClusterReplies {
+            info:
+                "cluster_state:fail\r\ncluster_slots_assigned:10923\r\ncluster_slots_ok:10923\r\n"
+                    .into(),
+        };
+        let f = findings(&[healthy()], Some(&partial));
+        assert_eq!(checks(&f), [("cluster-slots", Severity::Risk)]);
+        assert!(f[0].message.contains("10923 of 16384"), "{f:?}");
+    }
+}

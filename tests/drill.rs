@@ -1,0 +1,277 @@
+//! `dedupe-gateway drill`: the real binary, on every shipped configuration (memory and a
+//! real redis-server), failing by name on broken setups, and black-box against a running
+//! gateway process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use dedupe_test_support::{
+    free_port, GatewayConfig, GatewayProcess, RedisServer, RouteCfg, StoreCfg, Upstream,
+};
+
+fn gateway() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"));
+    // The shipped files name hosts of their own; the drill never uses their addresses.
+    c.env_remove("DEDUPE_REDIS_URL")
+        .env_remove("DEDUPE_ADMIN_TOKEN");
+    c
+}
+
+fn drill(config: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out: Output = gateway()
+        .arg("drill")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn shipped(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let p = dir.path().join("gateway.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn drill_passes_on_every_shipped_configuration_on_memory_and_on_redis() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ran = 0;
+    for file in shipped("config").into_iter().chain(shipped("docker")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let on_memory = text.contains("backend = \"memory\"");
+        // As shipped: memory files on memory; Redis files on the test's Redis through
+        // the same override a container uses.
+        let env: &[(&str, &str)] = if on_memory {
+            &[]
+        } else {
+            &[("DEDUPE_REDIS_URL", &url)]
+        };
+        let (code, out, err) = drill(&file, &["--lease", "1s"], env);
+        assert_eq!(code, Some(0), "{}\n{out}\n{err}", file.display());
+        assert!(out.contains("all drills passed"), "{out}");
+        for d in ["replay", "lease", "crash", "race", "misuse"] {
+            assert!(out.contains(&format!("/{d} (")), "{d} missing: {out}");
+        }
+        if on_memory {
+            // And the memory files rewritten onto Redis.
+            let rewritten = text.replace(
+                "backend = \"memory\"",
+                &format!("backend = \"redis\"\nurl = \"{url}\""),
+            );
+            let copy = write(&tmp, &rewritten);
+            let (code, out, err) = drill(&copy, &["--lease", "1s"], &[]);
+            assert_eq!(code, Some(0), "{} on redis\n{out}\n{err}", file.display());
+            assert!(out.contains("backend=redis"), "{out}");
+        }
+        ran += 1;
+    }
+    assert!(ran >= 4, "shipped configurations: {ran}");
+    // Nothing of the drill's is left in the store.
+    let keys: i64 = redis.cmd(&["DBSIZE"]);
+    assert_eq!(keys, 0);
+}
+
+#[test]
+fn json_report_for_ci() {
+    let (code, out, err) = drill(
+        Path::new("config/demo.toml"),
+        &["--route", "orders", "--format", "json", "--lease", "1s"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pass"], true);
+    assert_eq!(v["setup"]["lease"], "1s");
+    let drills = v["drills"].as_array().unwrap();
+    assert_eq!(drills.len(), 5, "{out}");
+    assert!(drills.iter().all(|d| d["route"] == "orders"));
+    let crash = drills.iter().find(|d| d["drill"] == "crash").unwrap();
+    assert_eq!(crash["evidence"]["effects"], 2);
+    assert!(
+        crash["evidence"]["takeover_fence"].as_u64() > crash["evidence"]["first_fence"].as_u64()
+    );
+    let replay = drills.iter().find(|d| d["drill"] == "replay").unwrap();
+    assert_eq!(replay["evidence"]["effects"], 1);
+    assert_eq!(replay["evidence"]["byte_identical"], true);
+}
+
+fn one_route(route: RouteCfg, store: StoreCfg) -> String {
+    GatewayConfig::new("http://127.0.0.1:9")
+        .store(store)
+        .route(route)
+        .to_toml()
+}
+
+#[test]
+fn a_window_shorter_than_a_retry_fails_the_replay_drill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(
+        &tmp,
+        &one_route(
+            RouteCfg::header("orders", "/orders").window("10ms"),
+            StoreCfg::memory(),
+        ),
+    );
+    let (code, out, _) = drill(&p, &["--lease", "1s"], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL orders/replay"), "{out}");
+    assert!(out.contains("effects=2"), "{out}");
+    assert!(out.contains("FAILED: orders/replay"), "{out}");
+}
+
+#[test]
+fn an_evicting_redis_fails_the_store_check() {
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(
+        &tmp,
+        &one_route(
+            RouteCfg::header("orders", "/orders"),
+            StoreCfg::redis(redis.url()),
+        ),
+    );
+    let (code, out, _) = drill(&p, &["--lease", "1s"], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL store redis"), "{out}");
+    assert!(out.contains("maxmemory-policy is allkeys-lru"), "{out}");
+    assert!(out.contains("FAILED: store"), "{out}");
+    // The drills themselves still ran and passed: the store check is what failed.
+    assert!(out.contains("PASS orders/replay"), "{out}");
+}
+
+#[test]
+fn an_unreachable_store_fails_the_store_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(
+        &tmp,
+        &one_route(
+            RouteCfg::header("orders", "/orders"),
+            StoreCfg::redis(format!("redis://127.0.0.1:{}", free_port())),
+        ),
+    );
+    let (code, out, _) = drill(&p, &[], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the store does not answer"), "{out}");
+    assert!(out.contains("FAILED: store"), "{out}");
+}
+
+#[test]
+fn an_unknown_route_is_a_usage_error() {
+    let (code, _, err) = drill(Path::new("config/demo.toml"), &["--route", "nope"], &[]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("--route nope"), "{err}");
+}
+
+/// A gateway process on Redis with a scoped header route and a fingerprint route.
+async fn live_gateway() -> (Upstream, RedisServer, GatewayProcess, GatewayConfig) {
+    let upstream = Upstream::start().await;
+    let redis = RedisServer::start();
+    let cfg = GatewayConfig::new(upstream.url())
+        .store(StoreCfg::redis(redis.url()))
+        .admin_with_token("s3cret")
+        .route(RouteCfg::header("orders", "/orders").scope(&["header:Authorization"]))
+        .route(
+            RouteCfg::fingerprint("webhooks", "/webhooks/*", &["path", "json:/id"])
+                .on_conflict_wait("5s"),
+        );
+    let gw = GatewayProcess::start(&cfg);
+    (upstream, redis, gw, cfg)
+}
+
+async fn drill_target(
+    cfg: &GatewayConfig,
+    gw: &GatewayProcess,
+    route: &str,
+    yes: bool,
+) -> (Option<i32>, String, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(&tmp, &cfg.to_toml());
+    let mut args = vec![
+        "--target".to_owned(),
+        gw.url(""),
+        "--admin".to_owned(),
+        gw.admin_url(""),
+        "--token".to_owned(),
+        "s3cret".to_owned(),
+        "--route".to_owned(),
+        route.to_owned(),
+    ];
+    if yes {
+        args.push("--yes".to_owned());
+    }
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        drill(&p, &args, &[])
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_target_passes_against_a_running_gateway_and_leaves_no_records() {
+    let (upstream, redis, gw, cfg) = live_gateway().await;
+    // On the fingerprint route the key is what must match (`match` defaults to the
+    // fingerprint's parts), so the same key cannot come with a different request: misuse
+    // is not applicable there and makes no record.
+    for (route, records) in [("orders", 3), ("webhooks", 2)] {
+        let (code, out, err) = drill_target(&cfg, &gw, route, true).await;
+        assert_eq!(code, Some(0), "{route}\n{out}\n{err}");
+        assert!(err.contains("will send these requests"), "{err}");
+        for d in ["replay", "race", "misuse"] {
+            assert!(out.contains(&format!("PASS {route}/{d}")), "{out}");
+        }
+        assert!(out.contains("metrics_delta="), "{out}");
+        assert!(
+            out.contains(&format!(
+                "PASS cleanup: {records} record(s) deleted, 0 left"
+            )),
+            "{out}"
+        );
+    }
+    // The real upstream executed each drill's request once (replay, race, misuse).
+    assert_eq!(upstream.effects(), 5);
+    let keys: i64 = redis.cmd(&["DBSIZE"]);
+    assert_eq!(keys, 0, "the drill left records behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_target_refuses_without_yes_after_printing_the_plan() {
+    let (upstream, _redis, gw, cfg) = live_gateway().await;
+    let (code, out, err) = drill_target(&cfg, &gw, "orders", false).await;
+    assert_eq!(code, Some(64), "{out}\n{err}");
+    assert!(err.contains("POST http://"), "{err}");
+    assert!(err.contains("idempotency-key: drill-"), "{err}");
+    assert!(err.contains("refusing without --yes"), "{err}");
+    assert_eq!(upstream.effects(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_logs_store_findings_at_start_up() {
+    let upstream = Upstream::start().await;
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let cfg = GatewayConfig::new(upstream.url())
+        .store(StoreCfg::redis(redis.url()))
+        .route(RouteCfg::header("orders", "/orders"));
+    let gw = GatewayProcess::start(&cfg);
+    gw.wait_logged("store check: maxmemory-policy is allkeys-lru")
+        .await;
+}
