@@ -24,9 +24,11 @@ mod store;
 mod tests;
 
 pub use crate::route::{OnConflict, OnError};
-pub use file::{FileAdmin, FileConfig, FileDefaults, FileKey, FileRoute, FileServer, FileStore};
+pub use file::{
+    FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileRoute, FileServer, FileStore,
+};
 pub use server::{ServerConfig, UpstreamTarget};
-pub use store::{Backend, StoreConfig};
+pub use store::{redact_url, Backend, RedisAccess, StoreConfig};
 
 use crate::route::Route;
 
@@ -172,7 +174,12 @@ impl Config {
             }
             routes.push(route);
         }
-        let warnings = routes::lease_warnings(&server, &store, &routes);
+        let mut warnings = routes::lease_warnings(&server, &store, &routes);
+        if store.access.insecure {
+            warnings.push(
+                "store.tls_insecure = true: Redis's certificate is not verified; anyone on the path can read and forge dedupe records".to_owned(),
+            );
+        }
         Ok(Config {
             server,
             store,

@@ -17,6 +17,7 @@
 //! below 2^53, exact in Lua's doubles.) Finishing is idempotent for the same fence, so a
 //! client-side retry of a script that already ran does not report a false fence-out.
 
+mod access;
 mod link;
 
 use std::future::Future;
@@ -25,12 +26,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, ScriptInvocation, Value};
 
 use self::link::{Link, NoConnection};
 use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
+use crate::config::RedisAccess;
 
 /// ARGV: request hash, lease ms, window ms, claimant id.
 const CLAIM: &str = r#"
@@ -339,7 +340,16 @@ impl RedisStore {
     /// if Redis cannot be reached; the store works as soon as it can). Call from within
     /// the Tokio runtime.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        Self::with_access(url, &RedisAccess::default(), timeout)
+    }
+
+    /// As [`RedisStore::new`], with TLS material and a password (`rediss://`, ACL users).
+    pub fn with_access(
+        url: &str,
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::client(url, access).map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         Ok(Self {
@@ -434,7 +444,17 @@ impl RedisClusterStore {
     /// no operation deadline can cancel a slow first connect (slot map, a connection to
     /// every master). Call from within the Tokio runtime.
     pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
-        let client = ClusterClient::builder(urls.iter().map(String::as_str))
+        Self::with_access(urls, &RedisAccess::default(), timeout)
+    }
+
+    /// As [`RedisClusterStore::new`], with TLS material and a password (`rediss://` seeds,
+    /// a cluster run with `tls-cluster yes`, ACL users).
+    pub fn with_access(
+        urls: &[String],
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::cluster_builder(urls, access)
             .connection_timeout(timeout)
             .response_timeout(dead_connection_after(timeout))
             .retries(2)

@@ -216,6 +216,14 @@ pub struct StoreCfg {
     prefix: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_bytes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_ca_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_cert_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_key_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_insecure: Option<bool>,
 }
 
 impl StoreCfg {
@@ -227,6 +235,10 @@ impl StoreCfg {
             timeout: None,
             prefix: None,
             max_bytes: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_insecure: None,
         }
     }
 
@@ -266,6 +278,25 @@ impl StoreCfg {
     /// `store.prefix`.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// `store.tls_ca_file`.
+    pub fn tls_ca_file(mut self, path: &std::path::Path) -> Self {
+        self.tls_ca_file = Some(crate::tls::path_str(path));
+        self
+    }
+
+    /// `store.tls_cert_file` and `store.tls_key_file`.
+    pub fn tls_client_cert(mut self, files: &crate::CertFiles) -> Self {
+        self.tls_cert_file = Some(crate::tls::path_str(&files.cert));
+        self.tls_key_file = Some(crate::tls::path_str(&files.key));
+        self
+    }
+
+    /// `store.tls_insecure`.
+    pub fn tls_insecure(mut self, insecure: bool) -> Self {
+        self.tls_insecure = Some(insecure);
         self
     }
 }
