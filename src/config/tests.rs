@@ -147,10 +147,18 @@ fn server_settings_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("server.listen"), "{e}");
-    let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"https://a:1\"\n")
+    let c = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"https://a:1\"\n")
+        .unwrap();
+    assert_eq!(c.server.upstream.scheme, http::uri::Scheme::HTTPS);
+    let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"ftp://a:1\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("https"), "{e}");
+    assert!(e.contains("https://"), "{e}");
+    let e = err("upstream_ca_file = \"/x\"\n");
+    assert!(
+        e.starts_with("server.upstream_ca_file: applies to an https://"),
+        "{e}"
+    );
     assert!(err("[admin]\nlisten = \"127.0.0.1:8080\"\n").contains("admin.listen"));
     let e = Config::from_toml(
         "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://a:1\"\nmax_body = \"lots\"\n",

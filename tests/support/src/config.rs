@@ -41,6 +41,17 @@ struct Server {
     write_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_ca_file: Option<String>,
+    // Last: a table follows the plain values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<ListenerTls>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ListenerTls {
+    cert_file: String,
+    key_file: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -80,12 +91,29 @@ impl GatewayConfig {
                 shutdown_grace: None,
                 write_timeout: None,
                 max_connections: None,
+                upstream_ca_file: None,
+                tls: None,
             },
             store: None,
             defaults: Defaults::default(),
             admin: None,
             routes: Vec::new(),
         }
+    }
+
+    /// `server.upstream_ca_file`.
+    pub fn upstream_ca_file(mut self, path: &std::path::Path) -> Self {
+        self.server.upstream_ca_file = Some(crate::tls::path_str(path));
+        self
+    }
+
+    /// `[server.tls]`: TLS on the public listener with `files`.
+    pub fn listener_tls(mut self, files: &crate::CertFiles) -> Self {
+        self.server.tls = Some(ListenerTls {
+            cert_file: crate::tls::path_str(&files.cert),
+            key_file: crate::tls::path_str(&files.key),
+        });
+        self
     }
 
     /// `server.listen`.
