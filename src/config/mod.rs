@@ -27,7 +27,7 @@ pub use crate::route::{OnConflict, OnError};
 pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileRoute, FileServer, FileStore,
 };
-pub use server::{ServerConfig, UpstreamTarget};
+pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreConfig};
 
 use crate::route::Route;

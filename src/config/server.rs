@@ -45,6 +45,17 @@ pub struct ServerConfig {
     pub max_concurrent_streams: u32,
     /// `https` upstreams: a private CA trusted besides the platform's roots.
     pub upstream_ca: Option<PemFile>,
+    /// `[server.tls]`: the public listener's certificate and key, when it speaks TLS.
+    pub tls: Option<ListenerTls>,
+}
+
+/// Validated `[server.tls]`: files read, the key checked against the certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// The certificate chain, leaf first.
+    pub cert: PemFile,
+    /// The leaf's private key.
+    pub key: PemFile,
 }
 
 /// The upstream base URL, split for cheap per-request URI building.
@@ -136,7 +147,21 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         }
         None => None,
     };
+    let tls = match &s.tls {
+        Some(t) => {
+            let cert = PemFile::read(&t.cert_file)
+                .and_then(|c| c.certificates().map(|_| c))
+                .map_err(|e| invalid("server.tls.cert_file", e.to_string()))?;
+            let key = PemFile::read(&t.key_file)
+                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+            crate::tls::certified_key(&cert, &key)
+                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+            Some(ListenerTls { cert, key })
+        }
+        None => None,
+    };
     Ok(ServerConfig {
+        tls,
         upstream_ca,
         max_connections,
         max_concurrent_streams,

@@ -274,3 +274,33 @@ fn the_redis_password_comes_from_the_environment_and_is_never_shown() {
     assert_eq!(c.store.access.password.as_deref(), Some("pw-from-env"));
     assert!(!format!("{c:?}").contains("pw-from-env"));
 }
+
+#[test]
+fn listener_tls_files_are_checked_and_name_their_field() {
+    let ca = dedupe_test_support::TestCa::new("config");
+    let (a, b) = (ca.issue("a"), ca.issue("b"));
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    let c = with(&tls(&a.cert, &a.key)).unwrap();
+    assert!(c.server.tls.is_some());
+    let e = err(&tls(&a.cert, &b.key));
+    assert!(
+        e.starts_with("server.tls.key_file: ") && e.contains("does not match"),
+        "{e}"
+    );
+    let e = err(&tls(&a.key, &a.key));
+    assert!(
+        e.starts_with("server.tls.cert_file: ") && e.contains("no PEM certificate"),
+        "{e}"
+    );
+    let e = err(&tls(std::path::Path::new("/nonexistent.pem"), &a.key));
+    assert!(
+        e.starts_with("server.tls.cert_file: /nonexistent.pem: cannot read"),
+        "{e}"
+    );
+}
