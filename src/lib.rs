@@ -21,6 +21,7 @@
 //!
 //! # The modules, lowest first (no module imports one listed after it)
 //!
+//! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster); the
 //!   values a claim is made of ([`store::StoreKey`], [`store::Fence`], ...).
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
@@ -65,6 +66,7 @@ pub mod route;
 pub mod seal;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod upstream;
 
 use bytes::Bytes;

@@ -32,6 +32,10 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     {
         restart.push("admin.max_connections");
     }
+    // A new certificate is applied (see `server`); switching TLS on or off is not.
+    if o.tls.is_some() != n.tls.is_some() {
+        restart.push("server.tls (on or off)");
+    }
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");
     }

@@ -16,6 +16,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
 use tracing::{debug, error, info, warn};
 
 use crate::config::defaults::DEFAULT_ADMIN_MAX_CONNECTIONS;
@@ -23,6 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::framing::{AmbiguousFraming, Watched};
 use crate::http::{ConnInfo, Gateway};
 use crate::store::{Store, StoreError};
+use crate::tls::ListenerCert;
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +44,9 @@ pub enum RunError {
     /// A signal handler could not be installed.
     #[error("signal handler: {0}")]
     Signal(io::Error),
+    /// The listener's certificate could not be used (it changed since validation).
+    #[error("server.tls: {0}")]
+    Tls(crate::tls::PemError),
 }
 
 /// The bound sockets.
@@ -49,6 +55,9 @@ pub struct Listeners {
     pub public: TcpListener,
     /// The admin port, when configured.
     pub admin: Option<TcpListener>,
+    /// The public port's certificate when it speaks TLS (`[server.tls]`); replaced on
+    /// SIGHUP.
+    pub tls: Option<Arc<ListenerCert>>,
 }
 
 impl Listeners {
@@ -64,7 +73,13 @@ impl Listeners {
             Some(a) => Some(bind(a.listen).await?),
             None => None,
         };
-        Ok(Self { public, admin })
+        let tls = match &config.server.tls {
+            Some(t) => Some(ListenerCert::new(
+                crate::tls::certified_key(&t.cert, &t.key).map_err(RunError::Tls)?,
+            )),
+            None => None,
+        };
+        Ok(Self { public, admin, tls })
     }
 }
 
@@ -83,9 +98,10 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(RunError::Signal)?;
         let gw = gateway.clone();
+        let cert = listeners.tls.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                reload(&gw, &path);
+                reload(&gw, &path, cert.as_deref());
             }
         });
     }
@@ -116,11 +132,24 @@ fn warn_store_findings(store: Store) {
     });
 }
 
-fn reload(gateway: &Gateway, path: &std::path::Path) {
+fn reload(gateway: &Gateway, path: &std::path::Path, cert: Option<&ListenerCert>) {
     match Config::load(path, |k| std::env::var(k).ok()) {
         Ok(config) => {
             for w in &config.warnings {
                 warn!("{w}");
+            }
+            // Validation read the files and matched the key: the new certificate is
+            // presented from the next handshake on; open connections keep theirs.
+            if let (Some(cert), Some(t)) = (cert, &config.server.tls) {
+                match crate::tls::certified_key(&t.cert, &t.key) {
+                    Ok(key) => {
+                        cert.replace(key);
+                        info!(cert_file = %t.cert.path().display(), "SIGHUP: listener certificate reloaded");
+                    }
+                    Err(e) => {
+                        error!(error = %e, "SIGHUP: listener certificate refused; the old one stays")
+                    }
+                }
             }
             let routes = config.routes.len();
             let restart = gateway.reload(config);
@@ -177,8 +206,12 @@ pub async fn serve(
     drop(live);
 
     if let Ok(addr) = listeners.public.local_addr() {
-        info!(addr = %addr, backend = gateway.store().backend_name(), "public listener ready");
+        info!(addr = %addr, backend = gateway.store().backend_name(), tls = listeners.tls.is_some(), "public listener ready");
     }
+    let tls = listeners
+        .tls
+        .clone()
+        .map(|cert| TlsAcceptor::from(Arc::new(crate::tls::listener_config(cert))));
     if let Some(Ok(addr)) = listeners.admin.as_ref().map(TcpListener::local_addr) {
         info!(addr = %addr, "admin listener ready");
     }
@@ -201,18 +234,31 @@ pub async fn serve(
                 let gw = gateway.clone();
                 let framing = AmbiguousFraming::default();
                 let conn_info = ConnInfo { remote, framing: framing.clone() };
-                let svc = service_fn(move |req| {
+                let over_tls = tls.is_some();
+                let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                     let gw = gw.clone();
                     let conn_info = conn_info.clone();
+                    // The client's hop was TLS: the upstream learns it, whatever the client
+                    // claimed (a plain hop keeps the client's value, as before).
+                    if over_tls {
+                        req.headers_mut().insert(
+                            http::header::HeaderName::from_static("x-forwarded-proto"),
+                            http::HeaderValue::from_static("https"),
+                        );
+                    }
                     async move { Ok::<_, Infallible>(gw.handle(req, conn_info).await) }
                 });
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
                 let stopping = stopping.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     if !shows_protocol(&stream, header_read_timeout, &stopping).await {
                         return drop(slot);
                     }
+                    let Some(stream) = handshake(tls.as_ref(), stream, header_read_timeout, remote).await else {
+                        return drop(slot);
+                    };
                     let stream = WriteDeadline::new(stream, write_timeout);
                     let io = TokioIo::new(Watched::new(stream, max_head, framing));
                     let conn = watcher.watch(builder.serve_connection(io, svc).into_owned());
@@ -268,6 +314,34 @@ pub async fn serve(
             left = tasks.len(),
             "shutdown grace elapsed: cutting off requests still in flight; their claims stay until their leases expire"
         ),
+    }
+}
+
+/// A public connection: plain TCP, or TLS on `[server.tls]`.
+type PublicStream = Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
+
+/// The TLS handshake on a public connection, within `within` (as a request head must
+/// arrive); plain TCP when the listener has no TLS. `None` when it fails: logged at debug,
+/// since scanners and clients that distrust the certificate do this all day.
+async fn handshake(
+    tls: Option<&TlsAcceptor>,
+    stream: TcpStream,
+    within: Duration,
+    remote: SocketAddr,
+) -> Option<PublicStream> {
+    let Some(acceptor) = tls else {
+        return Some(Either::Left(stream));
+    };
+    match tokio::time::timeout(within, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(Either::Right(tls)),
+        Ok(Err(e)) => {
+            debug!(error = %e, %remote, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            debug!(%remote, "TLS handshake did not finish within server.header_read_timeout");
+            None
+        }
     }
 }
 

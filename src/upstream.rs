@@ -6,6 +6,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -25,9 +26,14 @@ pub enum UpstreamError {
 }
 
 /// The upstream: target URL and a connection pool, built once at start-up.
+///
+/// An `https` upstream is reached through rustls: its certificate is checked against the
+/// platform's roots plus `server.upstream_ca_file`, for the host named in the URL (SNI and
+/// `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream that speaks
+/// HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are pooled.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
     target: UpstreamTarget,
 }
 
@@ -69,7 +75,24 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(cfg.connect_timeout.min(cfg.upstream_timeout)));
         connector.set_nodelay(true);
-        connector.enforce_http(true);
+        // The TLS layer below takes https; the URL's scheme is fixed by config anyway.
+        connector.enforce_http(false);
+        // Roots only for an https upstream: reading the platform's store is not free, and a
+        // reload builds a new client.
+        let roots = if cfg.upstream.scheme == http::uri::Scheme::HTTPS {
+            let (roots, problems) = crate::tls::upstream_roots(cfg.upstream_ca.as_ref());
+            for p in &problems {
+                tracing::warn!(problem = %p, "a platform root certificate could not be loaded");
+            }
+            roots
+        } else {
+            rustls::RootCertStore::empty()
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::tls::upstream_client_config(roots))
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(std::time::Duration::from_secs(60))
             .pool_max_idle_per_host(256)

@@ -362,7 +362,7 @@ fn an_environment_error_names_the_variable() {
     let p = write(&dir, BASE);
     for (var, value, field) in [
         ("DEDUPE_LISTEN", "nope", "server.listen"),
-        ("DEDUPE_UPSTREAM", "https://app:1", "server.upstream"),
+        ("DEDUPE_UPSTREAM", "ftp://app:1", "server.upstream"),
         ("DEDUPE_REDIS_URL", "redis://127.0.0.1:6379", "store.url"),
         ("DEDUPE_ADMIN_LISTEN", "127.0.0.1", "admin.listen"),
     ] {

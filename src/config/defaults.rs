@@ -47,6 +47,8 @@ pub const DEFAULT_MAX_RECORDS: usize = 1_000_000;
 
 /// `store.max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * MIB;
+/// `store.tls_insecure`: Redis's certificate is verified.
+pub const DEFAULT_TLS_INSECURE: bool = false;
 /// `admin.max_connections`.
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 
@@ -223,6 +225,7 @@ mod tests {
             "store.timeout" => d(DEFAULT_STORE_TIMEOUT),
             "store.on_error" => enum_value::<OnError>(text) == DEFAULT_ON_ERROR,
             "store.max_records" => n(DEFAULT_MAX_RECORDS as u64),
+            "store.tls_insecure" => text.parse().ok() == Some(DEFAULT_TLS_INSECURE),
             "defaults.lease" => d(DEFAULT_LEASE),
             "defaults.window" => d(DEFAULT_WINDOW),
             "defaults.on_conflict" => enum_value::<OnConflict>(text) == DEFAULT_ON_CONFLICT,

@@ -6,7 +6,7 @@ use super::file::{EnvOverride, FileAdmin, FileConfig};
 impl FileConfig {
     /// Applies the environment overrides a container sets (`DEDUPE_LISTEN`,
     /// `DEDUPE_UPSTREAM`, `DEDUPE_REDIS_URL`, `DEDUPE_REDIS_URLS`, `DEDUPE_ADMIN_LISTEN`,
-    /// `DEDUPE_ADMIN_TOKEN`). `lookup` is the environment; tests pass a map. An error in a
+    /// `DEDUPE_ADMIN_TOKEN`, `DEDUPE_REDIS_PASSWORD`). `lookup` is the environment; tests pass a map. An error in a
     /// value set here names the variable, not the file.
     pub fn apply_env(&mut self, lookup: impl Fn(&str) -> Option<String>) {
         let mut set = |var: &'static str, field: &'static str| {
@@ -20,6 +20,10 @@ impl FileConfig {
         let urls = set("DEDUPE_REDIS_URLS", "store.urls");
         let admin_listen = set("DEDUPE_ADMIN_LISTEN", "admin.listen");
         let admin_token = set("DEDUPE_ADMIN_TOKEN", "admin.token");
+        let password = set("DEDUPE_REDIS_PASSWORD", "store.password");
+        if password.is_some() {
+            self.store.password = password;
+        }
         if let Some(v) = listen {
             self.server.listen = v;
         }

@@ -69,6 +69,23 @@ pub struct FileServer {
     pub max_connections: Option<usize>,
     /// Most concurrent HTTP/2 streams (requests) per connection.
     pub max_concurrent_streams: Option<u32>,
+    /// `https://` upstreams: PEM file of a private CA trusted besides the platform's roots.
+    pub upstream_ca_file: Option<String>,
+    /// `[server.tls]`: TLS on the public listener.
+    pub tls: Option<FileListenerTls>,
+}
+
+/// `[server.tls]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [server.tls] table with cert_file and key_file"
+)]
+pub struct FileListenerTls {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: String,
+    /// PEM private key of the leaf.
+    pub key_file: String,
 }
 
 /// `[store]` as written.
@@ -94,6 +111,19 @@ pub struct FileStore {
     /// Keys that seal stored records (`file:PATH` or `env:NAME`): the first seals, every
     /// one opens.
     pub encryption_keys: Option<Vec<String>>,
+    /// `rediss://`: PEM file of the CA that signed Redis's certificate (else the
+    /// platform's roots).
+    pub tls_ca_file: Option<String>,
+    /// `rediss://`: PEM client certificate for mutual TLS.
+    pub tls_cert_file: Option<String>,
+    /// `rediss://`: PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
+    /// `rediss://`: accept any certificate (a warning at start).
+    pub tls_insecure: Option<bool>,
+    /// The Redis password from `DEDUPE_REDIS_PASSWORD`; never in the file, where it
+    /// would sit beside everything else in a config map.
+    #[serde(skip)]
+    pub password: Option<String>,
 }
 
 /// `[defaults]` as written.

@@ -26,10 +26,11 @@ mod tests;
 
 pub use crate::route::{OnConflict, OnError};
 pub use file::{
-    FileAdmin, FileConfig, FileDefaults, FileKey, FileMatch, FileRoute, FileServer, FileStore,
+    FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
+    FileServer, FileStore,
 };
-pub use server::{ServerConfig, UpstreamTarget};
-pub use store::{Backend, StoreConfig};
+pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
+pub use store::{redact_url, Backend, RedisAccess, StoreConfig};
 
 use crate::route::Route;
 
@@ -189,6 +190,11 @@ impl Config {
         }
         let mut warnings = routes::lease_warnings(&store, &routes);
         warnings.extend(routes::lints(&server, &routes));
+        if store.access.insecure {
+            warnings.push(
+                "store.tls_insecure = true: Redis's certificate is not verified; anyone on the path can read and forge dedupe records".to_owned(),
+            );
+        }
         Ok(Config {
             server,
             store,

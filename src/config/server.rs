@@ -14,6 +14,7 @@ use super::defaults::{
 };
 use super::file::FileServer;
 use super::{invalid, parse, ConfigError};
+use crate::tls::PemFile;
 
 /// Validated `[server]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +43,25 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// `https` upstreams: a private CA trusted besides the platform's roots.
+    pub upstream_ca: Option<PemFile>,
+    /// `[server.tls]`: the public listener's certificate and key, when it speaks TLS.
+    pub tls: Option<ListenerTls>,
+}
+
+/// Validated `[server.tls]`: files read, the key checked against the certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// The certificate chain, leaf first.
+    pub cert: PemFile,
+    /// The leaf's private key.
+    pub key: PemFile,
 }
 
 /// The upstream base URL, split for cheap per-request URI building.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamTarget {
-    /// Always `http`.
+    /// `http` or `https`.
     pub scheme: Scheme,
     /// `host:port`.
     pub authority: Authority,
@@ -118,7 +132,37 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         DEFAULT_MAX_CONCURRENT_STREAMS,
         MAX_CONCURRENT_STREAMS,
     )?;
+    let upstream_ca = match &s.upstream_ca_file {
+        Some(path) => {
+            if upstream.scheme != Scheme::HTTPS {
+                return Err(invalid(
+                    "server.upstream_ca_file",
+                    "applies to an https:// server.upstream only",
+                ));
+            }
+            let ca = PemFile::read(path)
+                .and_then(|ca| ca.trust_anchors().map(|_| ca))
+                .map_err(|e| invalid("server.upstream_ca_file", e.to_string()))?;
+            Some(ca)
+        }
+        None => None,
+    };
+    let tls = match &s.tls {
+        Some(t) => {
+            let cert = PemFile::read(&t.cert_file)
+                .and_then(|c| c.certificates().map(|_| c))
+                .map_err(|e| invalid("server.tls.cert_file", e.to_string()))?;
+            let key = PemFile::read(&t.key_file)
+                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+            crate::tls::certified_key(&cert, &key)
+                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+            Some(ListenerTls { cert, key })
+        }
+        None => None,
+    };
     Ok(ServerConfig {
+        tls,
+        upstream_ca,
         max_connections,
         max_concurrent_streams,
         listen,
@@ -138,16 +182,16 @@ fn upstream(at: &str, v: &str) -> Result<UpstreamTarget, ConfigError> {
     let uri: http::Uri = v
         .parse()
         .map_err(|_| invalid(at, format!("{v:?} is not a URL like http://127.0.0.1:9000")))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        _ => {
             return Err(invalid(
                 at,
-                "https upstreams are not supported: reach the upstream over http on a private network or a TLS sidecar",
+                format!("{v:?} must start with http:// or https://"),
             ))
         }
-        _ => return Err(invalid(at, format!("{v:?} must start with http://"))),
-    }
+    };
     let authority = uri
         .authority()
         .cloned()
@@ -157,7 +201,7 @@ fn upstream(at: &str, v: &str) -> Result<UpstreamTarget, ConfigError> {
     }
     let base_path = uri.path().trim_end_matches('/').to_owned();
     Ok(UpstreamTarget {
-        scheme: Scheme::HTTP,
+        scheme,
         authority,
         base_path,
     })

@@ -1,16 +1,19 @@
 //! `[store]`: which backend, its URLs and limits.
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::defaults::{
     DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT,
-    MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES, MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
+    DEFAULT_TLS_INSECURE, MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES, MAX_STORE_TIMEOUT,
+    MIN_STORE_BYTES,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
 use crate::seal::{self, Keyring, KEY_LEN};
+use crate::tls::{self, PemFile};
 
 /// The store backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -38,8 +41,8 @@ impl Backend {
     }
 }
 
-/// Validated `[store]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Validated `[store]`. Its `Debug` shows URLs without their passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// Which backend.
     pub backend: Backend,
@@ -55,6 +58,70 @@ pub struct StoreConfig {
     pub max_bytes: u64,
     /// The keys of `encryption_keys`, read and checked (empty: records in clear).
     pub encryption: Keyring,
+    /// Redis backends: TLS material and the password from the environment.
+    pub access: RedisAccess,
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
+        f.debug_struct("StoreConfig")
+            .field("backend", &self.backend)
+            .field("prefix", &self.prefix)
+            .field("urls", &urls)
+            .field("timeout", &self.timeout)
+            .field("max_records", &self.max_records)
+            .field("max_bytes", &self.max_bytes)
+            .field("encryption", &self.encryption)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// How the gateway reaches Redis beyond its URLs: the TLS files for `rediss://` and a
+/// password from `DEDUPE_REDIS_PASSWORD`. Its `Debug` never shows the password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisAccess {
+    /// `store.tls_ca_file`: the CA Redis's certificate must chain to; the platform's roots
+    /// when unset.
+    pub ca: Option<PemFile>,
+    /// `store.tls_cert_file` and `store.tls_key_file`: the client certificate and its key,
+    /// for Redis servers that require mutual TLS.
+    pub client_cert: Option<(PemFile, PemFile)>,
+    /// `store.tls_insecure`: Redis's certificate is not verified at all.
+    pub insecure: bool,
+    /// `DEDUPE_REDIS_PASSWORD`: replaces a password in the URLs.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for RedisAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisAccess")
+            .field("ca", &self.ca)
+            .field("client_cert", &self.client_cert)
+            .field("insecure", &self.insecure)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The URL with its password replaced by `***`, for every place a URL is shown (errors,
+/// `Debug`, logs): `rediss://app:s3cret@host:6380/0` becomes `rediss://app:***@host:6380/0`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:***"),
+        // `redis://secret@host`: the crate reads a lone userinfo as a password.
+        None => "***".to_owned(),
+    };
+    format!("{scheme}://{user}@{host}{tail}")
 }
 
 pub(super) fn validate(
@@ -85,19 +152,28 @@ pub(super) fn validate(
         MAX_STORE_TIMEOUT,
     )?;
     let check_url = |at: &str, url: &str| -> Result<String, ConfigError> {
-        if url.starts_with("rediss://") {
+        let shown = redact_url(url);
+        if !(url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with("unix://"))
+        {
             return Err(invalid(
                 at,
-                "TLS (rediss://) is not built in: reach Redis over a private network or a TLS sidecar",
+                format!("{shown:?} is not a redis:// or rediss:// URL"),
             ));
         }
-        if !(url.starts_with("redis://") || url.starts_with("unix://")) {
-            return Err(invalid(at, format!("{url:?} is not a redis:// URL")));
+        // The crate reads `#insecure` as "skip certificate checks": that must be said in
+        // `store.tls_insecure`, where start-up warns about it, not hidden in a URL.
+        if url.contains('#') {
+            return Err(invalid(
+                at,
+                format!("{shown:?}: no #fragment; to skip certificate checks set store.tls_insecure = true"),
+            ));
         }
         // The redis crate's own parser: a URL it cannot use fails here, not at start-up.
         redis::Client::open(url)
             .map(|_| url.to_owned())
-            .map_err(|e| invalid(at, format!("{url:?}: {e}")))
+            .map_err(|e| invalid(at, format!("{shown:?}: {e}")))
     };
     let backend = s.backend.unwrap_or(DEFAULT_BACKEND);
     let urls = match backend {
@@ -168,6 +244,7 @@ pub(super) fn validate(
         MAX_STORE_BYTES,
     )?;
     let encryption = keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
+    let access = access(s, &urls)?;
     Ok(StoreConfig {
         backend,
         prefix,
@@ -176,6 +253,77 @@ pub(super) fn validate(
         max_records,
         max_bytes,
         encryption,
+        access,
+    })
+}
+
+/// The TLS files (read and checked now, so a bad one is a config error naming its field)
+/// and the password.
+fn access(s: &FileStore, urls: &[String]) -> Result<RedisAccess, ConfigError> {
+    let tls_fields = [
+        ("store.tls_ca_file", s.tls_ca_file.is_some()),
+        ("store.tls_cert_file", s.tls_cert_file.is_some()),
+        ("store.tls_key_file", s.tls_key_file.is_some()),
+        ("store.tls_insecure", s.tls_insecure.is_some()),
+    ];
+    let tls = !urls.is_empty() && urls.iter().all(|u| u.starts_with("rediss://"));
+    if !tls {
+        if let Some((field, _)) = tls_fields.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                *field,
+                "applies to rediss:// URLs only (every store URL must be rediss://)",
+            ));
+        }
+    }
+    let read =
+        |field: &str, path: &str| PemFile::read(path).map_err(|e| invalid(field, e.to_string()));
+    let ca = match &s.tls_ca_file {
+        Some(path) => {
+            let ca = read("store.tls_ca_file", path)?;
+            ca.trust_anchors()
+                .map_err(|e| invalid("store.tls_ca_file", e.to_string()))?;
+            Some(ca)
+        }
+        None => None,
+    };
+    let client_cert = match (&s.tls_cert_file, &s.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let cert = read("store.tls_cert_file", cert)?;
+            let key = read("store.tls_key_file", key)?;
+            cert.certificates()
+                .map_err(|e| invalid("store.tls_cert_file", e.to_string()))?;
+            tls::certified_key(&cert, &key)
+                .map_err(|e| invalid("store.tls_key_file", e.to_string()))?;
+            Some((cert, key))
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "store.tls_key_file",
+                "required with store.tls_cert_file (mutual TLS needs both)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "store.tls_cert_file",
+                "required with store.tls_key_file (mutual TLS needs both)",
+            ))
+        }
+        (None, None) => None,
+    };
+    if s.password.as_deref() == Some("") {
+        return Err(invalid("store.password", "must not be empty"));
+    }
+    if s.password.is_some() && urls.is_empty() {
+        return Err(invalid(
+            "store.password",
+            "applies to backend = \"redis\" or \"redis-cluster\" only",
+        ));
+    }
+    Ok(RedisAccess {
+        ca,
+        client_cert,
+        insecure: s.tls_insecure.unwrap_or(DEFAULT_TLS_INSECURE),
+        password: s.password.clone(),
     })
 }
 

@@ -131,7 +131,7 @@ fn store_settings_are_checked() {
     assert!(err("[store]\nbackend = \"redis\"\n").contains("store.url"));
     assert!(err("[store]\nbackend = \"mongo\"\n").contains("mongo"));
     assert!(err("[store]\nbackend = \"redis\"\nurl = \"http://x\"\n").contains("redis://"));
-    assert!(err("[store]\nbackend = \"redis\"\nurl = \"rediss://x:6380\"\n").contains("TLS"));
+    assert!(with("[store]\nbackend = \"redis\"\nurl = \"rediss://x:6380\"\n").is_ok());
     assert!(
         err("[store]\nbackend = \"redis\"\nurl = \"redis://x:notaport\"\n").contains("store.url")
     );
@@ -147,10 +147,18 @@ fn server_settings_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("server.listen"), "{e}");
-    let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"https://a:1\"\n")
+    let c = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"https://a:1\"\n")
+        .unwrap();
+    assert_eq!(c.server.upstream.scheme, http::uri::Scheme::HTTPS);
+    let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"ftp://a:1\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("https"), "{e}");
+    assert!(e.contains("https://"), "{e}");
+    let e = err("upstream_ca_file = \"/x\"\n");
+    assert!(
+        e.starts_with("server.upstream_ca_file: applies to an https://"),
+        "{e}"
+    );
     assert!(err("[admin]\nlisten = \"127.0.0.1:8080\"\n").contains("admin.listen"));
     let e = Config::from_toml(
         "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://a:1\"\nmax_body = \"lots\"\n",
@@ -285,6 +293,68 @@ fn encryption_keys_are_read_checked_and_never_quoted() {
 }
 
 #[test]
+fn redis_urls_never_show_their_password() {
+    assert_eq!(
+        redact_url("rediss://app:s3cret@redis.example:6380/0"),
+        "rediss://app:***@redis.example:6380/0"
+    );
+    assert_eq!(redact_url("redis://:s3cret@h:1"), "redis://:***@h:1");
+    assert_eq!(redact_url("redis://s3cret@h:1"), "redis://***@h:1");
+    assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    // Neither an error nor the config's Debug carries it.
+    let e = err("[store]\nbackend = \"redis\"\nurl = \"ftp://app:s3cret@h:1\"\n");
+    assert!(!e.contains("s3cret") && e.contains("app:***@h:1"), "{e}");
+    let c = with("[store]\nbackend = \"redis\"\nurl = \"rediss://app:s3cret@h:1\"\n").unwrap();
+    assert!(!format!("{c:?}").contains("s3cret"));
+}
+
+#[test]
+fn redis_tls_fields_are_checked_and_name_themselves() {
+    let redis = "[store]\nbackend = \"redis\"\n";
+    let e = err(&format!(
+        "{redis}url = \"redis://h:1\"\ntls_ca_file = \"/x\"\n"
+    ));
+    assert!(
+        e.starts_with("store.tls_ca_file: applies to rediss://"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{redis}url = \"rediss://h:1\"\ntls_ca_file = \"/nonexistent/ca.pem\"\n"
+    ));
+    assert!(
+        e.starts_with("store.tls_ca_file: /nonexistent/ca.pem: cannot read"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{redis}url = \"rediss://h:1\"\ntls_cert_file = \"/x\"\n"
+    ));
+    assert!(e.starts_with("store.tls_key_file: required"), "{e}");
+    let e = err(&format!("{redis}url = \"rediss://h:1/#insecure\"\n"));
+    assert!(e.contains("store.tls_insecure"), "{e}");
+    let c = with(&format!(
+        "{redis}url = \"rediss://h:1\"\ntls_insecure = true\n"
+    ))
+    .unwrap();
+    assert!(c.store.access.insecure);
+    assert!(
+        c.warnings.iter().any(|w| w.contains("tls_insecure")),
+        "{:?}",
+        c.warnings
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let e = err(&format!(
+        "{redis}url = \"rediss://h:1\"\ntls_ca_file = \"{}\"\n",
+        junk.display()
+    ));
+    assert!(
+        e.contains("store.tls_ca_file") && e.contains("no PEM certificate"),
+        "{e}"
+    );
+}
+
+#[test]
 fn replay_settings_are_checked() {
     let route = |extra: &str| {
         format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\n{extra}")
@@ -351,4 +421,46 @@ fn match_defaults_by_key_kind_and_names_its_errors() {
         let e = err(&route(header, bad));
         assert!(e.starts_with(says), "{bad}: {e}");
     }
+}
+
+#[test]
+fn the_redis_password_comes_from_the_environment_and_is_never_shown() {
+    let mut file = FileConfig::parse(&format!(
+        "{BASE}[store]\nbackend = \"redis\"\nurl = \"rediss://app@h:1\"\n"
+    ))
+    .unwrap();
+    file.apply_env(|k| (k == "DEDUPE_REDIS_PASSWORD").then(|| "pw-from-env".to_owned()));
+    let c = Config::from_file(file).unwrap();
+    assert_eq!(c.store.access.password.as_deref(), Some("pw-from-env"));
+    assert!(!format!("{c:?}").contains("pw-from-env"));
+}
+
+#[test]
+fn listener_tls_files_are_checked_and_name_their_field() {
+    let ca = dedupe_test_support::TestCa::new("config");
+    let (a, b) = (ca.issue("a"), ca.issue("b"));
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    let c = with(&tls(&a.cert, &a.key)).unwrap();
+    assert!(c.server.tls.is_some());
+    let e = err(&tls(&a.cert, &b.key));
+    assert!(
+        e.starts_with("server.tls.key_file: ") && e.contains("does not match"),
+        "{e}"
+    );
+    let e = err(&tls(&a.key, &a.key));
+    assert!(
+        e.starts_with("server.tls.cert_file: ") && e.contains("no PEM certificate"),
+        "{e}"
+    );
+    let e = err(&tls(std::path::Path::new("/nonexistent.pem"), &a.key));
+    assert!(
+        e.starts_with("server.tls.cert_file: /nonexistent.pem: cannot read"),
+        "{e}"
+    );
 }

@@ -85,9 +85,11 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(serve(
         gateway,
+        // The drill talks plain HTTP on loopback, whatever the user's listener speaks.
         Listeners {
             public,
             admin: None,
+            tls: None,
         },
         async move {
             let _ = stopped.await;
@@ -612,6 +614,7 @@ impl DoomedGateway {
                     Listeners {
                         public,
                         admin: None,
+                        tls: None,
                     },
                     std::future::pending(),
                 ));

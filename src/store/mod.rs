@@ -210,10 +210,16 @@ impl Store {
             Backend::Memory => {
                 Store::Memory(MemoryStore::with_limits(cfg.max_records, cfg.max_bytes))
             }
-            Backend::Redis => Store::Redis(RedisStore::new(&cfg.urls[0], cfg.timeout)?),
-            Backend::RedisCluster => {
-                Store::Cluster(Box::new(RedisClusterStore::new(&cfg.urls, cfg.timeout)?))
-            }
+            Backend::Redis => Store::Redis(RedisStore::with_access(
+                &cfg.urls[0],
+                &cfg.access,
+                cfg.timeout,
+            )?),
+            Backend::RedisCluster => Store::Cluster(Box::new(RedisClusterStore::with_access(
+                &cfg.urls,
+                &cfg.access,
+                cfg.timeout,
+            )?)),
         })
     }
 

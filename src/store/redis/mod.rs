@@ -18,6 +18,7 @@
 //! below 2^53, exact in Lua's doubles.) Finishing is idempotent for the same fence, so a
 //! client-side retry of a script that already ran does not report a false fence-out.
 
+mod access;
 mod link;
 
 use std::future::Future;
@@ -26,13 +27,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, ScriptInvocation, Value};
 
 use self::link::{Link, NoConnection};
 use super::health::{ClusterReplies, NodeReplies};
 use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
+use crate::config::RedisAccess;
 
 /// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
 /// Replies: {1, fence} won, {2, record} replay, {3, ms left} conflict, {4} mismatch,
@@ -423,7 +424,16 @@ impl RedisStore {
     /// if Redis cannot be reached; the store works as soon as it can). Call from within
     /// the Tokio runtime.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        Self::with_access(url, &RedisAccess::default(), timeout)
+    }
+
+    /// As [`RedisStore::new`], with TLS material and a password (`rediss://`, ACL users).
+    pub fn with_access(
+        url: &str,
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::client(url, access).map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         let node = client.get_connection_info().addr().to_string();
@@ -570,7 +580,17 @@ impl RedisClusterStore {
     /// no operation deadline can cancel a slow first connect (slot map, a connection to
     /// every master). Call from within the Tokio runtime.
     pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
-        let client = ClusterClient::builder(urls.iter().map(String::as_str))
+        Self::with_access(urls, &RedisAccess::default(), timeout)
+    }
+
+    /// As [`RedisClusterStore::new`], with TLS material and a password (`rediss://` seeds,
+    /// a cluster run with `tls-cluster yes`, ACL users).
+    pub fn with_access(
+        urls: &[String],
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::cluster_builder(urls, access)
             .connection_timeout(timeout)
             .response_timeout(dead_connection_after(timeout))
             .retries(2)

@@ -41,6 +41,17 @@ struct Server {
     write_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_ca_file: Option<String>,
+    // Last: a table follows the plain values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<ListenerTls>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ListenerTls {
+    cert_file: String,
+    key_file: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -80,12 +91,29 @@ impl GatewayConfig {
                 shutdown_grace: None,
                 write_timeout: None,
                 max_connections: None,
+                upstream_ca_file: None,
+                tls: None,
             },
             store: None,
             defaults: Defaults::default(),
             admin: None,
             routes: Vec::new(),
         }
+    }
+
+    /// `server.upstream_ca_file`.
+    pub fn upstream_ca_file(mut self, path: &std::path::Path) -> Self {
+        self.server.upstream_ca_file = Some(crate::tls::path_str(path));
+        self
+    }
+
+    /// `[server.tls]`: TLS on the public listener with `files`.
+    pub fn listener_tls(mut self, files: &crate::CertFiles) -> Self {
+        self.server.tls = Some(ListenerTls {
+            cert_file: crate::tls::path_str(&files.cert),
+            key_file: crate::tls::path_str(&files.key),
+        });
+        self
     }
 
     /// `server.listen`.
@@ -218,6 +246,14 @@ pub struct StoreCfg {
     max_bytes: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     encryption_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_ca_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_cert_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_key_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_insecure: Option<bool>,
 }
 
 impl StoreCfg {
@@ -230,6 +266,10 @@ impl StoreCfg {
             prefix: None,
             max_bytes: None,
             encryption_keys: Vec::new(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_insecure: None,
         }
     }
 
@@ -275,6 +315,25 @@ impl StoreCfg {
     /// `store.encryption_keys` (`"file:PATH"` or `"env:NAME"`), the first encrypting.
     pub fn encryption_keys(mut self, sources: &[String]) -> Self {
         self.encryption_keys = sources.to_vec();
+        self
+    }
+
+    /// `store.tls_ca_file`.
+    pub fn tls_ca_file(mut self, path: &std::path::Path) -> Self {
+        self.tls_ca_file = Some(crate::tls::path_str(path));
+        self
+    }
+
+    /// `store.tls_cert_file` and `store.tls_key_file`.
+    pub fn tls_client_cert(mut self, files: &crate::CertFiles) -> Self {
+        self.tls_cert_file = Some(crate::tls::path_str(&files.cert));
+        self.tls_key_file = Some(crate::tls::path_str(&files.key));
+        self
+    }
+
+    /// `store.tls_insecure`.
+    pub fn tls_insecure(mut self, insecure: bool) -> Self {
+        self.tls_insecure = Some(insecure);
         self
     }
 }

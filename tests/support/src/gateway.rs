@@ -80,7 +80,11 @@ impl TestGateway {
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(serve(
             gateway.clone(),
-            Listeners { public, admin },
+            Listeners {
+                public,
+                admin,
+                tls: None,
+            },
             async move {
                 let _ = rx.await;
             },

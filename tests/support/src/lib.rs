@@ -9,6 +9,7 @@ pub mod contract;
 pub mod fault_proxy;
 pub mod gateway;
 pub mod redis_server;
+pub mod tls;
 pub mod upstream;
 
 use std::time::{Duration, Instant};
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 pub use client::{Http, Reply};
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
-pub use redis_server::{free_port, RedisServer};
+pub use redis_server::{free_port, RedisServer, RedisTls};
+pub use tls::{CertFiles, TestCa};
 pub use upstream::Upstream;
 
 /// Polls `f` until it returns true or `within` passes.

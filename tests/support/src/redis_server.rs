@@ -17,8 +17,10 @@ pub fn free_port() -> u16 {
 /// test binary exits without dropping it (a server held in a `static`, a test killed by a
 /// timeout): a watchdog `sh` reading our end of a pipe kills it when that pipe closes.
 pub struct RedisServer {
-    /// The server's port on 127.0.0.1.
+    /// The server's port on 127.0.0.1 (plaintext: the harness's own connections).
     pub port: u16,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    pub tls_port: Option<u16>,
     process: Option<Process>,
     extra: Vec<String>,
     dir: tempfile::TempDir,
@@ -80,12 +82,29 @@ impl RedisServer {
 
     /// A server with extra command-line arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_inner(None, extra)
+    }
+
+    /// A server that also serves TLS on [`RedisServer::tls_port`] with `tls`'s certificate.
+    /// The plaintext port stays for the harness's own commands (`ACL SETUSER`, `INFO`);
+    /// a gateway under test is given only the TLS port.
+    pub fn start_tls(tls: &RedisTls, extra: &[&str]) -> Self {
+        Self::start_inner(Some(tls), extra)
+    }
+
+    fn start_inner(tls: Option<&RedisTls>, extra: &[&str]) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
+            let tls_port = tls.map(|_| free_port());
+            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            if let (Some(tls), Some(port)) = (tls, tls_port) {
+                args.extend(tls.args(port));
+            }
             let mut s = Self {
                 port: free_port(),
+                tls_port,
                 process: None,
-                extra: extra.iter().map(|s| s.to_string()).collect(),
+                extra: args,
                 dir: tempfile::tempdir().unwrap(),
             };
             match s.spawn() {
@@ -118,6 +137,14 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`.
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}",
+            self.tls_port.expect("a server started with start_tls")
+        )
     }
 
     /// A new blocking connection.
@@ -177,5 +204,40 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// How a TLS redis-server is set up: its certificate, the CA it trusts for client
+/// certificates, and whether it requires one.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The server's certificate.
+    pub server: crate::CertFiles,
+    /// The CA file (`--tls-ca-cert-file`): verifies client certificates.
+    pub ca_file: std::path::PathBuf,
+    /// `--tls-auth-clients yes`: a client must present a certificate signed by the CA.
+    pub require_client_cert: bool,
+}
+
+impl RedisTls {
+    fn args(&self, port: u16) -> Vec<String> {
+        let p = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+        vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            p(&self.server.cert),
+            "--tls-key-file".into(),
+            p(&self.server.key),
+            "--tls-ca-cert-file".into(),
+            p(&self.ca_file),
+            "--tls-auth-clients".into(),
+            if self.require_client_cert {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ]
     }
 }

@@ -23,6 +23,10 @@ pub struct Seen {
     pub headers: HeaderMap,
     /// The request body as received.
     pub body: Bytes,
+    /// The HTTP version it came in (HTTP/2 when a TLS upstream's ALPN chose h2).
+    pub version: http::Version,
+    /// The host the request named: `Host`, or the URI's authority (HTTP/2).
+    pub host: Option<String>,
 }
 
 impl Seen {
@@ -49,6 +53,7 @@ struct UpstreamState {
 pub struct Upstream {
     addr: SocketAddr,
     state: Arc<UpstreamState>,
+    tls: bool,
 }
 
 impl Upstream {
@@ -72,12 +77,69 @@ impl Upstream {
                 });
             }
         });
-        Self { addr, state }
+        Self {
+            addr,
+            state,
+            tls: false,
+        }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// Serves HTTPS with `cert` (ALPN `h2` and `http/1.1`) on a loopback port 0.
+    pub async fn start_tls(cert: &crate::CertFiles) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let chain = CertificateDer::pem_file_iter(&cert.cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(&cert.key).unwrap();
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(UpstreamState::default());
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (st, acceptor) = (st.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    // A client that refuses the certificate ends the handshake here.
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req| answer(st.clone(), req));
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            state,
+            tls: true,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, or `https://` for [`Upstream::start_tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     /// Side effects so far.
@@ -147,8 +209,19 @@ async fn answer(
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let n = st.effects.fetch_add(1, Ordering::SeqCst) + 1;
+    let host = parts
+        .headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()));
     st.seen.lock().unwrap().push(Seen {
-        path: parts.uri.to_string(),
+        version: parts.version,
+        host,
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.to_string(), |pq| pq.to_string()),
         headers: parts.headers.clone(),
         body: body.clone(),
     });

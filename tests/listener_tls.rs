@@ -1,0 +1,106 @@
+//! TLS on the public listener (`[server.tls]`), checked with `curl --cacert` over HTTP/1.1
+//! and HTTP/2 (ALPN), and a certificate replaced by SIGHUP.
+
+use std::process::Command;
+
+use dedupe_test_support::{GatewayConfig, GatewayProcess, RouteCfg, StoreCfg, TestCa, Upstream};
+
+/// `curl` against the gateway by name (`localhost`, resolved to its loopback address),
+/// trusting only `ca`. Returns (HTTP version, status, body) or curl's error.
+fn curl(
+    gw: &GatewayProcess,
+    ca: &std::path::Path,
+    version: &str,
+    key: &str,
+) -> Result<(String, u16, String), String> {
+    let port = gw.addr.port();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", version, "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .args([
+            "-X",
+            "POST",
+            "-H",
+            &format!("Idempotency-Key: {key}"),
+            "-d",
+            "{}",
+        ])
+        .args(["-w", "\n%{http_version} %{http_code}"])
+        .arg(format!("https://localhost:{port}/orders/{key}"))
+        .output()
+        .expect("curl not installed");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, tail) = text.rsplit_once('\n').unwrap();
+    let (v, code) = tail.split_once(' ').unwrap();
+    Ok((v.to_owned(), code.parse().unwrap(), body.to_owned()))
+}
+
+fn config(up: &Upstream, cert: &dedupe_test_support::CertFiles) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(StoreCfg::memory())
+        .listener_tls(cert)
+        .route(RouteCfg::header("orders", "/orders/*"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_gets_the_gateway_over_tls_with_http1_and_http2() {
+    let ca = TestCa::new("listener");
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, &ca.issue("gateway")));
+    let (v, status, first) = curl(&gw, &ca.ca_file, "--http1.1", "h1").unwrap();
+    assert_eq!((v.as_str(), status), ("1.1", 201), "{first}");
+    let (v, status, again) = curl(&gw, &ca.ca_file, "--http2", "h1").unwrap();
+    assert_eq!((v.as_str(), status), ("2", 201), "ALPN h2: {again}");
+    assert_eq!(
+        again, first,
+        "the HTTP/2 retry is the HTTP/1.1 winner's replay"
+    );
+    assert_eq!(up.effects(), 1);
+    assert_eq!(up.seen()[0].headers["x-forwarded-proto"], "https");
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(format!("http://127.0.0.1:{}/orders/x", gw.addr.port()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_serves_a_new_certificate() {
+    let old_ca = TestCa::new("old");
+    let new_ca = TestCa::new("new");
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, &old_ca.issue("gateway")));
+    assert_eq!(curl(&gw, &old_ca.ca_file, "--http2", "a").unwrap().1, 201);
+    let e = curl(&gw, &new_ca.ca_file, "--http2", "a").unwrap_err();
+    assert!(e.contains("certificate"), "{e}");
+
+    std::fs::write(
+        &gw.config_path,
+        config(&up, &new_ca.issue("gateway")).to_toml(),
+    )
+    .unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("SIGHUP: listener certificate reloaded")
+        .await;
+    let (_, status, _) = curl(&gw, &new_ca.ca_file, "--http2", "b").unwrap();
+    assert_eq!(status, 201);
+    let e = curl(&gw, &old_ca.ca_file, "--http1.1", "c").unwrap_err();
+    assert!(
+        e.contains("certificate"),
+        "the old certificate is gone: {e}"
+    );
+}
