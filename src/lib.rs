@@ -19,17 +19,18 @@
 //!            problem (errors → problem+json) ◀─────────────┘ ─▶ access record (log + metrics)
 //! ```
 //!
-//! # The modules, lowest first (no module imports one listed after it)
+//! # The modules, lowest first (no module imports one listed after it; tests aside)
 //!
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
-//! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster); the
-//!   values a claim is made of ([`store::StoreKey`], [`store::Fence`], ...).
+//! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
+//!   [`tokens::RequestHash`], [`tokens::Claimant`]), as types that cannot be swapped.
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
 //! - [`seal`]: encryption at rest of stored records, bound to their store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
 //! - [`path`]: request path normalisation: what routes match and the upstream gets (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
+//! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
 //! - [`headers`]: every header name the gateway reads or writes.
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
@@ -67,6 +68,7 @@ pub mod seal;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod tokens;
 pub mod upstream;
 
 use bytes::Bytes;

@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
 
-use crate::store::StoreKey;
+use crate::tokens::StoreKey;
 
 const MAGIC: &[u8; 4] = b"DGR2";
 /// The layout before the expiry field.

@@ -22,7 +22,7 @@ use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use sha2::{Digest, Sha256};
 
-use crate::store::StoreKey;
+use crate::tokens::StoreKey;
 
 /// The length of an encryption key, in bytes.
 pub const KEY_LEN: usize = 32;

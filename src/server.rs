@@ -5,16 +5,13 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::either::Either;
@@ -26,6 +23,12 @@ use crate::framing::{AmbiguousFraming, Watched};
 use crate::http::{ConnInfo, Gateway};
 use crate::store::{Store, StoreError};
 use crate::tls::ListenerCert;
+
+mod accept;
+mod write_deadline;
+
+use self::accept::Acceptor;
+pub use self::write_deadline::WriteDeadline;
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
@@ -375,164 +378,5 @@ async fn shows_protocol(
     tokio::select! {
         d = tokio::time::timeout(within, protocol_decided(stream)) => matches!(d, Ok(Ok(true))),
         _ = stopping.cancelled() => false,
-    }
-}
-
-/// First pause after a failed accept.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// Longest pause between accepts while they keep failing.
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Accepts on one listener, backing off while accepts fail. Out of file descriptors
-/// (EMFILE), a listener is readable again at once and every accept fails: without a pause
-/// the loop spins and floods the log. The pause doubles from 10ms to 1s and is kept as a
-/// deadline, so a select that drops the accept future does not restart it.
-struct Acceptor {
-    listener: &'static str,
-    delay: Duration,
-    resume_at: Option<tokio::time::Instant>,
-    failures: u64,
-}
-
-impl Acceptor {
-    fn new(listener: &'static str) -> Self {
-        Self {
-            listener,
-            delay: ACCEPT_BACKOFF_MIN,
-            resume_at: None,
-            failures: 0,
-        }
-    }
-
-    /// The next connection, or `None` after a failed accept (logged once per run of
-    /// failures). Pending forever without a listener. Cancel-safe.
-    async fn accept(&mut self, listener: Option<&TcpListener>) -> Option<(TcpStream, SocketAddr)> {
-        let Some(listener) = listener else {
-            return std::future::pending().await;
-        };
-        if let Some(at) = self.resume_at {
-            tokio::time::sleep_until(at).await;
-            self.resume_at = None;
-        }
-        match listener.accept().await {
-            Ok((stream, remote)) => {
-                if self.failures > 0 {
-                    info!(
-                        listener = self.listener,
-                        failures = self.failures,
-                        "accepting connections again"
-                    );
-                }
-                self.failures = 0;
-                self.delay = ACCEPT_BACKOFF_MIN;
-                let _ = stream.set_nodelay(true);
-                Some((stream, remote))
-            }
-            Err(e) => {
-                if self.failures == 0 {
-                    warn!(
-                        listener = self.listener,
-                        error = %e,
-                        "accept failed; pausing accepts (10ms doubling to 1s) until one succeeds"
-                    );
-                } else {
-                    debug!(listener = self.listener, error = %e, "accept failed again");
-                }
-                self.failures += 1;
-                self.resume_at = Some(tokio::time::Instant::now() + self.delay);
-                self.delay = (self.delay * 2).min(ACCEPT_BACKOFF_MAX);
-                None
-            }
-        }
-    }
-}
-
-/// A connection whose writes fail once they have made no progress for `limit`.
-///
-/// A client that stops reading (its receive window full) would otherwise park hyper's
-/// write, and with it a connection slot, for as long as the client keeps the socket open:
-/// ten such clients lock everyone else out at `max_connections = 10`. The clock runs only
-/// while a write (or flush) is blocked and restarts whenever one completes, so a slow
-/// but moving reader is never cut. The failed write ends the connection the same way on
-/// every path: a replay, a problem, or a passthrough body streamed from the upstream.
-pub struct WriteDeadline<S> {
-    inner: S,
-    limit: Duration,
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> WriteDeadline<S> {
-    /// Wraps `inner`; a write blocked for `limit` fails with `TimedOut`.
-    pub fn new(inner: S, limit: Duration) -> Self {
-        Self {
-            inner,
-            limit,
-            stalled: None,
-        }
-    }
-
-    fn check<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        if r.is_ready() {
-            self.stalled = None;
-            return r;
-        }
-        let limit = self.limit;
-        let stalled = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match stalled.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.stalled = None;
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the client accepted no response bytes within server.write_timeout",
-                )))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.check(cx, r)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.check(cx, r)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.check(cx, r)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
-        self.check(cx, r)
     }
 }

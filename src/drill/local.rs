@@ -22,6 +22,8 @@ use crate::route::{OnConflict, Route};
 use crate::server::{serve, Listeners};
 use crate::store::{Store, StoreKey};
 
+mod crash;
+
 /// The pause between a request and its retry in the replay drill: a sender retrying at
 /// once, not a dedupe window of a few milliseconds.
 pub const REPLAY_GAP: Duration = Duration::from_millis(100);
@@ -342,109 +344,6 @@ impl Rig<'_> {
         ))
     }
 
-    async fn crash(&self, req: &DrillRequest) -> Result<Verdict, String> {
-        // The doomed gateway shares the embedded store (one process) or dials the same
-        // Redis; its death takes its tasks, connections and store client with it.
-        let shared = match self.config.store.backend {
-            Backend::Memory => Some(self.store.clone()),
-            Backend::Redis | Backend::RedisCluster => None,
-        };
-        let doomed = DoomedGateway::start(self.config.clone(), shared)
-            .await
-            .map_err(|e| format!("cannot start the second gateway: {e}"))?;
-        self.upstream
-            .hold_first(&req.key, Duration::from_secs(3600));
-        let sent = Instant::now();
-        let first = {
-            let (http, base, req) = (self.http.clone(), doomed.base(), req.clone());
-            tokio::spawn(async move { http.send(&base, &req).await })
-        };
-        if !self
-            .upstream
-            .wait_for(&req.key, 1, Duration::from_secs(5))
-            .await
-        {
-            doomed.kill().await;
-            return Err("the first request never reached the upstream".into());
-        }
-        doomed.kill().await;
-        let killed_ms = sent.elapsed().as_millis() as u64;
-        let first_reply = first.await.map_err(|e| e.to_string())?;
-
-        let deadline = sent + self.lease + Duration::from_secs(10);
-        let mut attempts: Vec<(u64, u16)> = Vec::new();
-        let last = loop {
-            let r = self.send(req).await?;
-            attempts.push((
-                r.sent.duration_since(sent).as_millis() as u64,
-                r.status.as_u16(),
-            ));
-            if r.status == StatusCode::CONFLICT && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            break r;
-        };
-        let after = self.send(req).await?;
-        let effects = self.upstream.effects(&req.key);
-        let (f1, f2) = (
-            effects.first().and_then(|e| e.fence),
-            effects.get(1).and_then(|e| e.fence),
-        );
-        let higher = matches!((f1, f2), (Some(a), Some(b)) if b > a);
-        // The first claim was made after `sent`, so its lease ended no earlier than
-        // `sent + lease`: a takeover before that would be a lease not honoured.
-        let takeover_after = effects
-            .get(1)
-            .map(|e| e.at.duration_since(sent))
-            .unwrap_or_default();
-        let honoured = takeover_after >= self.lease;
-        let earlier_all_409 = attempts[..attempts.len() - 1]
-            .iter()
-            .all(|&(_, s)| s == 409);
-        let pass = first_reply.is_err()
-            && effects.len() == 2
-            && higher
-            && honoured
-            && earlier_all_409
-            && last.status.as_u16() < 500
-            && !last.replayed()
-            && after.replayed()
-            && after.same_answer(&last);
-        let note = if pass {
-            Some("the takeover executed the request again under a higher fence (the documented limit of an unknown outcome); an upstream that refuses lower fences makes the dead owner's write harmless".to_owned())
-        } else if effects.len() < 2 {
-            Some(format!(
-                "no takeover within the lease + 10s: last status {}",
-                last.status
-            ))
-        } else if !honoured {
-            Some(format!(
-                "taken over {} ms after the first call was sent, before its {} ms lease ended",
-                takeover_after.as_millis(),
-                self.lease.as_millis()
-            ))
-        } else {
-            Some("the takeover did not behave as expected: see the evidence".to_owned())
-        };
-        let conflicts = attempts.iter().filter(|a| a.1 == 409).count();
-        Ok((
-            pass,
-            evidence(json!({
-                "effects": effects.len(),
-                "first_fence": f1,
-                "takeover_fence": f2,
-                "killed_after_ms": killed_ms,
-                "retries_409": conflicts,
-                "takeover_after_ms": takeover_after.as_millis() as u64,
-                "lease_ms": self.lease.as_millis() as u64,
-                "takeover_status": last.status.as_u16(),
-                "then_replayed": after.replayed(),
-            })),
-            note,
-        ))
-    }
-
     async fn race_drill(&self, req: &DrillRequest) -> Result<Verdict, String> {
         self.upstream.hold_first(&req.key, RACE_HOLD);
         let tasks: Vec<_> = (0..self.race)
@@ -563,79 +462,3 @@ impl Rig<'_> {
 
 /// Pass, evidence, note.
 type Verdict = (bool, Map<String, Value>, Option<String>);
-
-/// A second gateway in a runtime of its own on its own thread, so that killing it drops
-/// every task it runs (connections, in-flight requests, its store client) at once, as a
-/// process dying would: its leases are never settled.
-struct DoomedGateway {
-    addr: SocketAddr,
-    kill: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl DoomedGateway {
-    async fn start(config: Config, shared: Option<Store>) -> std::io::Result<Self> {
-        let (ready_tx, ready) = tokio::sync::oneshot::channel();
-        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let store = match shared {
-                    Some(s) => s,
-                    None => match Store::from_config(&config.store) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(std::io::Error::other(e.to_string())));
-                            return;
-                        }
-                    },
-                };
-                let public = match TcpListener::bind("127.0.0.1:0").await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let addr = public.local_addr();
-                let _ = ready_tx.send(addr);
-                let gateway = Gateway::new(config, store);
-                tokio::spawn(serve(
-                    gateway,
-                    Listeners {
-                        public,
-                        admin: None,
-                        tls: None,
-                    },
-                    std::future::pending(),
-                ));
-                let _ = killed.await;
-            });
-            // No grace, no drain: every task of this gateway is dropped where it stands.
-            runtime.shutdown_background();
-        });
-        let addr = ready
-            .await
-            .map_err(|_| std::io::Error::other("the second gateway did not start"))??;
-        Ok(Self { addr, kill, thread })
-    }
-
-    fn base(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn kill(self) {
-        let _ = self.kill.send(());
-        let thread = self.thread;
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
-}

@@ -23,7 +23,6 @@
 pub mod health;
 mod memory;
 mod redis;
-mod tokens;
 
 use std::time::Duration;
 
@@ -33,7 +32,7 @@ use crate::config::{Backend, StoreConfig};
 
 pub use self::memory::{MemoryStore, RECORD_OVERHEAD};
 pub use self::redis::{RedisClusterStore, RedisStore};
-pub use self::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
+pub use crate::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
 
 /// A request to claim a key.
 #[derive(Debug, Clone, Copy)]

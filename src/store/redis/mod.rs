@@ -20,6 +20,8 @@
 
 mod access;
 mod link;
+mod reply;
+mod scripts;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,137 +30,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, ScriptInvocation, Value};
+use redis::Value;
 
 use self::link::{Link, NoConnection};
+use self::reply::{
+    node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, CONFIG_CHECKED,
+};
+use self::scripts::{claim_invocation, finish_invocation, Scripts};
 use super::health::{ClusterReplies, NodeReplies};
-use super::{bounded, Claim, ClaimRequest, RecordInfo, RecordState, StoreError};
+use super::{bounded, Claim, ClaimRequest, RecordInfo, StoreError};
 use crate::config::RedisAccess;
-
-/// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
-/// Replies: {1, fence} won, {2, record} replay, {3, ms left} conflict, {4} mismatch,
-/// {5, fence, old fence} takeover, {6, fence, first} held for a person.
-const CLAIM: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local lease = tonumber(ARGV[2])
-local ttl = lease + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n')
-local s = r[1]
-if not s then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, now_us}
-end
-local f = math.max(tonumber(r[2]) + 1, now_us)
-if s == 'r' then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
-  redis.call('HDEL', KEYS[1], 'n')
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, f}
-end
-if r[3] ~= ARGV[1] then
-  return {4}
-end
-if s == 'c' then
-  return {2, redis.call('HGET', KEYS[1], 'r')}
-end
-if r[5] == ARGV[4] then
-  return {1, tonumber(r[2])}
-end
-local l = tonumber(r[4])
-if now < l then
-  return {3, l - now}
-end
-if r[6] == '1' then
-  if r[7] then
-    return {6, tonumber(r[2]), 0}
-  end
-  redis.call('HSET', KEYS[1], 'n', '1')
-  return {6, tonumber(r[2]), 1}
-end
-redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
-redis.call('PEXPIRE', KEYS[1], ttl)
-return {5, f, tonumber(r[2])}
-"#;
-
-/// ARGV: fence, lease ms. Extends the lease of the in-flight record `fence` owns; the
-/// record outlives the new lease.
-const RENEW: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 's', 'f')
-if r[1] ~= 'i' or tonumber(r[2]) ~= tonumber(ARGV[1]) then
-  return 0
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'l', now + lease)
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
-return 1
-"#;
-
-/// ARGV: fence, new state (`c` or `r`), window ms, strict (`1`: an operator's resolution,
-/// refused when already finished), response (for `c`).
-const FINISH: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 's', 'f')
-if tonumber(r[2]) ~= tonumber(ARGV[1]) then
-  return 0
-end
-if r[1] ~= 'i' then
-  -- Already finished under this fence: a client-side retry of this very script.
-  if ARGV[4] ~= '1' and ((r[1] == 'c' and ARGV[2] == 'c') or (r[1] == 'r' and ARGV[2] == 'r')) then
-    return 1
-  end
-  return 0
-end
-if ARGV[2] == 'c' then
-  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[5])
-else
-  redis.call('HSET', KEYS[1], 's', 'r')
-end
-redis.call('HDEL', KEYS[1], 'l')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-"#;
-
-const INSPECT: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k')
-if not r[1] then
-  return 0
-end
-local left = -1
-if r[3] then
-  left = math.max(0, tonumber(r[3]) - now)
-end
-local s = r[1]
-if s == 'i' and r[5] == '1' and left == 0 then
-  s = 'u'
-end
-return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0'}
-"#;
-
-struct Scripts {
-    claim: Script,
-    renew: Script,
-    finish: Script,
-    inspect: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Self {
-            claim: Script::new(CLAIM),
-            renew: Script::new(RENEW),
-            finish: Script::new(FINISH),
-            inspect: Script::new(INSPECT),
-        }
-    }
-}
 
 fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -190,128 +71,6 @@ fn int(v: &Value) -> Option<i64> {
 fn millis(d: Duration) -> u64 {
     // Redis rejects a zero PEXPIRE; config validation already refuses zero durations.
     (d.as_millis() as u64).max(1)
-}
-
-fn claim_invocation<'a>(scripts: &'a Scripts, req: ClaimRequest<'_>) -> ScriptInvocation<'a> {
-    let mut inv = scripts.claim.key(req.key.as_str());
-    inv.arg(&req.request_hash.as_bytes()[..])
-        .arg(millis(req.lease))
-        .arg(millis(req.window))
-        .arg(req.claimant.get().to_string())
-        .arg(if req.hold { "1" } else { "0" });
-    inv
-}
-
-fn finish_invocation<'a>(
-    scripts: &'a Scripts,
-    key: &str,
-    fence: u64,
-    response: Option<&[u8]>,
-    window: Duration,
-    strict: bool,
-) -> ScriptInvocation<'a> {
-    let mut inv = scripts.finish.key(key);
-    inv.arg(fence)
-        .arg(if response.is_some() { "c" } else { "r" })
-        .arg(millis(window))
-        .arg(if strict { "1" } else { "0" });
-    if let Some(r) = response {
-        inv.arg(r);
-    }
-    inv
-}
-
-fn parse_claim(v: Value) -> Result<Claim, StoreError> {
-    let Value::Array(mut items) = v else {
-        return Err(protocol("claim", &v));
-    };
-    let code = items.first().and_then(int);
-    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
-    let fence_at = |i: usize| {
-        items
-            .get(i)
-            .and_then(int)
-            .map(|f| super::Fence::new(f as u64))
-            .ok_or_else(|| bad(&items))
-    };
-    match code {
-        Some(1) => Ok(Claim::Won {
-            fence: fence_at(1)?,
-            takeover: None,
-        }),
-        Some(5) => Ok(Claim::Won {
-            fence: fence_at(1)?,
-            takeover: Some(fence_at(2)?),
-        }),
-        Some(6) => Ok(Claim::Held {
-            fence: fence_at(1)?,
-            first: items.get(2).and_then(int) == Some(1),
-        }),
-        // Take the record out of the reply rather than copy it: it can be large.
-        Some(2) if matches!(items.get(1), Some(Value::BulkString(_))) => {
-            match items.swap_remove(1) {
-                Value::BulkString(b) => Ok(Claim::Replay(Bytes::from(b))),
-                other => Err(protocol("claim record", &other)),
-            }
-        }
-        Some(3) => Ok(Claim::Conflict {
-            retry_after: Duration::from_millis(
-                items
-                    .get(1)
-                    .and_then(int)
-                    .ok_or_else(|| bad(&items))?
-                    .max(0) as u64,
-            ),
-        }),
-        Some(4) => Ok(Claim::Mismatch),
-        _ => Err(bad(&items)),
-    }
-}
-
-fn parse_finish(v: Value) -> Result<bool, StoreError> {
-    match int(&v) {
-        Some(1) => Ok(true),
-        Some(0) => Ok(false),
-        _ => Err(protocol("finish", &v)),
-    }
-}
-
-fn parse_renew(v: Value) -> Result<bool, StoreError> {
-    match int(&v) {
-        Some(1) => Ok(true),
-        Some(0) => Ok(false),
-        _ => Err(protocol("renew", &v)),
-    }
-}
-
-fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
-    let items = match &v {
-        Value::Int(0) => return Ok(None),
-        Value::Array(items) if items.len() == 6 => items,
-        _ => return Err(protocol("inspect", &v)),
-    };
-    let state = match &items[0] {
-        Value::BulkString(s) if s == b"i" => RecordState::InFlight,
-        Value::BulkString(s) if s == b"c" => RecordState::Completed,
-        Value::BulkString(s) if s == b"r" => RecordState::Released,
-        Value::BulkString(s) if s == b"u" => RecordState::Unknown,
-        _ => return Err(protocol("inspect state", &v)),
-    };
-    let fence = int(&items[1]).ok_or_else(|| protocol("inspect fence", &v))? as u64;
-    let left = int(&items[2]).ok_or_else(|| protocol("inspect lease", &v))?;
-    let pttl = int(&items[3]).ok_or_else(|| protocol("inspect ttl", &v))?;
-    let response = match &items[4] {
-        Value::BulkString(b) if !b.is_empty() => Some(Bytes::from(b.clone())),
-        _ => None,
-    };
-    Ok(Some(RecordInfo {
-        state,
-        fence: super::Fence::new(fence),
-        held: matches!(&items[5], Value::BulkString(b) if b == b"1"),
-        lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
-        expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-        response,
-    }))
 }
 
 /// The operations, the same on both backends: each builds its command once and hands
@@ -504,31 +263,6 @@ impl RedisStore {
 }
 
 redis_backend!(RedisStore);
-
-/// `CONFIG GET name` as one value; `None` when the node refuses it.
-fn config_value(v: Value, name: &str) -> Option<String> {
-    let map: std::collections::HashMap<String, String> = redis::from_redis_value(v).ok()?;
-    map.get(name).cloned()
-}
-
-/// The commands a store check sends to each node.
-const CONFIG_CHECKED: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
-
-fn node_replies(
-    node: String,
-    config: [Option<Value>; 3],
-    replication: Option<Value>,
-) -> NodeReplies {
-    let [policy, aof, save] = config;
-    let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
-    NodeReplies {
-        node,
-        maxmemory_policy: get(policy, CONFIG_CHECKED[0]),
-        appendonly: get(aof, CONFIG_CHECKED[1]),
-        save: get(save, CONFIG_CHECKED[2]),
-        replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
-    }
-}
 
 impl RedisStore {
     /// The node's settings that store checks read. Fails only when Redis does not

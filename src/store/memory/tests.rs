@@ -1,0 +1,105 @@
+use super::*;
+
+use crate::store::{Claimant, RequestHash, StoreKey};
+
+const HASH: RequestHash = RequestHash::new([1; 32]);
+
+fn req<'a>(key: &'a StoreKey, hash: &'a RequestHash, lease: Duration) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        request_hash: hash,
+        lease,
+        window: Duration::from_secs(3600),
+        claimant: Claimant::new(key.as_str().len() as u128),
+        hold: false,
+    }
+}
+
+async fn win(store: &MemoryStore, key: &str) -> Result<u64, StoreError> {
+    let key = StoreKey::from_raw(key);
+    match store
+        .claim(req(&key, &HASH, Duration::from_secs(60)))
+        .await?
+    {
+        Claim::Won { fence, .. } => Ok(fence.get()),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn claims_past_max_bytes_fail_and_completed_records_stay() {
+    let body = Bytes::from(vec![b'x'; 1000]);
+    let store = MemoryStore::with_limits(1_000, 3 * (1000 + RECORD_OVERHEAD as u64 + 2));
+    for key in ["k1", "k2", "k3"] {
+        let fence = win(&store, key).await.unwrap();
+        assert!(store
+            .complete(key, fence, body.clone(), Duration::from_secs(3600), false)
+            .await
+            .unwrap());
+    }
+    assert_eq!(store.bytes(), 3 * (1000 + RECORD_OVERHEAD + 2));
+    // Full by bytes: a new key is refused as a store error...
+    assert!(matches!(
+        win(&store, "k4").await,
+        Err(StoreError::FullBytes(_))
+    ));
+    // ...and nothing completed was evicted to make room: every one still replays.
+    for key in ["k1", "k2", "k3"] {
+        let k = StoreKey::from_raw(key);
+        let c = store
+            .claim(req(&k, &HASH, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(c, Claim::Replay(body.clone()), "{key}");
+    }
+    // Forgetting one gives its bytes back.
+    assert!(store.forget("k1").await.unwrap());
+    assert_eq!(store.bytes(), 2 * (1000 + RECORD_OVERHEAD + 2));
+    win(&store, "k4").await.unwrap();
+}
+
+#[tokio::test]
+async fn swept_and_reclaimed_records_give_their_bytes_back() {
+    let store = MemoryStore::with_limits(1_000, u64::MAX);
+    let a = StoreKey::from_raw("a");
+    let short = ClaimRequest {
+        window: Duration::from_millis(1),
+        ..req(&a, &HASH, Duration::from_millis(1))
+    };
+    let Claim::Won { fence, .. } = store.claim(short).await.unwrap() else {
+        panic!()
+    };
+    store
+        .complete(
+            "a",
+            fence.get(),
+            Bytes::from_static(b"12345"),
+            Duration::from_millis(1),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.bytes(), RECORD_OVERHEAD + 1 + 5);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Claimed again after expiry, before any sweep: the old response is no longer held.
+    win(&store, "a").await.unwrap();
+    assert_eq!(store.bytes(), RECORD_OVERHEAD + 1);
+    assert!(store.forget("a").await.unwrap());
+    assert_eq!((store.len(), store.bytes()), (0, 0));
+    // Released records hold nothing extra; a sweep after expiry returns to zero.
+    let (bb, two) = (StoreKey::from_raw("bb"), RequestHash::new([2; 32]));
+    let b = ClaimRequest {
+        window: Duration::from_millis(1),
+        ..req(&bb, &two, Duration::from_millis(1))
+    };
+    let Claim::Won { fence, .. } = store.claim(b).await.unwrap() else {
+        panic!()
+    };
+    assert!(store
+        .release("bb", fence.get(), Duration::from_millis(1), false)
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    store.sweep();
+    assert_eq!((store.len(), store.bytes()), (0, 0));
+}

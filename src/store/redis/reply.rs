@@ -1,0 +1,127 @@
+//! The scripts' replies, parsed apart from the I/O.
+
+use bytes::Bytes;
+use redis::Value;
+use std::time::Duration;
+
+use super::{int, protocol};
+use crate::store::health::NodeReplies;
+use crate::store::{Claim, RecordInfo, RecordState, StoreError};
+
+pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
+    let Value::Array(mut items) = v else {
+        return Err(protocol("claim", &v));
+    };
+    let code = items.first().and_then(int);
+    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
+    let fence_at = |i: usize| {
+        items
+            .get(i)
+            .and_then(int)
+            .map(|f| crate::store::Fence::new(f as u64))
+            .ok_or_else(|| bad(&items))
+    };
+    match code {
+        Some(1) => Ok(Claim::Won {
+            fence: fence_at(1)?,
+            takeover: None,
+        }),
+        Some(5) => Ok(Claim::Won {
+            fence: fence_at(1)?,
+            takeover: Some(fence_at(2)?),
+        }),
+        Some(6) => Ok(Claim::Held {
+            fence: fence_at(1)?,
+            first: items.get(2).and_then(int) == Some(1),
+        }),
+        // Take the record out of the reply rather than copy it: it can be large.
+        Some(2) if matches!(items.get(1), Some(Value::BulkString(_))) => {
+            match items.swap_remove(1) {
+                Value::BulkString(b) => Ok(Claim::Replay(Bytes::from(b))),
+                other => Err(protocol("claim record", &other)),
+            }
+        }
+        Some(3) => Ok(Claim::Conflict {
+            retry_after: Duration::from_millis(
+                items
+                    .get(1)
+                    .and_then(int)
+                    .ok_or_else(|| bad(&items))?
+                    .max(0) as u64,
+            ),
+        }),
+        Some(4) => Ok(Claim::Mismatch),
+        _ => Err(bad(&items)),
+    }
+}
+
+pub(super) fn parse_finish(v: Value) -> Result<bool, StoreError> {
+    match int(&v) {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(protocol("finish", &v)),
+    }
+}
+
+pub(super) fn parse_renew(v: Value) -> Result<bool, StoreError> {
+    match int(&v) {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(protocol("renew", &v)),
+    }
+}
+
+pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
+    let items = match &v {
+        Value::Int(0) => return Ok(None),
+        Value::Array(items) if items.len() == 6 => items,
+        _ => return Err(protocol("inspect", &v)),
+    };
+    let state = match &items[0] {
+        Value::BulkString(s) if s == b"i" => RecordState::InFlight,
+        Value::BulkString(s) if s == b"c" => RecordState::Completed,
+        Value::BulkString(s) if s == b"r" => RecordState::Released,
+        Value::BulkString(s) if s == b"u" => RecordState::Unknown,
+        _ => return Err(protocol("inspect state", &v)),
+    };
+    let fence = int(&items[1]).ok_or_else(|| protocol("inspect fence", &v))? as u64;
+    let left = int(&items[2]).ok_or_else(|| protocol("inspect lease", &v))?;
+    let pttl = int(&items[3]).ok_or_else(|| protocol("inspect ttl", &v))?;
+    let response = match &items[4] {
+        Value::BulkString(b) if !b.is_empty() => Some(Bytes::from(b.clone())),
+        _ => None,
+    };
+    Ok(Some(RecordInfo {
+        state,
+        fence: crate::store::Fence::new(fence),
+        held: matches!(&items[5], Value::BulkString(b) if b == b"1"),
+        lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
+        expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+        response,
+    }))
+}
+
+/// `CONFIG GET name` as one value; `None` when the node refuses it.
+fn config_value(v: Value, name: &str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = redis::from_redis_value(v).ok()?;
+    map.get(name).cloned()
+}
+
+/// The commands a store check sends to each node.
+pub(super) const CONFIG_CHECKED: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
+
+pub(super) fn node_replies(
+    node: String,
+    config: [Option<Value>; 3],
+    replication: Option<Value>,
+) -> NodeReplies {
+    let [policy, aof, save] = config;
+    let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
+    NodeReplies {
+        node,
+        maxmemory_policy: get(policy, CONFIG_CHECKED[0]),
+        appendonly: get(aof, CONFIG_CHECKED[1]),
+        save: get(save, CONFIG_CHECKED[2]),
+        replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
+    }
+}
