@@ -176,11 +176,12 @@ where
         Ok(Claim::Won { fence, takeover }) => (fence, takeover),
         Ok(Claim::Replay(stored)) => match env.keyring.open(key, stored) {
             Ok(record) => return Settled::answered(Answer::Replay(record), Outcome::Replayed),
-            // The request did execute once; but a record no key opens is as good as a
-            // store that cannot answer: never a replay of unverified bytes, never a claim.
+            // The request did execute once, so even a fail-open route must not forward it
+            // again; and bytes no key opens are never replayed: a store error, fail-closed.
             Err(e) => {
-                let what = "stored record does not open";
-                return store_failed(what, &e, key, policy, forward).await;
+                error!(error = %e, store_key = %key,
+                    "stored record does not open (wrong or missing encryption key?); answering 503, never executing again");
+                return Settled::answered(Answer::StoreUnavailable, Outcome::StoreError);
             }
         },
         Ok(Claim::Conflict { retry_after }) => {
@@ -225,7 +226,7 @@ where
     }
 }
 
-/// A store that failed, or a record no key opens: what the route's `on_error` says.
+/// A store that failed: what the route's `on_error` says.
 async fn store_failed<R, F, Fut>(
     what: &str,
     e: &(dyn std::fmt::Display + Sync),

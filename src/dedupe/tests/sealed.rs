@@ -79,15 +79,21 @@ async fn a_record_no_key_opens_fails_closed_without_a_forward() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_record_no_key_opens_fails_open_unguarded_on_a_fail_open_route() {
+async fn a_record_no_key_opens_is_never_executed_again_even_on_a_fail_open_route() {
     let h = Harness::sealed(100, ring(&[K1]));
     let p = policy(OnConflict::Reject);
+    assert_eq!(p.on_error, OnError::FailOpen);
     let foreign = ring(&[K2]).seal(&key("a"), Bytes::from_static(b"r"));
     plant(&h, &key("a"), 1, foreign.clone()).await;
     let s = h.request(&key("a"), 1, &p, NOW, done).await;
-    assert_eq!(s.outcome, Outcome::FailOpen);
+    assert_eq!(s.outcome, Outcome::StoreError);
+    assert!(matches!(s.answer, Answer::StoreUnavailable));
+    assert_eq!(
+        h.calls(),
+        0,
+        "the record proves it executed: never forwarded again"
+    );
     assert_eq!(s.finish, None, "no claim was made, nothing settled");
-    // The record stays as it was: a fail-open forward never overwrites it.
     let raw = h.store.inspect(&key("a")).await.unwrap().unwrap();
     assert_eq!(raw.response, Some(foreign));
 }
