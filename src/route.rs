@@ -48,6 +48,34 @@ pub enum OnUnknown {
     Hold,
 }
 
+/// How a route applies dedupe: `mode = "enforce" | "shadow" | "off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"enforce\", \"shadow\" or \"off\""
+)]
+pub enum Mode {
+    /// Dedupe: duplicates are replayed, refused (409, 422) or held.
+    Enforce,
+    /// Claim and record exactly as `enforce` does, but forward every request and never
+    /// answer from the store; what `enforce` would have done is logged and counted. For
+    /// measuring duplicates in production before switching dedupe on.
+    Shadow,
+    /// No dedupe: the route's requests pass through, counted under the route's name.
+    Off,
+}
+
+impl Mode {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Off => "off",
+        }
+    }
+}
+
 /// One entry of a status list: an exact status, or a whole class (`"5xx"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "StatusEntry")]
@@ -295,6 +323,8 @@ pub struct Route {
     pub name: Arc<str>,
     /// Methods deduped here; other methods on the path pass through.
     pub methods: Vec<Method>,
+    /// Whether dedupe is enforced, only measured (shadow), or off.
+    pub mode: Mode,
     /// Which paths.
     pub path: PathPattern,
     /// Where the idempotency key comes from.

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::store::Backend;
 use super::{invalid, ConfigError};
-use crate::route::{MatchMode, OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 /// The TOML file, field for field.
 #[derive(Debug, Clone, Deserialize)]
@@ -220,6 +220,8 @@ pub struct FileRoute {
     pub name: String,
     /// Methods deduped on this route.
     pub methods: Vec<String>,
+    /// `enforce` (default), `shadow` (measure only) or `off` (pass through).
+    pub mode: Option<Mode>,
     /// Exact path, or a glob such as `/v1/payments/*`.
     pub path: String,
     /// Key rule.
@@ -372,6 +374,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "on_error" => "\"fail-closed\" or \"fail-open\"",
         "on_conflict" => "\"reject\" or \"wait\"",
         "on_unknown" => "\"retry\" or \"hold\"",
+        "mode" => "\"enforce\", \"shadow\" or \"off\"",
         "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
         "match" => "\"request\", \"key\" or a list of request parts",
         _ => return None,
