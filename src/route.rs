@@ -11,6 +11,10 @@ use serde::Deserialize;
 
 use crate::key::{KeyRule, MatchRule, RequestPart};
 
+pub mod preset;
+
+pub use self::preset::Preset;
+
 /// What a deduped request does when the store fails or times out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(
@@ -325,6 +329,9 @@ pub struct Route {
     pub methods: Vec<Method>,
     /// Whether dedupe is enforced, only measured (shadow), or off.
     pub mode: Mode,
+    /// The webhook preset the key, scope, `match` and window came from (where the route
+    /// did not set them itself).
+    pub preset: Option<Preset>,
     /// Which paths.
     pub path: PathPattern,
     /// Where the idempotency key comes from.
