@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::key::{self, KeyRule, MatchRule, RequestPart, RequestView};
 use crate::path;
 use crate::problem::GatewayError;
-use crate::route::{self, Route};
+use crate::route::{self, Mode, Route};
 
 /// A request described on the command line.
 #[derive(Debug, Clone)]
@@ -66,6 +66,20 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         methods(route),
         route.path.as_str()
     );
+    match route.mode {
+        Mode::Enforce => {}
+        Mode::Shadow => {
+            let _ = writeln!(
+                out,
+                "mode: shadow (claimed and recorded, but always forwarded; what enforce would do is logged and counted)"
+            );
+        }
+        Mode::Off => {
+            let _ = writeln!(out, "mode: off");
+            let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
+            return out;
+        }
+    }
     let _ = match &route.key {
         KeyRule::Header { name, required } => writeln!(
             out,

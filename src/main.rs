@@ -427,7 +427,7 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
         };
         writeln!(
             out,
-            "route {}: {} {} key={} lease={} window={} on_conflict={}{}",
+            "route {}: {} {} key={} lease={} window={} on_conflict={}{}{}",
             r.name,
             methods.join(","),
             r.path.as_str(),
@@ -439,6 +439,10 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
                 ""
             } else {
                 " store_body=false"
+            },
+            match r.mode {
+                dedupe_gateway::route::Mode::Enforce => String::new(),
+                mode => format!(" mode={}", mode.as_str()),
             },
         )?;
     }

@@ -20,6 +20,12 @@ struct RouteOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteWould {
+    route: Arc<str>,
+    would: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteLabel {
     route: Arc<str>,
 }
@@ -54,6 +60,7 @@ pub fn millis(d: Duration) -> f64 {
 pub struct Metrics {
     registry: Registry,
     outcomes: Family<RouteOutcome, Counter>,
+    shadow: Family<RouteWould, Counter>,
     store_errors: Family<OpLabel, Counter>,
     events: Family<EventLabel, Counter>,
     upstream_responses: Family<RouteClass, Counter>,
@@ -77,6 +84,12 @@ impl Metrics {
             "requests",
             "Requests by route and key outcome",
             outcomes.clone(),
+        );
+        let shadow = Family::<RouteWould, Counter>::default();
+        registry.register(
+            "shadow",
+            "Requests a shadow route forwarded, by what enforcement would have done",
+            shadow.clone(),
         );
         let store_errors = Family::<OpLabel, Counter>::default();
         registry.register(
@@ -119,6 +132,7 @@ impl Metrics {
         Self {
             registry,
             outcomes,
+            shadow,
             store_errors,
             events,
             upstream_responses,
@@ -136,6 +150,17 @@ impl Metrics {
             .get_or_create(&RouteOutcome {
                 route: route.clone(),
                 outcome,
+            })
+            .inc();
+    }
+
+    /// Counts a request a shadow route forwarded, by what enforcement would have done (the
+    /// names of [`crate::dedupe::Would`]).
+    pub fn shadow(&self, route: &Arc<str>, would: &'static str) {
+        self.shadow
+            .get_or_create(&RouteWould {
+                route: route.clone(),
+                would,
             })
             .inc();
     }

@@ -11,6 +11,10 @@ use serde::Deserialize;
 
 use crate::key::{KeyRule, MatchRule, RequestPart};
 
+pub mod preset;
+
+pub use self::preset::Preset;
+
 /// What a deduped request does when the store fails or times out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(
@@ -46,6 +50,34 @@ pub enum OnUnknown {
     /// Never taken over automatically: duplicates get 409 `outcome-unknown` until an
     /// operator resolves the key (admin `POST /keys/.../resolve`).
     Hold,
+}
+
+/// How a route applies dedupe: `mode = "enforce" | "shadow" | "off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"enforce\", \"shadow\" or \"off\""
+)]
+pub enum Mode {
+    /// Dedupe: duplicates are replayed, refused (409, 422) or held.
+    Enforce,
+    /// Claim and record exactly as `enforce` does, but forward every request and never
+    /// answer from the store; what `enforce` would have done is logged and counted. For
+    /// measuring duplicates in production before switching dedupe on.
+    Shadow,
+    /// No dedupe: the route's requests pass through, counted under the route's name.
+    Off,
+}
+
+impl Mode {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Off => "off",
+        }
+    }
 }
 
 /// One entry of a status list: an exact status, or a whole class (`"5xx"`).
@@ -295,6 +327,11 @@ pub struct Route {
     pub name: Arc<str>,
     /// Methods deduped here; other methods on the path pass through.
     pub methods: Vec<Method>,
+    /// Whether dedupe is enforced, only measured (shadow), or off.
+    pub mode: Mode,
+    /// The webhook preset the key, scope, `match` and window came from (where the route
+    /// did not set them itself).
+    pub preset: Option<Preset>,
     /// Which paths.
     pub path: PathPattern,
     /// Where the idempotency key comes from.

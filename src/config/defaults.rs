@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::store::Backend;
-use crate::route::{MatchMode, OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -75,6 +75,8 @@ pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
 /// `defaults.unknown_statuses`: a gateway timeout behind the upstream may have acted.
 pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
 
+/// `routes[].mode`: dedupe enforced.
+pub const DEFAULT_MODE: Mode = Mode::Enforce;
 /// `routes[].key.required`.
 pub const DEFAULT_KEY_REQUIRED: bool = true;
 /// `routes[].match` on a route keyed by a header: the whole request, as the IETF draft
@@ -237,6 +239,7 @@ mod tests {
                 statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
             }
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
+            "routes[].mode" => enum_value::<Mode>(text) == DEFAULT_MODE,
             "routes[].match" => match text.split_once(" / ") {
                 Some((header, fingerprint)) => {
                     enum_value::<MatchMode>(header) == DEFAULT_MATCH_HEADER

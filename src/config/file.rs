@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::store::Backend;
 use super::{invalid, ConfigError};
-use crate::route::{MatchMode, OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, Preset, StatusSpec};
 
 /// The TOML file, field for field.
 #[derive(Debug, Clone, Deserialize)]
@@ -220,13 +220,17 @@ pub struct FileRoute {
     pub name: String,
     /// Methods deduped on this route.
     pub methods: Vec<String>,
+    /// `enforce` (default), `shadow` (measure only) or `off` (pass through).
+    pub mode: Option<Mode>,
     /// Exact path, or a glob such as `/v1/payments/*`.
     pub path: String,
-    /// Key rule.
-    pub key: FileKey,
+    /// A webhook provider whose key, scope, `match` and window the route takes where it
+    /// sets none of its own.
+    pub preset: Option<Preset>,
+    /// Key rule (optional with a preset).
+    pub key: Option<FileKey>,
     /// Parts whose hash namespaces the key.
-    #[serde(default)]
-    pub scope: Vec<String>,
+    pub scope: Option<Vec<String>>,
     /// What must be equal for a repeat to be a replay: `"request"`, `"key"` or parts.
     #[serde(rename = "match")]
     pub must_match: Option<FileMatch>,
@@ -372,6 +376,8 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "on_error" => "\"fail-closed\" or \"fail-open\"",
         "on_conflict" => "\"reject\" or \"wait\"",
         "on_unknown" => "\"retry\" or \"hold\"",
+        "mode" => "\"enforce\", \"shadow\" or \"off\"",
+        "preset" => "\"stripe\", \"github\", \"shopify\" or \"standard-webhooks\"",
         "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
         "match" => "\"request\", \"key\" or a list of request parts",
         _ => return None,

@@ -8,18 +8,18 @@ use http::Method;
 use super::defaults::{
     DEFAULT_ADVERTISE_EXPIRY, DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT,
     DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER,
-    DEFAULT_MAX_CACHED_BODY, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN,
-    DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY, DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW,
-    MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_MODE, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR,
+    DEFAULT_ON_UNKNOWN, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY, DEFAULT_UNKNOWN_STATUSES,
+    DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
-use super::file::{FileDefaults, FileMatch, FileRoute};
+use super::file::{FileDefaults, FileKey, FileMatch, FileRoute};
 use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
 use crate::key::{KeyRule, MatchRule, RequestPart};
 use crate::route::{
-    HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Route, StatusPolicy,
-    StatusSpec,
+    HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
+    StatusPolicy, StatusSpec,
 };
 
 /// What a route takes from `[defaults]` (and `[store] on_error`) when it sets nothing.
@@ -158,30 +158,14 @@ pub(super) fn validate(
         .collect::<Result<Vec<_>, _>>()?;
     let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
 
-    let key = match (&r.key.header, &r.key.fingerprint) {
-        (Some(h), None) => KeyRule::Header {
-            name: parse::header_name(&format!("{at}.key.header"), h)?,
-            required: r.key.required.unwrap_or(DEFAULT_KEY_REQUIRED),
-        },
-        (None, Some(parts)) => {
-            if r.key.required.is_some() {
-                return Err(invalid(
-                    format!("{at}.key.required"),
-                    "applies to header keys only; a fingerprint is always derived",
-                ));
-            }
-            if parts.is_empty() {
-                return Err(invalid(
-                    format!("{at}.key.fingerprint"),
-                    "must list at least one request part",
-                ));
-            }
-            KeyRule::Fingerprint(parse_parts(&format!("{at}.key.fingerprint"), parts)?)
-        }
-        _ => {
+    let key = match (&r.key, r.preset) {
+        (Some(k), _) => key_rule(at, k)?,
+        (None, Some(preset)) => preset.key(),
+        (None, None) => {
             return Err(invalid(
                 format!("{at}.key"),
-                "set exactly one of `header` or `fingerprint`",
+                "required: `{ header = \"Idempotency-Key\" }`, `{ fingerprint = [...] }`, \
+                 or a `preset` (\"stripe\", \"github\", \"shopify\", \"standard-webhooks\")",
             ))
         }
     };
@@ -191,7 +175,7 @@ pub(super) fn validate(
             KeyRule::Fingerprint(_) => DEFAULT_MATCH_FINGERPRINT,
         };
         match &r.must_match {
-            None => match_rule(default, &key),
+            None => match_rule(r.preset.map_or(default, Preset::must_match), &key),
             Some(FileMatch::Mode(mode)) => match_rule(*mode, &key),
             Some(FileMatch::Parts(parts)) if parts.is_empty() => {
                 return Err(invalid(
@@ -204,7 +188,11 @@ pub(super) fn validate(
             }
         }
     };
-    let scope = parse_parts(&format!("{at}.scope"), &r.scope)?;
+    let scope = match (&r.scope, r.preset) {
+        (Some(parts), _) => parse_parts(&format!("{at}.scope"), parts)?,
+        (None, Some(preset)) => preset.scope(),
+        (None, None) => Vec::new(),
+    };
     let hash_headers = r
         .hash_headers
         .iter()
@@ -215,9 +203,11 @@ pub(super) fn validate(
         Some(v) => lease(&format!("{at}.lease"), v)?,
         None => inherited.lease,
     };
-    let window = match &r.window {
-        Some(v) => window(&format!("{at}.window"), v)?,
-        None => inherited.window,
+    let window = match (&r.window, r.preset) {
+        (Some(v), _) => window(&format!("{at}.window"), v)?,
+        // A preset never shortens what `[defaults]` asks for.
+        (None, Some(preset)) => inherited.window.max(preset.window()),
+        (None, None) => inherited.window,
     };
     let replay_drop_headers = r
         .replay_drop_headers
@@ -231,6 +221,8 @@ pub(super) fn validate(
     Ok(Route {
         name: r.name.as_str().into(),
         methods,
+        mode: r.mode.unwrap_or(DEFAULT_MODE),
+        preset: r.preset,
         path,
         key,
         scope,
@@ -259,6 +251,37 @@ pub(super) fn validate(
         store_body: r.store_body.unwrap_or(DEFAULT_STORE_BODY),
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
+    })
+}
+
+/// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
+fn key_rule(at: &str, k: &FileKey) -> Result<KeyRule, ConfigError> {
+    Ok(match (&k.header, &k.fingerprint) {
+        (Some(h), None) => KeyRule::Header {
+            name: parse::header_name(&format!("{at}.key.header"), h)?,
+            required: k.required.unwrap_or(DEFAULT_KEY_REQUIRED),
+        },
+        (None, Some(parts)) => {
+            if k.required.is_some() {
+                return Err(invalid(
+                    format!("{at}.key.required"),
+                    "applies to header keys only; a fingerprint is always derived",
+                ));
+            }
+            if parts.is_empty() {
+                return Err(invalid(
+                    format!("{at}.key.fingerprint"),
+                    "must list at least one request part",
+                ));
+            }
+            KeyRule::Fingerprint(parse_parts(&format!("{at}.key.fingerprint"), parts)?)
+        }
+        _ => {
+            return Err(invalid(
+                format!("{at}.key"),
+                "set exactly one of `header` or `fingerprint`",
+            ))
+        }
     })
 }
 
@@ -321,6 +344,16 @@ pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
     }
     for r in routes {
         let name = &r.name;
+        if let Some(preset) = r.preset.filter(|p| r.window < p.retry_horizon()) {
+            out.push(format!(
+                "routes[{name}].window: {} is shorter than {}'s retry horizon ({}, {}): \
+                 a redelivery after the window executes again",
+                humantime::format_duration(r.window),
+                preset.as_str(),
+                humantime::format_duration(preset.retry_horizon()),
+                preset.docs(),
+            ));
+        }
         for m in &r.methods {
             if matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE") {
                 out.push(format!(
@@ -331,7 +364,8 @@ pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
         }
         let fingerprint = match &r.key {
             KeyRule::Header { .. } => {
-                if r.scope.is_empty() {
+                // A preset's key is an id its provider mints, not one a caller chooses.
+                if r.scope.is_empty() && r.preset.is_none() {
                     out.push(format!(
                         "routes[{name}].scope: a header key without scope is shared by every caller, \
                          so one client's key replays another's response; name what identifies a \

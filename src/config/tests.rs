@@ -464,3 +464,21 @@ fn listener_tls_files_are_checked_and_name_their_field() {
         "{e}"
     );
 }
+
+#[test]
+fn mode_defaults_to_enforce_and_a_typo_names_the_field_and_the_choices() {
+    let route = |mode: &str| {
+        format!(
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\n{mode}"
+        )
+    };
+    assert_eq!(
+        with(&route("")).unwrap().routes[0].mode,
+        crate::route::Mode::Enforce
+    );
+    let shadow = with(&route("mode = \"shadow\"\n")).unwrap();
+    assert_eq!(shadow.routes[0].mode, crate::route::Mode::Shadow);
+    let e = err(&route("mode = \"shadw\"\n"));
+    assert!(e.contains("routes[r].mode"), "{e}");
+    assert!(e.contains("enforce") && e.contains("off"), "{e}");
+}

@@ -15,6 +15,11 @@
 //!                  or forward(Unguarded)
 //! ```
 //!
+//! On a route in `shadow` [`Mode`], everything up to the claim is the same, and a won
+//! claim is forwarded and settled the same (so later duplicates are recognised); but every
+//! other answer (replay, conflict, mismatch, held, a fail-closed store error) becomes
+//! forward(Unguarded), with what enforcement would have done recorded as a [`Would`].
+//!
 //! Records are sealed ([`crate::seal`]) on their way into the store and opened on their
 //! way out here, above the store contract, so every backend stores them alike and the
 //! HTTP edge only ever sees records in clear.
@@ -33,12 +38,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::task::TaskTracker;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 pub use self::lease::Lease;
-pub use self::outcome::{Finish, Outcome};
+pub use self::outcome::{Finish, Outcome, Would};
 use crate::metrics::Metrics;
-use crate::route::{OnConflict, OnError, OnUnknown};
+use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
 use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
 
@@ -71,6 +76,9 @@ pub struct Policy {
     pub on_error: OnError,
     /// What becomes of a claim whose outcome is unknown once its lease ends.
     pub on_unknown: OnUnknown,
+    /// `Shadow`: forward every request and only record what enforcement would have done.
+    /// (`Off` routes never reach the protocol; it treats them as `Enforce`.)
+    pub mode: Mode,
 }
 
 /// What the forwarder is asked to do.
@@ -78,7 +86,8 @@ pub struct Policy {
 pub enum Forward {
     /// Forward as the owner of the key under this fence.
     Owned(Fence),
-    /// The store failed and the route fails open: forward without dedupe.
+    /// Forward without dedupe: the store failed and the route fails open, or a shadow
+    /// route forwards a request that enforcement would have answered itself.
     Unguarded,
 }
 
@@ -145,6 +154,8 @@ pub struct Settled<R> {
     pub finish: Option<Finish>,
     /// The fence a won claim held.
     pub fence: Option<Fence>,
+    /// On a shadow route: what enforcement would have done instead of forwarding.
+    pub would: Option<Would>,
 }
 
 impl<R> Settled<R> {
@@ -154,6 +165,7 @@ impl<R> Settled<R> {
             outcome,
             finish: None,
             fence: None,
+            would: None,
         }
     }
 }
@@ -172,6 +184,23 @@ where
     Fut: Future<Output = Attempt<R>>,
 {
     let claimed = claim::claim(env, key, request_hash, policy).await;
+    if policy.mode == Mode::Shadow {
+        let would = match &claimed {
+            Ok(Claim::Replay(_)) => Some(Would::Replay),
+            Ok(Claim::Conflict { .. }) => Some(Would::Conflict),
+            Ok(Claim::Mismatch) => Some(Would::Mismatch),
+            Ok(Claim::Held { first, .. }) => {
+                if *first {
+                    env.metrics.event("outcome_held");
+                }
+                Some(Would::Held)
+            }
+            Ok(Claim::Won { .. }) | Err(_) => None,
+        };
+        if let Some(would) = would {
+            return shadowed(would, key, forward).await;
+        }
+    }
     let (fence, takeover) = match claimed {
         Ok(Claim::Won { fence, takeover }) => (fence, takeover),
         Ok(Claim::Replay(stored)) => match env.keyring.open(key, stored) {
@@ -223,7 +252,22 @@ where
         },
         finish: Some(finish),
         fence: Some(fence),
+        would: None,
     }
+}
+
+/// A shadow route's duplicate: forwarded as if dedupe were off, and what enforcement would
+/// have answered recorded instead.
+async fn shadowed<R, F, Fut>(would: Would, key: &StoreKey, forward: F) -> Settled<R>
+where
+    F: FnOnce(Forward) -> Fut,
+    Fut: Future<Output = Attempt<R>>,
+{
+    debug!(store_key = %key, would = would.as_str(), "shadow mode: forwarding a request enforcement would have answered");
+    let response = forward(Forward::Unguarded).await.into_response();
+    let mut settled = Settled::answered(Answer::Forwarded(response), Outcome::Shadowed);
+    settled.would = Some(would);
+    settled
 }
 
 /// A store that failed: what the route's `on_error` says.
@@ -239,6 +283,14 @@ where
     Fut: Future<Output = Attempt<R>>,
 {
     match policy.on_error {
+        // Shadow mode never refuses a request: it forwards, and a fail-closed route counts
+        // the 503 it would have answered.
+        OnError::FailClosed if policy.mode == Mode::Shadow => {
+            warn!(error = %e, store_key = %key, "{what}; shadow mode: forwarding without dedupe (enforce would answer 503)");
+            let mut settled = shadowed(Would::StoreError, key, forward).await;
+            settled.outcome = Outcome::FailOpen;
+            settled
+        }
         OnError::FailClosed => {
             error!(error = %e, store_key = %key, "{what}; failing closed (503)");
             Settled::answered(Answer::StoreUnavailable, Outcome::StoreError)

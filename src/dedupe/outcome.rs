@@ -32,6 +32,9 @@ pub enum Outcome {
     Passthrough,
     /// Refused before any key was looked at (framing, size, a broken body).
     Rejected,
+    /// A shadow route forwarded a request that `enforce` would have answered otherwise
+    /// (what it would have done is the request's [`Would`]).
+    Shadowed,
 }
 
 impl Outcome {
@@ -60,6 +63,35 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// What `mode = "enforce"` would have done with a request a shadow route forwarded: the
+/// `would` label of `dedupe_shadow_total` and the access log's `would` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum Would {
+    /// Answered from the stored response.
+    Replay,
+    /// 409: another request with the key is in flight (or, with `on_conflict = "wait"`,
+    /// held until it could be replayed).
+    Conflict,
+    /// 422: the key was used for a different request.
+    Mismatch,
+    /// 409 `outcome-unknown`: an earlier claim's outcome is held for an operator.
+    Held,
+    /// 503: the store failed on a fail-closed route.
+    StoreError,
+    /// 400: the required key was absent.
+    MissingKey,
+    /// 400: the key, a fingerprint part, a scope or `match` part was unusable.
+    InvalidKey,
+}
+
+impl Would {
     /// The label text.
     pub fn as_str(self) -> &'static str {
         self.into()

@@ -81,6 +81,7 @@ fn policy(on_conflict: OnConflict) -> Policy {
         conflict_wait: Duration::from_secs(5),
         on_error: OnError::FailOpen,
         on_unknown: OnUnknown::Retry,
+        mode: Mode::Enforce,
     }
 }
 
@@ -459,3 +460,4 @@ async fn a_dead_owner_on_a_holding_route_is_held() {
 }
 
 mod sealed;
+mod shadow;

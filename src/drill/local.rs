@@ -18,7 +18,7 @@ use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
 use crate::config::{Backend, Config, UpstreamTarget};
 use crate::http::Gateway;
-use crate::route::{OnConflict, Route};
+use crate::route::{Mode, OnConflict, Route};
 use crate::server::{serve, Listeners};
 use crate::store::{Store, StoreKey};
 
@@ -116,6 +116,17 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
         made: Mutex::new(Vec::new()),
     };
     for &i in &selected {
+        let route = &cfg.routes[i];
+        if route.mode != Mode::Enforce {
+            // A shadow route forwards every duplicate and an off route dedupes nothing:
+            // each drill would fail by design, so none is run.
+            report.drills.extend(
+                Drill::ALL
+                    .iter()
+                    .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str())),
+            );
+            continue;
+        }
         for drill in Drill::ALL {
             let started = Instant::now();
             let mut outcome = match rig.drill(i, drill).await {
@@ -127,6 +138,7 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
                     evidence: Map::new(),
                     note: Some(note),
                     millis: 0,
+                    skipped: false,
                 },
             };
             outcome.millis = started.elapsed().as_millis() as u64;
@@ -245,6 +257,7 @@ impl Rig<'_> {
             evidence,
             note,
             millis: 0,
+            skipped: false,
         })
     }
 

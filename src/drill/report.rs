@@ -58,6 +58,26 @@ pub struct Outcome {
     pub note: Option<String>,
     /// How long it took.
     pub millis: u64,
+    /// Not run: the route does not enforce dedupe (`mode = "shadow"` or `"off"`), so the
+    /// drill would fail by design. A skipped drill does not fail the run.
+    pub skipped: bool,
+}
+
+impl Outcome {
+    /// A drill not run on a route whose `mode` is not `enforce`.
+    pub fn skipped(route: &str, drill: Drill, mode: &str) -> Self {
+        Self {
+            route: route.to_owned(),
+            drill,
+            pass: true,
+            evidence: Map::new(),
+            note: Some(format!(
+                "skipped: mode = {mode} (the route does not enforce dedupe; drill it once it does)"
+            )),
+            millis: 0,
+            skipped: true,
+        }
+    }
 }
 
 /// The store checks.
@@ -155,6 +175,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let verdict = |pass| if pass { "PASS" } else { "FAIL" };
+        let drill_verdict = |d: &Outcome| if d.skipped { "SKIP" } else { verdict(d.pass) };
         let setup: Vec<String> = self
             .setup
             .iter()
@@ -191,7 +212,7 @@ impl Report {
                 .collect();
             out.push_str(&format!(
                 "{} {}/{} ({} ms): {}\n",
-                verdict(d.pass),
+                drill_verdict(d),
                 d.route,
                 d.drill.as_str(),
                 d.millis,
@@ -244,6 +265,7 @@ mod tests {
             evidence: Map::from_iter([("effects".to_owned(), Value::from(1))]),
             note: None,
             millis: 3,
+            skipped: false,
         }
     }
 
@@ -272,6 +294,23 @@ mod tests {
         let json: Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["pass"], false);
         assert_eq!(json["drills"][0]["drill"], "replay");
+    }
+
+    #[test]
+    fn a_skipped_drill_says_why_and_does_not_fail_the_run() {
+        let r = Report {
+            mode: "config",
+            setup: Map::new(),
+            store: None,
+            drills: vec![Outcome::skipped("orders", Drill::Replay, "shadow")],
+            cleanup: None,
+            pass: false,
+        }
+        .finish();
+        assert!(r.pass);
+        let text = r.to_text();
+        assert!(text.contains("SKIP orders/replay"), "{text}");
+        assert!(text.contains("skipped: mode = shadow"), "{text}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::report::{Cleanup, Drill, Outcome, Report};
 use super::request::{self, DrillRequest, Marks};
 use super::{run_id, DrillError};
 use crate::config::Config;
-use crate::route::Route;
+use crate::route::{Mode, Route};
 
 /// What `drill --target` runs.
 #[derive(Debug, Clone)]
@@ -80,6 +80,14 @@ impl Plan {
     pub fn new(config: &Config, opts: &TargetOptions) -> Result<Self, DrillError> {
         let i = super::select_routes(&config.routes, std::slice::from_ref(&opts.route))?[0];
         let route = config.routes[i].clone();
+        if route.mode != Mode::Enforce {
+            return Err(DrillError::Usage(format!(
+                "--route {}: skipped: mode = {}: the route does not enforce dedupe, so every drill \
+                 would fail by design; drill it once it runs with mode = \"enforce\"",
+                route.name,
+                route.mode.as_str()
+            )));
+        }
         let run = run_id();
         let tenant = format!("drill-{run}");
         let gen = |drill: Drill| {
@@ -452,6 +460,7 @@ pub async fn run(plan: &Plan) -> Report {
             evidence,
             note,
             millis: started.elapsed().as_millis() as u64,
+            skipped: false,
         });
     }
     let after = live.metrics().await;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use tracing::info;
 
-use crate::dedupe::{Finish, Outcome};
+use crate::dedupe::{Finish, Outcome, Would};
 use crate::metrics::Metrics;
 use crate::store::Fence;
 
@@ -20,6 +20,8 @@ pub(super) struct Access {
     pub upstream: Option<Duration>,
     /// The client's idempotency key (or fingerprint) and its scope hash.
     pub key: Option<(String, String)>,
+    /// On a shadow route: what enforcement would have done instead of forwarding.
+    pub would: Option<Would>,
 }
 
 impl Access {
@@ -33,6 +35,7 @@ impl Access {
             fence: None,
             upstream: None,
             key: None,
+            would: None,
         }
     }
 
@@ -41,6 +44,9 @@ impl Access {
         metrics.outcome(&self.route, self.outcome.as_str());
         if let Some(finish) = self.finish.filter(|f| *f != Finish::Completed) {
             metrics.outcome(&self.route, finish.as_str());
+        }
+        if let Some(would) = self.would {
+            metrics.shadow(&self.route, would.as_str());
         }
         let route: &str = &self.route;
         let outcome = self.outcome.as_str();
@@ -57,6 +63,7 @@ impl Access {
                 route,
                 outcome,
                 finish = self.finish.map(Finish::as_str),
+                would = self.would.map(Would::as_str),
                 status = status.as_u16(),
                 fence = self.fence.map(Fence::get),
                 upstream_ms = self.upstream.map(millis),

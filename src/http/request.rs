@@ -19,12 +19,12 @@ use super::passthrough::{self, Forwarded};
 use super::winner::Winner;
 use super::{replay, ConnInfo, Gateway, Live};
 use crate::config::Config;
-use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
+use crate::dedupe::{self, Answer, Finish, Outcome, Policy, Would};
 use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::path::{self, PathError};
 use crate::problem::GatewayError;
-use crate::route::{self, Route};
-use crate::{Body, BoxError};
+use crate::route::{self, Mode, Route};
+use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
 struct Handled {
@@ -114,13 +114,13 @@ impl Gateway {
             return Dispatched::Handled(handled);
         };
         let route = &live.config.routes[route_idx];
-        let key_error = |e: KeyError| {
-            let outcome = match e {
-                KeyError::Missing { .. } => Outcome::MissingKey,
-                _ => Outcome::InvalidKey,
-            };
-            early(&route.name, outcome, Err(GatewayError::from(e)))
-        };
+        if route.mode == Mode::Off {
+            let req = req.map(|b| b.map_err(BoxError::from).boxed());
+            let handled = self
+                .stream(&live, req, conn, &route.name, Outcome::Passthrough, started)
+                .await;
+            return Dispatched::Handled(handled);
+        }
 
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything.
@@ -136,7 +136,10 @@ impl Gateway {
                             .await,
                     );
                 }
-                Err(e) => return key_error(e),
+                Err(e) => {
+                    let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
+                    return self.key_refused(&live, route, e, req, conn, started).await;
+                }
             },
             KeyRule::Fingerprint(_) => None,
         };
@@ -145,11 +148,11 @@ impl Gateway {
             Err(e) => return early(&route.name, Outcome::Rejected, Err(e)),
         };
         let view = view(&parts, &body);
-        let key = match header_key {
-            Some(key) => key,
+        let derived = match header_key {
+            Some(key) => Ok(key),
             // A fingerprint always yields a key or an error.
             None => match route.key.derive(&view) {
-                Ok(Some(key)) => key,
+                Ok(Some(key)) => Ok(key),
                 Ok(None) => {
                     return early(
                         &route.name,
@@ -157,16 +160,20 @@ impl Gateway {
                         Err(GatewayError::Internal),
                     )
                 }
-                Err(e) => return key_error(e),
+                Err(e) => Err(e),
             },
         };
-        let scope = match key::scope_hash(&route.scope, &view) {
-            Ok(scope) => scope,
-            Err(e) => return key_error(e),
-        };
-        let request_hash = match key::request_hash(&view, &route.must_match, &route.hash_headers) {
-            Ok(hash) => hash,
-            Err(e) => return key_error(e),
+        let hashed = derived.and_then(|key| {
+            let scope = key::scope_hash(&route.scope, &view)?;
+            let request_hash = key::request_hash(&view, &route.must_match, &route.hash_headers)?;
+            Ok((key, scope, request_hash))
+        });
+        let (key, scope, request_hash) = match hashed {
+            Ok(hashed) => hashed,
+            Err(e) => {
+                let req = Request::from_parts(parts, full(body));
+                return self.key_refused(&live, route, e, req, conn, started).await;
+            }
         };
         let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
         // Requests whose clients left keep running (their claims must settle), but only so
@@ -250,6 +257,7 @@ impl Gateway {
                     fence: settled.fence,
                     upstream,
                     key: Some((key, scope)),
+                    would: settled.would,
                 };
                 gateway.conclude(Handled { response, access }, &span)
             }
@@ -261,6 +269,34 @@ impl Gateway {
                 error!(error = %e, "request task failed");
                 GatewayError::Internal.to_response()
             }
+        })
+    }
+
+    /// A request whose key, scope or `match` parts are missing or unusable: a 400, or, on
+    /// a shadow route, forwarded with the 400 recorded as what enforcement would answer.
+    async fn key_refused(
+        &self,
+        live: &Live,
+        route: &Route,
+        e: KeyError,
+        req: Request<Body>,
+        conn: &ConnInfo,
+        started: Instant,
+    ) -> Dispatched {
+        let (outcome, would) = match e {
+            KeyError::Missing { .. } => (Outcome::MissingKey, Would::MissingKey),
+            _ => (Outcome::InvalidKey, Would::InvalidKey),
+        };
+        if route.mode == Mode::Shadow {
+            let mut handled = self
+                .stream(live, req, conn, &route.name, Outcome::Shadowed, started)
+                .await;
+            handled.access.would = Some(would);
+            return Dispatched::Handled(handled);
+        }
+        Dispatched::Handled(Handled {
+            response: Err(GatewayError::from(e)),
+            access: Access::keyless(started, route.name.clone(), outcome),
         })
     }
 
@@ -293,6 +329,7 @@ fn policy(route: &Route) -> Policy {
         conflict_wait: route.conflict_wait,
         on_error: route.on_error,
         on_unknown: route.on_unknown,
+        mode: route.mode,
     }
 }
 

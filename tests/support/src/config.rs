@@ -343,8 +343,13 @@ impl StoreCfg {
 pub struct RouteCfg {
     name: String,
     methods: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preset: Option<&'static str>,
     path: String,
-    key: Key,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<Key>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scope: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -403,10 +408,12 @@ struct Key {
 }
 
 impl RouteCfg {
-    fn keyed(name: &str, path: &str, key: Key) -> Self {
+    fn keyed(name: &str, path: &str, key: Option<Key>) -> Self {
         Self {
             name: name.to_owned(),
             methods: vec!["POST".to_owned()],
+            mode: None,
+            preset: None,
             path: path.to_owned(),
             key,
             scope: Vec::new(),
@@ -433,7 +440,32 @@ impl RouteCfg {
             required: None,
             fingerprint: None,
         };
-        Self::keyed(name, path, key)
+        Self::keyed(name, path, Some(key))
+    }
+
+    /// A route whose key, `match` and window come from a webhook preset (`"stripe"`,
+    /// `"github"`, `"shopify"`, `"standard-webhooks"`).
+    pub fn preset(name: &str, path: &str, preset: &'static str) -> Self {
+        Self {
+            preset: Some(preset),
+            ..Self::keyed(name, path, None)
+        }
+    }
+
+    /// `key = { header = name }` (on a preset route: overrides the preset's key).
+    pub fn key_header(mut self, name: &str) -> Self {
+        self.key = Some(Key {
+            header: Some(name.to_owned()),
+            required: None,
+            fingerprint: None,
+        });
+        self
+    }
+
+    /// `mode = "enforce" | "shadow" | "off"`.
+    pub fn mode(mut self, mode: &'static str) -> Self {
+        self.mode = Some(mode);
+        self
     }
 
     /// A route keyed by a fingerprint of `fields` (`method`, `path`, `json:/ptr`,
@@ -444,7 +476,7 @@ impl RouteCfg {
             required: None,
             fingerprint: Some(fields.iter().map(|f| f.to_string()).collect()),
         };
-        Self::keyed(name, path, key)
+        Self::keyed(name, path, Some(key))
     }
 
     /// `methods`.
@@ -455,7 +487,9 @@ impl RouteCfg {
 
     /// `key.required`.
     pub fn required(mut self, required: bool) -> Self {
-        self.key.required = Some(required);
+        if let Some(key) = self.key.as_mut() {
+            key.required = Some(required);
+        }
         self
     }
 
