@@ -9,6 +9,7 @@ pub mod contract;
 pub mod fault_proxy;
 pub mod gateway;
 pub mod redis_server;
+pub mod sentinel;
 pub mod tls;
 pub mod upstream;
 
@@ -18,6 +19,7 @@ pub use client::{Http, Reply};
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
 pub use redis_server::{free_port, RedisServer, RedisTls};
+pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use tls::{CertFiles, TestCa};
 pub use upstream::Upstream;
 
