@@ -4,6 +4,7 @@
 //! port 0.
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod contract;
 pub mod fault_proxy;
@@ -16,6 +17,7 @@ pub mod upstream;
 use std::time::{Duration, Instant};
 
 pub use client::{Http, Reply};
+pub use cluster::RedisCluster;
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
 pub use redis_server::{free_port, RedisServer, RedisTls};
