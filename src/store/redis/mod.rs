@@ -337,6 +337,9 @@ pub struct RedisClusterStore {
     /// Filled once by the connecting task; every operation waits on it (within its
     /// deadline) rather than dialling the cluster itself.
     con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
+    /// Tells the connecting task an operation timed out: it probes every master and
+    /// rebuilds the connection when one stays silent.
+    stalled: tokio::sync::mpsc::Sender<()>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
@@ -374,26 +377,50 @@ impl RedisClusterStore {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         let (tx, con) = tokio::sync::watch::channel(None);
+        // One report is enough: while the task probes, more say the same thing.
+        let (stalled, mut reports) = tokio::sync::mpsc::channel(1);
+        let patience = link::patience(timeout);
         runtime.spawn(async move {
-            let mut pause = Duration::from_millis(100);
             loop {
-                match client.get_async_connection().await {
-                    Ok(c) => {
-                        let _ = tx.send(Some(c));
-                        return;
-                    }
-                    Err(e) => {
-                        if tx.is_closed() {
-                            return; // the store is gone
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    match client.get_async_connection().await {
+                        Ok(c) => {
+                            let _ = tx.send(Some(c));
+                            break;
                         }
-                        tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
+                        Err(e) => {
+                            if tx.is_closed() {
+                                return; // the store is gone
+                            }
+                            tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(2));
+                        }
                     }
+                }
+                // The cluster client replaces a connection only after its own errors; one
+                // whose replies stopped for good (a lost flow) was kept, and every
+                // operation on that master's slots timed out. So a timeout is checked
+                // here: every master is pinged and, if one stays silent, the whole
+                // connection is built again (the old one serves until the new one is up).
+                loop {
+                    if reports.recv().await.is_none() {
+                        return; // every handle is gone
+                    }
+                    let Some(mut con) = tx.borrow().clone() else {
+                        break;
+                    };
+                    if cluster_answers(&mut con, patience).await {
+                        continue;
+                    }
+                    tracing::warn!(patience = ?patience, "a Redis Cluster master stopped answering; connecting to the cluster again");
+                    break;
                 }
             }
         });
         Ok(Self {
+            stalled,
             con,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
@@ -418,12 +445,24 @@ impl RedisClusterStore {
         F: Fn(ClusterConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        bounded(self.timeout, async {
+        let result = bounded(self.timeout, async {
             let con = self.con().await?;
             op(con).await.map_err(unavailable)
         })
-        .await
+        .await;
+        if matches!(result, Err(StoreError::Timeout(_))) {
+            let _ = self.stalled.try_send(());
+        }
+        result
     }
+}
+
+/// Whether every master answers a `PING` within `patience`.
+async fn cluster_answers(con: &mut ClusterConnection, patience: Duration) -> bool {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+    let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let ping = con.route_command(redis::cmd("PING"), masters);
+    matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
 }
 
 redis_backend!(RedisClusterStore);
