@@ -5,78 +5,18 @@
 
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dedupe_gateway::store::{RedisClusterStore, Store};
 use dedupe_test_support::{
-    free_port, store_contract, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
-    Upstream,
+    store_contract, GatewayConfig, Http, RedisCluster, RouteCfg, StoreCfg, TestGateway, Upstream,
 };
 use http::StatusCode;
 
-struct Cluster {
-    nodes: Vec<RedisServer>,
-}
-
-impl Cluster {
-    /// Three masters, no replicas, created with `redis-cli --cluster create`.
-    fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                // The bus port is set explicitly: port + 10000 may not exist for high
-                // ephemeral ports.
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli not installed");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for n in &nodes {
-            loop {
-                let info: String = n.cmd(&["CLUSTER", "INFO"]);
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "cluster never became ok: {info}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        Self { nodes }
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
-    }
-}
-
 /// The cluster this test binary shares, started by the first test that asks.
-fn cluster() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(Cluster::start)
+fn cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start)
 }
 
 /// A client of the shared cluster, on the calling test's runtime.

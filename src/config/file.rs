@@ -100,6 +100,10 @@ pub struct FileStore {
     pub url: Option<String>,
     /// Cluster seed URLs (`backend = "redis-cluster"`).
     pub urls: Option<Vec<String>>,
+    /// Sentinel URLs (`backend = "redis-sentinel"`).
+    pub sentinels: Option<Vec<String>>,
+    /// The name the sentinels monitor the primary under (`backend = "redis-sentinel"`).
+    pub master_name: Option<String>,
     /// Deadline of one store operation.
     pub timeout: Option<String>,
     /// Default failure behaviour.
@@ -378,7 +382,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "on_unknown" => "\"retry\" or \"hold\"",
         "mode" => "\"enforce\", \"shadow\" or \"off\"",
         "preset" => "\"stripe\", \"github\", \"shopify\" or \"standard-webhooks\"",
-        "backend" => "\"memory\", \"redis\" or \"redis-cluster\"",
+        "backend" => "\"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\"",
         "match" => "\"request\", \"key\" or a list of request parts",
         _ => return None,
     })

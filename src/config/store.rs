@@ -19,7 +19,7 @@ use crate::tls::{self, PemFile};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(
     rename_all = "kebab-case",
-    expecting = "\"memory\", \"redis\" or \"redis-cluster\""
+    expecting = "\"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\""
 )]
 pub enum Backend {
     /// In-process store: protects one gateway process.
@@ -28,6 +28,8 @@ pub enum Backend {
     Redis,
     /// A Redis Cluster.
     RedisCluster,
+    /// A primary found through Redis Sentinel, followed across failovers.
+    RedisSentinel,
 }
 
 impl Backend {
@@ -37,6 +39,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Redis => "redis",
             Backend::RedisCluster => "redis-cluster",
+            Backend::RedisSentinel => "redis-sentinel",
         }
     }
 }
@@ -48,8 +51,11 @@ pub struct StoreConfig {
     pub backend: Backend,
     /// Namespace of every stored key.
     pub prefix: String,
-    /// Redis URLs: one for `redis`, the seeds for `redis-cluster`, none for memory.
+    /// Redis URLs: one for `redis`, the seeds for `redis-cluster`, the sentinels for
+    /// `redis-sentinel`, none for memory.
     pub urls: Vec<String>,
+    /// `redis-sentinel`: the name the sentinels monitor the primary under.
+    pub master_name: Option<String>,
     /// Deadline of one store operation.
     pub timeout: Duration,
     /// Memory backend capacity.
@@ -69,6 +75,7 @@ impl fmt::Debug for StoreConfig {
             .field("backend", &self.backend)
             .field("prefix", &self.prefix)
             .field("urls", &urls)
+            .field("master_name", &self.master_name)
             .field("timeout", &self.timeout)
             .field("max_records", &self.max_records)
             .field("max_bytes", &self.max_bytes)
@@ -186,6 +193,36 @@ pub(super) fn validate(
             }
             Vec::new()
         }
+        Backend::RedisSentinel => {
+            if s.url.is_some() || s.urls.is_some() {
+                return Err(invalid(
+                    if s.url.is_some() { "store.url" } else { "store.urls" },
+                    "is not for backend = \"redis-sentinel\"; list the sentinels in store.sentinels",
+                ));
+            }
+            let sentinels = s.sentinels.as_deref().unwrap_or_default();
+            if sentinels.is_empty() {
+                return Err(invalid(
+                    "store.sentinels",
+                    "at least one sentinel URL is required with backend = \"redis-sentinel\"",
+                ));
+            }
+            // The primary speaks TLS when the sentinels do: one scheme for all of them.
+            let tls = sentinels
+                .iter()
+                .filter(|u| u.starts_with("rediss://"))
+                .count();
+            if tls != 0 && tls != sentinels.len() {
+                return Err(invalid(
+                    "store.sentinels",
+                    "all redis:// or all rediss:// (the primary is reached as the sentinels are)",
+                ));
+            }
+            sentinels
+                .iter()
+                .map(|u| check_url("store.sentinels", u))
+                .collect::<Result<Vec<_>, _>>()?
+        }
         Backend::Redis => {
             if s.urls.is_some() {
                 return Err(invalid(
@@ -218,6 +255,37 @@ pub(super) fn validate(
                 .collect::<Result<_, _>>()?
         }
     };
+    if s.sentinels.is_some() && backend != Backend::RedisSentinel {
+        return Err(invalid(
+            "store.sentinels",
+            "applies to backend = \"redis-sentinel\" only",
+        ));
+    }
+    let master_name = match (backend, s.master_name.as_deref()) {
+        (Backend::RedisSentinel, None) => {
+            return Err(invalid(
+                "store.master_name",
+                "required with backend = \"redis-sentinel\" (the name in the sentinels' `sentinel monitor`)",
+            ))
+        }
+        (Backend::RedisSentinel, Some(name)) => {
+            // Sentinel names are one word in `sentinel monitor NAME ...`.
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(invalid(
+                    "store.master_name",
+                    "must be printable characters without spaces",
+                ));
+            }
+            Some(name.to_owned())
+        }
+        (_, Some(_)) => {
+            return Err(invalid(
+                "store.master_name",
+                "applies to backend = \"redis-sentinel\" only",
+            ))
+        }
+        (_, None) => None,
+    };
     if s.max_records.is_some() && backend != Backend::Memory {
         return Err(invalid(
             "store.max_records",
@@ -249,6 +317,7 @@ pub(super) fn validate(
         backend,
         prefix,
         urls,
+        master_name,
         timeout,
         max_records,
         max_bytes,
@@ -316,7 +385,7 @@ fn access(s: &FileStore, urls: &[String]) -> Result<RedisAccess, ConfigError> {
     if s.password.is_some() && urls.is_empty() {
         return Err(invalid(
             "store.password",
-            "applies to backend = \"redis\" or \"redis-cluster\" only",
+            "applies to the Redis backends only",
         ));
     }
     Ok(RedisAccess {

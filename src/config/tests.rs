@@ -142,6 +142,38 @@ fn store_settings_are_checked() {
 }
 
 #[test]
+fn sentinel_settings_are_checked() {
+    let s = "[store]\nbackend = \"redis-sentinel\"\n";
+    let one = "sentinels = [\"redis://127.0.0.1:26379\"]\n";
+    assert!(err(&format!("{s}master_name = \"m\"\n")).starts_with("store.sentinels: at least one"));
+    assert!(err(&format!("{s}{one}")).starts_with("store.master_name: required"));
+    assert!(err(&format!("{s}{one}master_name = \"a b\"\n")).starts_with("store.master_name"));
+    assert!(err(&format!(
+        "{s}{one}master_name = \"m\"\nurl = \"redis://h:1\"\n"
+    ))
+    .starts_with("store.url"));
+    let mixed = "sentinels = [\"redis://a:1\", \"rediss://b:1\"]\nmaster_name = \"m\"\n";
+    assert!(err(&format!("{s}{mixed}")).starts_with("store.sentinels: all redis://"));
+    assert!(err(&format!(
+        "{s}sentinels = [\"http://a:1\"]\nmaster_name = \"m\"\n"
+    ))
+    .starts_with("store.sentinels"));
+    assert!(
+        err("[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nmaster_name = \"m\"\n")
+            .starts_with("store.master_name: applies")
+    );
+    assert!(err(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nsentinels = [\"redis://h:2\"]\n"
+    )
+    .starts_with("store.sentinels: applies"));
+    let c = with(&format!("{s}sentinels = [\"redis://u:pw@a:26379\", \"redis://b:26379\"]\nmaster_name = \"mymaster\"\n")).unwrap();
+    assert_eq!(c.store.backend, Backend::RedisSentinel);
+    assert_eq!(c.store.urls.len(), 2);
+    assert_eq!(c.store.master_name.as_deref(), Some("mymaster"));
+    assert!(!format!("{:?}", c.store).contains("pw"));
+}
+
+#[test]
 fn server_settings_are_checked() {
     let e = Config::from_toml("[server]\nlisten = \"nope\"\nupstream = \"http://a:1\"\n")
         .unwrap_err()

@@ -169,7 +169,7 @@ pub enum StoreError {
 pub enum Store {
     /// In-process.
     Memory(MemoryStore),
-    /// One Redis server.
+    /// One Redis server, or the primary Redis Sentinel names.
     Redis(RedisStore),
     /// A Redis Cluster (boxed: its client is much larger than the other handles).
     Cluster(Box<RedisClusterStore>),
@@ -219,6 +219,12 @@ impl Store {
                 &cfg.access,
                 cfg.timeout,
             )?)),
+            Backend::RedisSentinel => Store::Redis(RedisStore::sentinel(
+                &cfg.urls,
+                cfg.master_name.as_deref().unwrap_or_default(),
+                &cfg.access,
+                cfg.timeout,
+            )?),
         })
     }
 
@@ -321,6 +327,7 @@ impl Store {
     pub fn backend_name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
+            Store::Redis(s) if s.follows_sentinel() => "redis-sentinel",
             Store::Redis(_) => "redis",
             Store::Cluster(_) => "redis-cluster",
         }

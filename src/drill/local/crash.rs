@@ -9,7 +9,7 @@ impl Rig<'_> {
         // Redis; its death takes its tasks, connections and store client with it.
         let shared = match self.config.store.backend {
             Backend::Memory => Some(self.store.clone()),
-            Backend::Redis | Backend::RedisCluster => None,
+            Backend::Redis | Backend::RedisCluster | Backend::RedisSentinel => None,
         };
         let doomed = DoomedGateway::start(self.config.clone(), shared)
             .await

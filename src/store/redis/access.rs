@@ -4,7 +4,10 @@
 //! `#insecure` (never taken from a URL: validation refuses fragments).
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::{ClientTlsConfig, IntoConnectionInfo, RedisResult, TlsCertificates, TlsMode};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates, TlsMode,
+};
 
 use crate::config::RedisAccess;
 
@@ -62,4 +65,63 @@ pub(super) fn cluster_builder(urls: &[String], access: &RedisAccess) -> ClusterC
         }
     }
     builder
+}
+
+/// A client that asks the sentinels at `urls` for the primary they monitor as
+/// `master_name`, each time it is asked for a connection.
+///
+/// The user, password and database in the sentinel URLs serve the sentinels and the primary
+/// alike (the usual deployment: one password); `DEDUPE_REDIS_PASSWORD` replaces the
+/// primary's only, for sentinels run without one. `rediss://` sentinels mean a TLS primary
+/// too, verified with the same CA and shown the same client certificate.
+pub(super) fn sentinel(
+    urls: &[String],
+    master_name: &str,
+    access: &RedisAccess,
+) -> RedisResult<SentinelClient> {
+    crate::tls::install_crypto_provider();
+    let infos = urls
+        .iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect::<RedisResult<Vec<_>>>()?;
+    let tls = infos
+        .iter()
+        .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }));
+    let mut builder = SentinelClientBuilder::new(
+        infos.iter().map(|i| i.addr().clone()),
+        master_name,
+        SentinelServerType::Master,
+    )?;
+    // Validation reads every URL with the same parser: there is a first one.
+    let first = infos[0].redis_settings();
+    if let Some(user) = first.username() {
+        builder = builder
+            .set_client_to_sentinel_username(user)
+            .set_client_to_redis_username(user);
+    }
+    if let Some(password) = first.password() {
+        builder = builder
+            .set_client_to_sentinel_password(password)
+            .set_client_to_redis_password(password);
+    }
+    if let Some(password) = &access.password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    builder = builder.set_client_to_redis_db(first.db());
+    if tls {
+        let mode = if access.insecure {
+            TlsMode::Insecure
+        } else {
+            TlsMode::Secure
+        };
+        builder = builder
+            .set_client_to_sentinel_tls_mode(mode)
+            .set_client_to_redis_tls_mode(mode);
+        if let Some(certs) = certificates(access) {
+            builder = builder
+                .set_client_to_sentinel_certificates(certs.clone())
+                .set_client_to_redis_certificates(certs);
+        }
+    }
+    builder.build()
 }

@@ -12,6 +12,11 @@
 //!   connection and drops it if no reply comes within [`patience`]. A slow but live Redis
 //!   answers the probe and keeps its connection.
 //!
+//! With Sentinel, every dial first asks the sentinels where the primary is (the redis
+//! crate's discovery, which also checks the node's own `ROLE`): a connection lost to a
+//! failover, or dropped because the demoted node answers `READONLY`, is replaced by one to
+//! whichever node the sentinels name now.
+//!
 //! Requests never dial themselves: one dial at a time, however many requests arrive. A
 //! request that finds no connection asks for a dial and waits (within its deadline) for
 //! the outcome of an attempt that starts after it arrived, so the first request after
@@ -20,6 +25,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -33,6 +39,9 @@ pub(super) const DIAL_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// requests against a refused port costs at most one dial per gap.
 const DIAL_GAP: Duration = Duration::from_millis(20);
 
+/// The time a dial through Sentinel may spend finding the primary, beyond the dial's own.
+const SENTINEL_LOOKUP: Duration = Duration::from_secs(2);
+
 /// How long a probed connection (or a dial) may take to answer before it counts as dead:
 /// never shorter than one second, so a Redis that is merely slow for a moment (a fork, a
 /// big key) keeps its connection even with a short `store.timeout`.
@@ -40,12 +49,47 @@ pub(super) fn patience(timeout: Duration) -> Duration {
     timeout.max(Duration::from_secs(1))
 }
 
-/// A live connection and its number; reports name the connection they are about, so a
-/// late report about a connection that was already replaced changes nothing.
+/// Where connections go: one fixed server, or the primary the sentinels name at the
+/// moment of each dial.
+pub(super) enum Dialer {
+    /// One server (boxed, as the sentinel client: both are large).
+    Direct(Box<Client>),
+    /// The primary monitored under a name.
+    Sentinel {
+        /// The crate's sentinel client; it keeps its connections to the sentinels.
+        client: Box<SentinelClient>,
+        /// The name, for logs.
+        master_name: String,
+    },
+}
+
+impl Dialer {
+    /// What the logs call the target.
+    fn target(&self) -> String {
+        match self {
+            Dialer::Direct(client) => client.get_connection_info().addr().to_string(),
+            Dialer::Sentinel { master_name, .. } => format!("sentinel primary {master_name}"),
+        }
+    }
+
+    /// A client for the server to dial now.
+    async fn client(&mut self) -> redis::RedisResult<Client> {
+        match self {
+            Dialer::Direct(client) => Ok((**client).clone()),
+            Dialer::Sentinel { client, .. } => client.async_get_client().await,
+        }
+    }
+}
+
+/// A live connection, its number and the server it reaches; reports name the connection
+/// they are about, so a late report about a connection that was already replaced changes
+/// nothing.
 #[derive(Clone)]
 pub(super) struct Live {
     pub(super) id: u64,
     pub(super) con: MultiplexedConnection,
+    /// `host:port`: with Sentinel, the primary found for this connection.
+    pub(super) node: std::sync::Arc<str>,
 }
 
 #[derive(Clone, Default)]
@@ -74,6 +118,9 @@ enum Report {
 pub(super) struct Link {
     state: watch::Receiver<State>,
     reports: mpsc::Sender<Report>,
+    /// The target is whichever node the sentinels name: a node that turned read-only was
+    /// demoted, and a connection elsewhere is what helps.
+    follows_primary: bool,
 }
 
 /// Why no connection could be had.
@@ -84,7 +131,7 @@ impl Link {
     /// so an unreachable Redis shows at start-up, not at the first request. Call from
     /// within the Tokio runtime.
     pub(super) fn start(
-        client: Client,
+        dialer: Dialer,
         timeout: Duration,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
@@ -92,8 +139,9 @@ impl Link {
         // Bounded, and reports are only sent with `try_send`: when it is full the task is
         // busy and later reports about the same connection say the same thing.
         let (reports, rx) = mpsc::channel(64);
+        let follows_primary = matches!(dialer, Dialer::Sentinel { .. });
         let task = Supervisor {
-            client,
+            dialer,
             patience: patience(timeout),
             state: tx,
             reports: rx,
@@ -102,7 +150,21 @@ impl Link {
             next_id: 0,
         };
         runtime.spawn(task.run());
-        Self { state, reports }
+        Self {
+            state,
+            reports,
+            follows_primary,
+        }
+    }
+
+    /// Whether the connection goes wherever the sentinels say the primary is.
+    pub(super) fn follows_primary(&self) -> bool {
+        self.follows_primary
+    }
+
+    /// The server the current connection reaches, if there is one.
+    pub(super) fn node(&self) -> Option<std::sync::Arc<str>> {
+        self.state.borrow().live.as_ref().map(|l| l.node.clone())
     }
 
     /// The current connection, or the one the next dial makes. `not` names a connection
@@ -144,7 +206,7 @@ impl Link {
 }
 
 struct Supervisor {
-    client: Client,
+    dialer: Dialer,
     patience: Duration,
     state: watch::Sender<State>,
     reports: mpsc::Receiver<Report>,
@@ -156,18 +218,25 @@ struct Supervisor {
 
 impl Supervisor {
     async fn run(mut self) {
-        let where_ = self.client.get_connection_info().addr().to_string();
+        let where_ = self.dialer.target();
         let mut pause = DIAL_PAUSE_MIN;
         // Whether the last dial failed: warn once per outage, not on every attempt.
         let mut down = false;
         loop {
             if self.state.borrow().live.is_none() {
                 match self.dial().await {
-                    Ok(con) => {
+                    Ok((con, node)) => {
                         self.next_id += 1;
                         let id = self.next_id;
+                        if matches!(self.dialer, Dialer::Sentinel { .. }) {
+                            tracing::info!(redis = %where_, node = %node, id, "connected to the primary the sentinels name");
+                        }
                         self.state.send_modify(|s| {
-                            s.live = Some(Live { id, con });
+                            s.live = Some(Live {
+                                id,
+                                con,
+                                node: node.into(),
+                            });
                             s.finished += 1;
                             s.last_error = None;
                         });
@@ -206,26 +275,33 @@ impl Supervisor {
         }
     }
 
-    async fn dial(&mut self) -> Result<MultiplexedConnection, String> {
+    /// One dial: the connection and the `host:port` it reaches.
+    async fn dial(&mut self) -> Result<(MultiplexedConnection, String), String> {
         self.state.send_modify(|s| s.started += 1);
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.patience))
             // Operations bound themselves (`store.timeout`); a silent connection is found
             // by the probe, not by a reply timeout that cancelled operations never see.
             .set_response_timeout(None);
-        match tokio::time::timeout(
-            self.patience,
-            self.client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        {
-            Ok(Ok(con)) => Ok(con),
+        // With Sentinel the lookup has a budget of its own on top: the crate bounds each
+        // sentinel's answer (1s to connect, 500ms to reply) and asks the next one after.
+        let budget = match self.dialer {
+            Dialer::Direct(_) => self.patience,
+            Dialer::Sentinel { .. } => self.patience + SENTINEL_LOOKUP,
+        };
+        let dialer = &mut self.dialer;
+        let dial = async move {
+            let client = dialer.client().await?;
+            let node = client.get_connection_info().addr().to_string();
+            let con = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            Ok::<_, redis::RedisError>((con, node))
+        };
+        match tokio::time::timeout(budget, dial).await {
+            Ok(Ok(dialled)) => Ok(dialled),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!(
-                "no answer to the connection within {:?}",
-                self.patience
-            )),
+            Err(_) => Err(format!("no answer to the connection within {budget:?}")),
         }
     }
 

@@ -32,7 +32,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
-use self::link::{Link, NoConnection};
+use self::link::{Dialer, Link, NoConnection};
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, CONFIG_CHECKED,
 };
@@ -53,6 +53,13 @@ fn no_connection(e: NoConnection) -> StoreError {
 /// may not have reached Redis, and a fresh connection is needed either way.
 fn connection_lost(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// The node refused a write because it is a replica now: after a failover, the old
+/// primary rejoins as a replica and a connection kept to it gets `READONLY`. Nothing was
+/// written (a script stops at its first write), so sending again elsewhere is safe.
+fn demoted(e: &redis::RedisError) -> bool {
+    e.code() == Some("READONLY")
 }
 
 fn protocol(what: &str, v: &Value) -> StoreError {
@@ -167,12 +174,13 @@ macro_rules! redis_backend {
     };
 }
 
-/// One Redis server through one multiplexed connection shared by every request, kept by
-/// a background task that replaces it when it closes or stops answering.
+/// One Redis server (or the primary Sentinel names) through one multiplexed connection
+/// shared by every request, kept by a background task that replaces it when it closes or
+/// stops answering.
 #[derive(Clone)]
 pub struct RedisStore {
     link: Link,
-    /// `host:port`, for store checks.
+    /// `host:port` for store checks until a connection names the node it reached.
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
@@ -198,10 +206,40 @@ impl RedisStore {
         let node = client.get_connection_info().addr().to_string();
         Ok(Self {
             node: node.into(),
-            link: Link::start(client, timeout, &runtime),
+            link: Link::start(Dialer::Direct(Box::new(client)), timeout, &runtime),
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
+    }
+
+    /// The primary that the sentinels at `sentinels` monitor as `master_name`, found again
+    /// on every dial: after a failover the next dial reaches the new primary. TLS and
+    /// passwords as for [`RedisStore::with_access`] (see `access::sentinel`). Call from
+    /// within the Tokio runtime.
+    pub fn sentinel(
+        sentinels: &[String],
+        master_name: &str,
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::sentinel(sentinels, master_name, access).map_err(unavailable)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
+        let dialer = Dialer::Sentinel {
+            client: Box::new(client),
+            master_name: master_name.to_owned(),
+        };
+        Ok(Self {
+            node: format!("sentinel primary {master_name}").into(),
+            link: Link::start(dialer, timeout, &runtime),
+            scripts: std::sync::Arc::new(Scripts::new()),
+            timeout,
+        })
+    }
+
+    /// Whether the primary is found through Sentinel.
+    pub fn follows_sentinel(&self) -> bool {
+        self.link.follows_primary()
     }
 
     /// Runs `op` on the connection within `store.timeout`.
@@ -228,9 +266,11 @@ impl RedisStore {
         let attempt = async {
             let first = self.link.connection(None).await.map_err(no_connection)?;
             waiting_on.store(first.id, Ordering::Relaxed);
+            let follows_primary = self.link.follows_primary();
             let err = match op(first.con).await {
                 Ok(v) => return Ok(v),
                 Err(e) if connection_lost(&e) => e,
+                Err(e) if follows_primary && demoted(&e) => e,
                 Err(e) => return Err(unavailable(e)),
             };
             self.link.lost(first.id);
@@ -243,7 +283,7 @@ impl RedisStore {
                 .map_err(no_connection)?;
             waiting_on.store(fresh.id, Ordering::Relaxed);
             op(fresh.con).await.map_err(|e| {
-                if connection_lost(&e) {
+                if connection_lost(&e) || (follows_primary && demoted(&e)) {
                     self.link.lost(fresh.id);
                 }
                 unavailable(e)
@@ -285,7 +325,8 @@ impl RedisStore {
             .query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
             .await
             .ok();
-        Ok(node_replies(self.node.to_string(), config, replication))
+        let node = self.link.node().unwrap_or_else(|| self.node.clone());
+        Ok(node_replies(node.to_string(), config, replication))
     }
 }
 
@@ -296,6 +337,9 @@ pub struct RedisClusterStore {
     /// Filled once by the connecting task; every operation waits on it (within its
     /// deadline) rather than dialling the cluster itself.
     con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
+    /// Tells the connecting task an operation timed out: it probes every master and
+    /// rebuilds the connection when one stays silent.
+    stalled: tokio::sync::mpsc::Sender<()>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
@@ -333,26 +377,50 @@ impl RedisClusterStore {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         let (tx, con) = tokio::sync::watch::channel(None);
+        // One report is enough: while the task probes, more say the same thing.
+        let (stalled, mut reports) = tokio::sync::mpsc::channel(1);
+        let patience = link::patience(timeout);
         runtime.spawn(async move {
-            let mut pause = Duration::from_millis(100);
             loop {
-                match client.get_async_connection().await {
-                    Ok(c) => {
-                        let _ = tx.send(Some(c));
-                        return;
-                    }
-                    Err(e) => {
-                        if tx.is_closed() {
-                            return; // the store is gone
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    match client.get_async_connection().await {
+                        Ok(c) => {
+                            let _ = tx.send(Some(c));
+                            break;
                         }
-                        tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
+                        Err(e) => {
+                            if tx.is_closed() {
+                                return; // the store is gone
+                            }
+                            tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(2));
+                        }
                     }
+                }
+                // The cluster client replaces a connection only after its own errors; one
+                // whose replies stopped for good (a lost flow) was kept, and every
+                // operation on that master's slots timed out. So a timeout is checked
+                // here: every master is pinged and, if one stays silent, the whole
+                // connection is built again (the old one serves until the new one is up).
+                loop {
+                    if reports.recv().await.is_none() {
+                        return; // every handle is gone
+                    }
+                    let Some(mut con) = tx.borrow().clone() else {
+                        break;
+                    };
+                    if cluster_answers(&mut con, patience).await {
+                        continue;
+                    }
+                    tracing::warn!(patience = ?patience, "a Redis Cluster master stopped answering; connecting to the cluster again");
+                    break;
                 }
             }
         });
         Ok(Self {
+            stalled,
             con,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
@@ -377,12 +445,24 @@ impl RedisClusterStore {
         F: Fn(ClusterConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        bounded(self.timeout, async {
+        let result = bounded(self.timeout, async {
             let con = self.con().await?;
             op(con).await.map_err(unavailable)
         })
-        .await
+        .await;
+        if matches!(result, Err(StoreError::Timeout(_))) {
+            let _ = self.stalled.try_send(());
+        }
+        result
     }
+}
+
+/// Whether every master answers a `PING` within `patience`.
+async fn cluster_answers(con: &mut ClusterConnection, patience: Duration) -> bool {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+    let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let ping = con.route_command(redis::cmd("PING"), masters);
+    matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
 }
 
 redis_backend!(RedisClusterStore);

@@ -239,6 +239,10 @@ pub struct StoreCfg {
     #[serde(skip_serializing_if = "Option::is_none")]
     urls: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    sentinels: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    master_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
@@ -262,6 +266,8 @@ impl StoreCfg {
             backend,
             url: None,
             urls: None,
+            sentinels: None,
+            master_name: None,
             timeout: None,
             prefix: None,
             max_bytes: None,
@@ -291,6 +297,15 @@ impl StoreCfg {
         Self {
             urls: Some(urls),
             ..Self::backend("redis-cluster")
+        }
+    }
+
+    /// `backend = "redis-sentinel"`: the primary `sentinels` monitor as `master_name`.
+    pub fn sentinel(sentinels: Vec<String>, master_name: &str) -> Self {
+        Self {
+            sentinels: Some(sentinels),
+            master_name: Some(master_name.to_owned()),
+            ..Self::backend("redis-sentinel")
         }
     }
 

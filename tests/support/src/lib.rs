@@ -4,20 +4,24 @@
 //! port 0.
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod contract;
 pub mod fault_proxy;
 pub mod gateway;
 pub mod redis_server;
+pub mod sentinel;
 pub mod tls;
 pub mod upstream;
 
 use std::time::{Duration, Instant};
 
 pub use client::{Http, Reply};
+pub use cluster::RedisCluster;
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
 pub use redis_server::{free_port, RedisServer, RedisTls};
+pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use tls::{CertFiles, TestCa};
 pub use upstream::Upstream;
 

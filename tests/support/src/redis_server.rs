@@ -23,6 +23,8 @@ pub struct RedisServer {
     pub tls_port: Option<u16>,
     process: Option<Process>,
     extra: Vec<String>,
+    /// A sentinel's config file (in `dir`).
+    sentinel_conf: Option<std::path::PathBuf>,
     dir: tempfile::TempDir,
 }
 
@@ -33,8 +35,18 @@ struct Process {
 }
 
 impl Process {
-    fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> Result<Self, String> {
-        let redis = Command::new("redis-server")
+    fn spawn(
+        port: u16,
+        dir: &std::path::Path,
+        conf: Option<&std::path::Path>,
+        extra: &[String],
+    ) -> Result<Self, String> {
+        let mut command = Command::new("redis-server");
+        // A config file must come first; a sentinel needs one it can rewrite.
+        if let Some(conf) = conf {
+            command.arg(conf).arg("--sentinel");
+        }
+        let redis = command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -92,6 +104,41 @@ impl RedisServer {
         Self::start_inner(Some(tls), extra)
     }
 
+    /// A Redis Sentinel (`redis-server sentinel.conf --sentinel`) monitoring the primary at
+    /// `127.0.0.1:primary_port` as `name` with a quorum of one, quick to act: down after
+    /// 500ms of silence, a failover retried after 2s. `conf` adds lines to its file
+    /// (TLS settings). [`RedisServer::url`] is the sentinel's own address.
+    pub fn start_sentinel(name: &str, primary_port: u16, conf: &[String]) -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("sentinel.conf");
+            let mut text = format!(
+                "sentinel monitor {name} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {name} 500\n\
+                 sentinel failover-timeout {name} 2000\n"
+            );
+            for line in conf {
+                text.push_str(line);
+                text.push('\n');
+            }
+            std::fs::write(&path, text).unwrap();
+            let mut s = Self {
+                port: free_port(),
+                tls_port: None,
+                process: None,
+                extra: Vec::new(),
+                sentinel_conf: Some(path),
+                dir,
+            };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start redis-server --sentinel: {last}");
+    }
+
     fn start_inner(tls: Option<&RedisTls>, extra: &[&str]) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
@@ -105,6 +152,7 @@ impl RedisServer {
                 tls_port,
                 process: None,
                 extra: args,
+                sentinel_conf: None,
                 dir: tempfile::tempdir().unwrap(),
             };
             match s.spawn() {
@@ -116,7 +164,12 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        self.process = Some(Process::spawn(self.port, self.dir.path(), &self.extra)?);
+        self.process = Some(Process::spawn(
+            self.port,
+            self.dir.path(),
+            self.sentinel_conf.as_deref(),
+            &self.extra,
+        )?);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(mut c) = self.connection() {

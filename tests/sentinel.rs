@@ -1,0 +1,178 @@
+//! Redis Sentinel with real processes (one primary, one replica, one sentinel): the store
+//! contract on the primary the sentinel names, and a gateway that follows a failover
+//! without a restart.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use dedupe_gateway::config::RedisAccess;
+use dedupe_gateway::store::{RedisStore, Store};
+use dedupe_test_support::{
+    eventually, store_contract, GatewayConfig, Http, Reply, RouteCfg, SentinelGroup, StoreCfg,
+    TestGateway, Upstream, MASTER_NAME,
+};
+use http::StatusCode;
+
+/// The group the contract shares (its primary never fails), started by the first test
+/// that asks; its processes end with the test binary.
+fn shared_group() -> &'static SentinelGroup {
+    static GROUP: OnceLock<SentinelGroup> = OnceLock::new();
+    GROUP.get_or_init(SentinelGroup::start)
+}
+
+fn sentinel_store() -> (Store, ()) {
+    let group = shared_group();
+    let store = RedisStore::sentinel(
+        &group.sentinel_urls(),
+        MASTER_NAME,
+        &RedisAccess::default(),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    (Store::Redis(store), ())
+}
+
+store_contract!(contract, sentinel_store);
+
+async fn post(http: &Http, gw: &TestGateway, key: &str) -> Reply {
+    http.post(&gw.url("/orders"), &[("Idempotency-Key", key)], "{}")
+        .await
+}
+
+/// How many times the upstream executed each key.
+fn effects_per_key(up: &Upstream) -> HashMap<String, usize> {
+    let mut n = HashMap::new();
+    for seen in up.seen() {
+        let key = seen
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("<none>")
+            .to_owned();
+        *n.entry(key).or_default() += 1;
+    }
+    n
+}
+
+/// A key is won once and replayed after, with one side effect.
+async fn dedupes(http: &Http, gw: &TestGateway, up: &Upstream, key: &str) {
+    let first = post(http, gw, key).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    let again = post(http, gw, key).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
+    assert!(again.replayed(), "the retry of {key} was not a replay");
+    assert_eq!(effects_per_key(up).get(key), Some(&1), "{key}");
+}
+
+/// The node a store check reports on, and whether any check is about its role.
+async fn checked_node(store: &Store) -> (String, bool) {
+    let findings = store.health_findings().await.unwrap();
+    let role = findings.iter().any(|f| f.check == "role");
+    // Persistence is off in the test servers: that finding names the node checked.
+    let node = findings
+        .iter()
+        .find(|f| f.check == "persistence")
+        .map(|f| f.node.clone())
+        .unwrap_or_default();
+    (node, role)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_follows_a_failover_without_a_restart() {
+    let group = SentinelGroup::start();
+    let up = Upstream::start().await;
+    let config = GatewayConfig::new(up.url())
+        .store(StoreCfg::sentinel(group.sentinel_urls(), MASTER_NAME).timeout("250ms"))
+        .default_lease("5s")
+        .default_window("1h")
+        .route(RouteCfg::header("orders", "/orders"));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+
+    dedupes(&http, &gw, &up, "before-1").await;
+    dedupes(&http, &gw, &up, "before-2").await;
+    // Store checks read the primary the sentinel named, and find it a primary.
+    let (node, role) = checked_node(gw.gateway.store()).await;
+    assert_eq!(node, format!("127.0.0.1:{}", group.primary.port));
+    assert!(!role, "the sentinel's primary was flagged as a replica");
+
+    let mut group = group;
+    group.primary.stop(); // SIGKILL
+    group.wait_for_promotion(Duration::from_secs(30));
+
+    // Requests during and after the failover: each key executes at most once, and a new
+    // key is won again through the new primary, without restarting the gateway.
+    let mut n = 0;
+    let recovered = eventually(Duration::from_secs(15), || {
+        n += 1;
+        let key = format!("after-{n}");
+        let (http, gw) = (&http, &gw);
+        async move { post(http, gw, &key).await.status == StatusCode::CREATED }
+    })
+    .await;
+    assert!(recovered, "no request won through the new primary");
+    let started = Instant::now();
+    dedupes(&http, &gw, &up, "after-failover").await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (node, role) = checked_node(gw.gateway.store()).await;
+    assert_eq!(node, format!("127.0.0.1:{}", group.replica.port));
+    assert!(!role, "the promoted primary was flagged as a replica");
+
+    // A key completed before the failover may or may not have reached the replica
+    // (replication is asynchronous): whatever it answers, it is one of a replay or one
+    // more execution, never more than two in all.
+    let _ = post(&http, &gw, "before-1").await;
+    for (key, times) in effects_per_key(&up) {
+        let most = if key.starts_with("before-") { 2 } else { 1 };
+        assert!(times <= most, "{key} executed {times} times");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_is_left_for_the_promoted_one() {
+    // A failover the sentinel is told to make: the old primary lives on as a replica.
+    let group = SentinelGroup::start();
+    let up = Upstream::start().await;
+    let config = GatewayConfig::new(up.url())
+        .store(StoreCfg::sentinel(group.sentinel_urls(), MASTER_NAME).timeout("250ms"))
+        .route(RouteCfg::header("orders", "/orders"));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+    dedupes(&http, &gw, &up, "before").await;
+    // The replica acknowledged every write so far: the record survives the failover.
+    let acked: i64 = group.primary.cmd(&["WAIT", "1", "5000"]);
+    assert_eq!(acked, 1);
+
+    group.force_failover();
+    group.wait_for_promotion(Duration::from_secs(30));
+    // The sentinel demotes the old primary after promoting the replica.
+    let demoted = eventually(Duration::from_secs(15), || async {
+        // Its reconfiguration kills client connections: one may fail.
+        let info = group.primary.connection().and_then(|mut c| {
+            redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut c)
+        });
+        info.is_ok_and(|i| i.contains("role:slave"))
+    })
+    .await;
+    assert!(demoted, "the old primary was never demoted");
+
+    let mut n = 0;
+    let recovered = eventually(Duration::from_secs(15), || {
+        n += 1;
+        let key = format!("after-{n}");
+        let (http, gw) = (&http, &gw);
+        async move { post(http, gw, &key).await.status == StatusCode::CREATED }
+    })
+    .await;
+    assert!(recovered, "no request won through the new primary");
+    dedupes(&http, &gw, &up, "after-failover").await;
+    // Acknowledged by the replica before the failover: the earlier key replays.
+    let r = post(&http, &gw, "before").await;
+    assert!(r.replayed(), "{}", r.text());
+    for (key, times) in effects_per_key(&up) {
+        assert_eq!(times, 1, "{key}");
+    }
+}
