@@ -122,6 +122,23 @@ async fn a_frozen_winner_is_taken_over_and_its_stale_write_refused_by_upstream_a
         "the scope hash reached the upstream"
     );
 
+    // The record shows both attempts: the zombie's claim and the takeover.
+    let record = http
+        .get(
+            &other.admin_url("/keys/orders/order-1?header:X-Tenant=acme"),
+            &[],
+        )
+        .await;
+    let record: serde_json::Value = serde_json::from_slice(&record.body).unwrap();
+    assert_eq!(record["state"], "completed", "{record}");
+    assert_eq!(record["attempts"], 2, "{record}");
+    assert_eq!(
+        record["fence"].as_i64(),
+        orders[0]["fence"].as_i64(),
+        "{record}"
+    );
+    assert!(record["completed_at"].is_string(), "{record}");
+
     // Both gateways replay the successor's response from now on.
     for gw in [&zombie, &other] {
         let r = http
