@@ -113,6 +113,11 @@ struct KeyView<'a> {
     state: &'static str,
     fence: u64,
     held: bool,
+    /// Claims that won the key: 1, plus one per takeover and per retry after a release.
+    attempts: u32,
+    /// RFC 3339, store clock.
+    claimed_at: Option<String>,
+    completed_at: Option<String>,
     lease_left_ms: Option<u128>,
     expires_in_ms: Option<u128>,
     status: Option<u16>,
@@ -209,6 +214,9 @@ async fn keys(
         state: info.state.as_str(),
         fence: info.fence.get(),
         held: info.held,
+        attempts: info.attempts,
+        claimed_at: info.claimed_at.map(rfc3339),
+        completed_at: info.completed_at.map(rfc3339),
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),
@@ -226,6 +234,10 @@ async fn keys(
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(resp)
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// An operator's resolution, as posted.

@@ -133,6 +133,12 @@ async fn keys_can_be_inspected_and_forgotten_behind_the_admin_token() {
     );
     assert_eq!(v["status"], 201);
     assert_eq!(v["body_stored"], true);
+    assert_eq!(v["attempts"], 1, "one claim won it, no takeover");
+    let when = |field: &str| {
+        humantime::parse_rfc3339(v[field].as_str().unwrap_or_else(|| panic!("{field}: {v}")))
+            .unwrap()
+    };
+    assert!(when("claimed_at") <= when("completed_at"), "{v}");
     // Another tenant's view of the same key is another record.
     let other = gw.admin_url("/keys/payments/stuck%2F1?header:Authorization=Bearer%20tenant-b");
     assert_eq!(http.get(&other, &auth).await.status, StatusCode::NOT_FOUND);

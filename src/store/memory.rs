@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 // The tokio clock, so the protocol's unit tests run on paused time.
 use tokio::time::Instant;
@@ -47,6 +47,11 @@ struct Record {
     /// Whether a claim has already been told the record is held (it logs at error once).
     hold_noted: bool,
     response: Option<Bytes>,
+    /// Claims that won this record (first, takeovers, reclaims after a release).
+    attempts: u32,
+    /// When the current claim won (wall clock: shown to operators, never compared).
+    claimed_at: SystemTime,
+    completed_at: Option<SystemTime>,
 }
 
 /// What the records of every shard hold.
@@ -126,6 +131,14 @@ fn next_fence(previous: u64) -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
     (previous + 1).max(now_us)
+}
+
+/// The wall clock to the millisecond, as the Redis scripts keep it.
+fn wall_now() -> SystemTime {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 /// In-process store with the same contract as the Redis backends.
@@ -224,7 +237,8 @@ impl MemoryStore {
         shard.maybe_sweep(now, &self.inner.usage);
         let lease_until = now + req.lease;
         let expires_at = now + req.lease + req.window;
-        let fresh = |fence| Record {
+        let claimed_at = wall_now();
+        let fresh = |fence, attempts| Record {
             state: RecordState::InFlight,
             fence,
             request_hash: *req.request_hash.as_bytes(),
@@ -234,12 +248,15 @@ impl MemoryStore {
             hold: req.hold,
             hold_noted: false,
             response: None,
+            attempts,
+            claimed_at,
+            completed_at: None,
         };
         let claim = match shard.records.get_mut(req.key.as_str()) {
             Some(r) if r.expires_at > now => {
                 if r.state == RecordState::Released {
                     // A released record holds no response: its bytes stay the same.
-                    *r = fresh(next_fence(r.fence));
+                    *r = fresh(next_fence(r.fence), r.attempts.saturating_add(1));
                     Claim::Won {
                         fence: Fence::new(r.fence),
                         takeover: None,
@@ -271,6 +288,8 @@ impl MemoryStore {
                     r.lease_until = lease_until;
                     r.expires_at = expires_at;
                     r.hold = req.hold;
+                    r.attempts = r.attempts.saturating_add(1);
+                    r.claimed_at = claimed_at;
                     Claim::Won {
                         fence: Fence::new(r.fence),
                         takeover: Some(previous),
@@ -282,7 +301,7 @@ impl MemoryStore {
                 self.inner
                     .usage
                     .sub(r.response.as_ref().map_or(0, Bytes::len));
-                *r = fresh(next_fence(r.fence));
+                *r = fresh(next_fence(r.fence), 1);
                 Claim::Won {
                     fence: Fence::new(r.fence),
                     takeover: None,
@@ -294,7 +313,7 @@ impl MemoryStore {
                 }
                 self.inner.usage.records.fetch_add(1, Ordering::Relaxed);
                 self.inner.usage.add(need);
-                let record = fresh(next_fence(0));
+                let record = fresh(next_fence(0), 1);
                 let fence = Fence::new(record.fence);
                 shard.records.insert(req.key.as_str().to_owned(), record);
                 Claim::Won {
@@ -350,6 +369,7 @@ impl MemoryStore {
                 // the write again.
                 usage.add(record.len());
                 r.response = Some(record);
+                r.completed_at = Some(wall_now());
                 r.expires_at = now + window;
             }),
         )
@@ -412,6 +432,9 @@ impl MemoryStore {
                     .then(|| r.lease_until.saturating_duration_since(now)),
                 expires_in: Some(r.expires_at - now),
                 response: r.response.clone(),
+                attempts: r.attempts,
+                claimed_at: Some(r.claimed_at),
+                completed_at: r.completed_at,
             }))
     }
 

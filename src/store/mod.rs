@@ -24,7 +24,7 @@ pub mod health;
 mod memory;
 mod redis;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -133,6 +133,13 @@ pub struct RecordInfo {
     pub expires_in: Option<Duration>,
     /// The encoded response (completed only).
     pub response: Option<Bytes>,
+    /// How many claims have won this record: 1 for the first, one more per takeover and
+    /// per reclaim after a release. 0 for a record written before the count was kept.
+    pub attempts: u32,
+    /// When the current claim won (store clock, to the millisecond).
+    pub claimed_at: Option<SystemTime>,
+    /// When the record was completed (store clock, to the millisecond).
+    pub completed_at: Option<SystemTime>,
 }
 
 /// How an operator settles a claim by hand.

@@ -2,8 +2,9 @@
 //!
 //! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
 //! server milliseconds, `o` the claimant, `k` `1` when the route holds unknown outcomes,
-//! `n` set once a claim was told the record is held, `r` encoded response), so every script touches exactly one key and
-//! runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
+//! `n` set once a claim was told the record is held, `r` encoded response, `a` claims that
+//! won it, `t` when the current claim won and `d` when it was completed, in server
+//! milliseconds), so every script touches exactly one key and runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
 //! trip: the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
 //! skewed clocks agree on when a lease has expired.

@@ -74,7 +74,7 @@ pub(super) fn parse_renew(v: Value) -> Result<bool, StoreError> {
 pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
     let items = match &v {
         Value::Int(0) => return Ok(None),
-        Value::Array(items) if items.len() == 6 => items,
+        Value::Array(items) if items.len() == 9 => items,
         _ => return Err(protocol("inspect", &v)),
     };
     let state = match &items[0] {
@@ -91,6 +91,15 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
         Value::BulkString(b) if !b.is_empty() => Some(Bytes::from(b.clone())),
         _ => None,
     };
+    let at = |i: usize, what: &str| {
+        let ms = int(&items[i]).ok_or_else(|| protocol(what, &v))?;
+        Ok::<_, StoreError>(
+            u64::try_from(ms)
+                .ok()
+                .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms)),
+        )
+    };
+    let attempts = int(&items[6]).ok_or_else(|| protocol("inspect attempts", &v))?;
     Ok(Some(RecordInfo {
         state,
         fence: crate::store::Fence::new(fence),
@@ -98,6 +107,9 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
         lease_left: (left >= 0).then(|| Duration::from_millis(left as u64)),
         expires_in: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
         response,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        claimed_at: at(7, "inspect claimed at")?,
+        completed_at: at(8, "inspect completed at")?,
     }))
 }
 

@@ -19,14 +19,15 @@ local ttl = lease + tonumber(ARGV[3])
 local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n')
 local s = r[1]
 if not s then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 'a', 1, 't', now)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, now_us}
 end
 local f = math.max(tonumber(r[2]) + 1, now_us)
 if s == 'r' then
-  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
-  redis.call('HDEL', KEYS[1], 'n')
+  redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 't', now)
+  redis.call('HINCRBY', KEYS[1], 'a', 1)
+  redis.call('HDEL', KEYS[1], 'n', 'd')
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, f}
 end
@@ -50,7 +51,8 @@ if r[6] == '1' then
   redis.call('HSET', KEYS[1], 'n', '1')
   return {6, tonumber(r[2]), 1}
 end
-redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5])
+redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 't', now)
+redis.call('HINCRBY', KEYS[1], 'a', 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {5, f, tonumber(r[2])}
 "#;
@@ -87,7 +89,9 @@ if r[1] ~= 'i' then
   return 0
 end
 if ARGV[2] == 'c' then
-  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[5])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[5], 'd', now)
 else
   redis.call('HSET', KEYS[1], 's', 'r')
 end
@@ -99,7 +103,7 @@ return 1
 const INSPECT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k', 'a', 't', 'd')
 if not r[1] then
   return 0
 end
@@ -111,7 +115,8 @@ local s = r[1]
 if s == 'i' and r[5] == '1' and left == 0 then
   s = 'u'
 end
-return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0'}
+return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0',
+  tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1)}
 "#;
 
 pub(super) struct Scripts {

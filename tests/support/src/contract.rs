@@ -34,6 +34,7 @@ macro_rules! store_contract {
             a_retried_claim_wins_again,
             renew_extends_only_the_owners_lease,
             a_held_claim_is_never_taken_over_and_resolves_once,
+            inspect_counts_attempts_and_shows_when_claimed_and_completed,
         );
     };
     (@tests $backend:ident, $make:ident, $($check:ident),+ $(,)?) => {
@@ -460,4 +461,58 @@ pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
         .await
         .unwrap());
     assert_eq!(store.claim(held(&k)).await.unwrap(), Claim::Replay(record));
+}
+
+/// A record counts the claims that won it (the first, each takeover, each reclaim after a
+/// release) and tells when the current claim won and when it was completed.
+pub async fn inspect_counts_attempts_and_shows_when_claimed_and_completed(store: &Store) {
+    use std::time::SystemTime;
+    // Store clocks are the machine's own here; a second's slack covers rounding.
+    let slack = Duration::from_secs(1);
+    let around = |t: Option<SystemTime>, from: SystemTime| {
+        let t = t.expect("a time is shown");
+        assert!(t + slack >= from && t <= SystemTime::now() + slack, "{t:?}");
+        t
+    };
+    let k = fresh_key("attempts");
+    let lease = Duration::from_millis(300);
+    let start = SystemTime::now();
+    won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), false);
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.attempts, 1);
+    let first = around(info.claimed_at, start);
+    assert_eq!(info.completed_at, None);
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let f2 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), true);
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.attempts, 2, "a takeover is one more attempt");
+    let second = around(info.claimed_at, start);
+    assert!(
+        second > first,
+        "the takeover's claim time replaces the first"
+    );
+
+    assert!(store.release(&k, f2, LONG).await.unwrap());
+    let f3 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(
+        info.attempts, 3,
+        "a reclaim after a release is one more attempt"
+    );
+    assert_eq!(info.completed_at, None);
+
+    let before_completion = SystemTime::now();
+    store
+        .complete(&k, f3, Bytes::from_static(b"done"), LONG)
+        .await
+        .unwrap();
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.attempts, 3);
+    let done = around(info.completed_at, before_completion);
+    assert!(done >= info.claimed_at.unwrap());
+    // A fresh key starts counting again.
+    let k2 = fresh_key("attempts-fresh");
+    won(store.claim(req(&k2, &H1, LONG, LONG)).await.unwrap(), false);
+    assert_eq!(store.inspect(&k2).await.unwrap().unwrap().attempts, 1);
 }
