@@ -10,7 +10,10 @@
 //!
 //! Environment: `BENCH_REQUESTS` (most requests per pass, default 20000), `BENCH_SECONDS`
 //! (longest pass, default 4), `BENCH_ROUNDS` (default 3), `BENCH_CONNECTIONS` (default
-//! `32,1000`). Run with `cargo bench --bench throughput`.
+//! `32,1000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
+//! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
+//! pass, printing the gateway's pid, to attach a profiler). Run with
+//! `cargo bench --bench throughput`.
 
 mod load;
 mod servers;
@@ -57,6 +60,8 @@ struct Scenario {
     path: &'static str,
     kind: Kind,
     gateway: Option<usize>,
+    /// The serving gateway's process id, for a profiler.
+    pid: Option<u32>,
 }
 
 /// One scenario's pass in one round.
@@ -131,7 +136,12 @@ async fn measure(
     // One request per connection at least: every connection (and the server's upstream
     // pool behind it) is open and warm before the clock starts.
     let warm = (2 * conns).min(set.requests.max(conns));
+    let hold = env_num("BENCH_HOLD", 0.0f64);
     for (pass, count) in [("warm", warm), ("main", set.requests)] {
+        if pass == "main" && hold > 0.0 {
+            eprintln!("{tag}: measuring in {hold}s; gateway pid {:?}", s.pid);
+            tokio::time::sleep(Duration::from_secs_f64(hold)).await;
+        }
         let before = up.effects();
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
         let effects = up.effects() - before;
@@ -188,6 +198,7 @@ async fn main() {
             path: DEDUPED,
             kind: Kind::Plain,
             gateway: None,
+            pid: None,
         });
     }
     scenarios.push(Scenario {
@@ -196,6 +207,7 @@ async fn main() {
         path: DEDUPED,
         kind: Kind::Plain,
         gateway: None,
+        pid: None,
     });
     for (name, store) in stores {
         for encrypted in [false, true] {
@@ -206,23 +218,29 @@ async fn main() {
                     format!("{name}-sealed"),
                 ),
             };
-            let gw = GatewayChild::start(config(up.addr, store));
-            let idx = gateways.len();
-            if idx == 0 {
+            if gateways.is_empty() {
+                // A gateway of its own, so its memory is that of streaming with nothing
+                // stored.
+                let gw = GatewayChild::start(config(up.addr, store.clone()));
                 scenarios.push(Scenario {
                     name: "passthrough".into(),
                     addr: gw.addr,
                     path: "/other",
                     kind: Kind::Plain,
-                    gateway: Some(idx),
+                    gateway: Some(0),
+                    pid: Some(gw.pid()),
                 });
+                gateways.push(gw);
             }
+            let gw = GatewayChild::start(config(up.addr, store));
+            let idx = gateways.len();
             scenarios.push(Scenario {
                 name: format!("{name}-won"),
                 addr: gw.addr,
                 path: DEDUPED,
                 kind: Kind::Won,
                 gateway: Some(idx),
+                pid: Some(gw.pid()),
             });
             scenarios.push(Scenario {
                 name: format!("{name}-replay"),
@@ -230,11 +248,17 @@ async fn main() {
                 path: DEDUPED,
                 kind: Kind::Replay,
                 gateway: Some(idx),
+                pid: Some(gw.pid()),
             });
             gateways.push(gw);
         }
     }
     let idle: Vec<u64> = gateways.iter().map(GatewayChild::rss).collect();
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        let base = scenarios[0].name.clone();
+        scenarios.retain(|s| s.name == base || only.contains(&s.name.as_str()));
+    }
 
     println!(
         "throughput: at most {} requests or {:?} per pass, {} rounds, connections {:?}",

@@ -152,6 +152,11 @@ impl GatewayChild {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Resident memory now, in bytes (`VmRSS`).
     pub fn rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
