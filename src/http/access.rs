@@ -50,9 +50,6 @@ impl Access {
         }
         let route: &str = &self.route;
         let outcome = self.outcome.as_str();
-        span.record("route", route);
-        span.record("outcome", outcome);
-        span.record("status", status.as_u16());
         let (key, scope) = match &self.key {
             Some((key, scope)) => (Some(key.as_str()), Some(scope.as_str())),
             None => (None, None),

@@ -1,0 +1,177 @@
+//! The servers measured as child processes: nginx `proxy_pass` as the baseline, and the
+//! gateway's real release binary, whose resident memory is read from `/proc`.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dedupe_test_support::GatewayConfig;
+
+/// A free loopback port (the tiny race until the child binds it is harmless here).
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Waits until `addr` accepts connections, or panics with the child's log.
+fn wait_listening(addr: SocketAddr, child: &mut Child, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        let exited = child.try_wait().unwrap();
+        if exited.is_some() || Instant::now() > deadline {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("{addr} never listened (exit {exited:?}):\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// `nginx` on PATH or where Debian puts it, if installed.
+fn nginx_binary() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("nginx"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
+}
+
+/// nginx as a plain reverse proxy in front of the same upstream: one worker per core,
+/// upstream keep-alive (as many idle connections as the gateway's pool keeps), one
+/// access-log line per request to a file, as the gateway logs one per request.
+pub struct Nginx {
+    pub addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    pub fn start(upstream: SocketAddr) -> Option<Self> {
+        let binary = nginx_binary()?;
+        let dir = tempfile::tempdir().unwrap();
+        let addr = free_addr();
+        let d = dir.path().display();
+        let conf = format!(
+            "daemon off;
+master_process on;
+worker_processes {workers};
+worker_rlimit_nofile 16384;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    upstream app {{
+        server {upstream};
+        keepalive {keepalive};
+    }}
+    server {{
+        listen {addr} backlog=4096;
+        location / {{
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }}
+    }}
+}}
+",
+            workers = std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keepalive = 256 / std::thread::available_parallelism().map_or(1, |n| n.get()),
+        );
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let log = dir.path().join("stderr.log");
+        let mut child = Command::new(binary)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        wait_listening(addr, &mut child, &log);
+        Some(Self {
+            addr,
+            child,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM to the master stops its workers too; SIGKILL would orphan them.
+        signal(self.child.id(), "TERM");
+        let _ = self.child.wait();
+    }
+}
+
+/// The gateway's release binary as a child process: its own process, so its memory can be
+/// read and it shares the cores with the load generator as nginx does. Logs go to a file.
+pub struct GatewayChild {
+    pub addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl GatewayChild {
+    pub fn start(config: GatewayConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = free_addr();
+        let config_path = dir.path().join("gateway.toml");
+        std::fs::write(&config_path, config.listen(&addr.to_string()).to_toml()).unwrap();
+        let log = dir.path().join("gateway.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(&config_path)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        wait_listening(addr, &mut child, &log);
+        Self {
+            addr,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory now, in bytes (`VmRSS`).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+}
+
+impl Drop for GatewayChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
