@@ -121,6 +121,21 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
     out
 }
 
+/// What the gateway answers with `e`: on a shadow route it forwards instead, and the
+/// answer enforcement would give is what it counts.
+fn refuse(out: &mut String, route: &Route, e: &GatewayError) {
+    if route.mode == Mode::Shadow {
+        let _ = write!(
+            out,
+            "answer: forwarded (shadow mode); enforce would answer "
+        );
+        let _ = write!(out, "{} {}", e.status().as_u16(), e.problem_type());
+        let _ = writeln!(out);
+    } else {
+        answer(out, e);
+    }
+}
+
 fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'_>) {
     let key = match route.key.derive(view) {
         Ok(Some(key)) => key,
@@ -131,14 +146,14 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
             );
             return;
         }
-        Err(e) => return answer(out, &GatewayError::from(e)),
+        Err(e) => return refuse(out, route, &GatewayError::from(e)),
     };
     let scope = match key::scope_hash(&route.scope, view) {
         Ok(s) => s,
-        Err(e) => return answer(out, &GatewayError::from(e)),
+        Err(e) => return refuse(out, route, &GatewayError::from(e)),
     };
     if let Err(e) = key::request_hash(view, &route.must_match, &route.hash_headers) {
-        return answer(out, &GatewayError::from(e));
+        return refuse(out, route, &GatewayError::from(e));
     }
     let store_key = key::store_key(&config.store.prefix, &route.name, &scope, &key);
     let _ = writeln!(out, "key value: {key}");
@@ -146,7 +161,12 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
     let _ = writeln!(out, "store key: {store_key}");
     let _ = writeln!(
         out,
-        "answer: claimed in the store (forwarded once; a repeat is replayed, 409 in flight, 422 if different)"
+        "{}",
+        if route.mode == Mode::Shadow {
+            "answer: claimed and recorded, and forwarded (shadow mode: a repeat is forwarded too, counted as would=replay, conflict or mismatch)"
+        } else {
+            "answer: claimed in the store (forwarded once; a repeat is replayed, 409 in flight, 422 if different)"
+        }
     );
 }
 
@@ -180,7 +200,11 @@ mod tests {
     use http::HeaderValue;
 
     fn probe(line: &str, headers: &[(&'static str, &str)], body: &str) -> String {
-        let config = Config::from_toml(include_str!("../config/example.toml")).unwrap();
+        probe_on(include_str!("../config/example.toml"), line, headers, body)
+    }
+
+    fn probe_on(toml: &str, line: &str, headers: &[(&'static str, &str)], body: &str) -> String {
+        let config = Config::from_toml(toml).unwrap();
         let (method, target) = line.split_once(' ').unwrap();
         let mut h = HeaderMap::new();
         for (k, v) in headers {
@@ -243,5 +267,22 @@ mod tests {
         );
         let out = probe("POST /webhooks/x", &[], "{}");
         assert!(out.contains("fingerprint-part-missing"), "{out}");
+    }
+
+    #[test]
+    fn a_shadow_route_is_told_as_forwarded() {
+        let toml = include_str!("../config/example.toml").replacen(
+            "name = \"payments\"",
+            "name = \"payments\"\nmode = \"shadow\"",
+            1,
+        );
+        let out = probe_on(&toml, "POST /v1/payments", &[("authorization", "x")], "");
+        assert!(
+            out.contains("answer: forwarded (shadow mode); enforce would answer 400 urn:dedupe-gateway:problem:idempotency-key-missing"),
+            "{out}"
+        );
+        let with_key = [("authorization", "x"), ("idempotency-key", "k")];
+        let out = probe_on(&toml, "POST /v1/payments", &with_key, "");
+        assert!(out.contains("and forwarded (shadow mode"), "{out}");
     }
 }

@@ -422,7 +422,10 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
         let conflict = match r.on_conflict {
             OnConflict::Reject => "reject".to_owned(),
             OnConflict::Wait => {
-                format!("wait up to {}", humantime::format_duration(r.conflict_wait))
+                format!(
+                    "wait up to {}",
+                    dedupe_gateway::config::format_duration(r.conflict_wait)
+                )
             }
         };
         writeln!(
@@ -432,8 +435,8 @@ fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
             methods.join(","),
             r.path.as_str(),
             key,
-            humantime::format_duration(r.lease),
-            humantime::format_duration(r.window),
+            dedupe_gateway::config::format_duration(r.lease),
+            dedupe_gateway::config::format_duration(r.window),
             conflict,
             if r.store_body {
                 ""

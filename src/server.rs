@@ -34,7 +34,7 @@ pub use self::write_deadline::WriteDeadline;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

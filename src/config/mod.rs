@@ -29,6 +29,7 @@ pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
     FileServer, FileStore,
 };
+pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreConfig};
 

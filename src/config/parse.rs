@@ -22,6 +22,32 @@ pub(super) fn duration(at: &str, v: &str, max: Duration) -> Result<Duration, Con
     Ok(d)
 }
 
+/// A duration in the file's own units, largest first: `365d`, `1h 30m`, `250ms`, so that
+/// what `check` prints can be pasted back into the file.
+pub fn format_duration(d: Duration) -> String {
+    const UNITS: [(&str, u128); 7] = [
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+        ("ns", 1),
+    ];
+    let mut left = d.as_nanos();
+    if left == 0 {
+        return "0s".to_owned();
+    }
+    let mut parts = Vec::new();
+    for (unit, size) in UNITS {
+        if left >= size {
+            parts.push(format!("{}{unit}", left / size));
+            left %= size;
+        }
+    }
+    parts.join(" ")
+}
+
 /// Parses a duration that may be zero, up to `max`.
 pub(super) fn duration_allow_zero(
     at: &str,
@@ -31,10 +57,7 @@ pub(super) fn duration_allow_zero(
     let too_long = || {
         invalid(
             at,
-            format!(
-                "{v:?} is too long: at most {}",
-                humantime::format_duration(max)
-            ),
+            format!("{v:?} is too long: at most {}", format_duration(max)),
         )
     };
     match duration_nanos(v) {

@@ -314,8 +314,8 @@ pub(super) fn lease_warnings(store: &StoreConfig, routes: &[Route]) -> Vec<Strin
                 "routes[{}].lease: {} does not exceed six store operations ({}): it is renewed every third, \
                  and a renewal that times out could let a retry take over a healthy call and execute it twice",
                 r.name,
-                humantime::format_duration(r.lease),
-                humantime::format_duration(needed),
+                crate::config::format_duration(r.lease),
+                crate::config::format_duration(needed),
             )
         })
         .collect()
@@ -348,9 +348,9 @@ pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
             out.push(format!(
                 "routes[{name}].window: {} is shorter than {}'s retry horizon ({}, {}): \
                  a redelivery after the window executes again",
-                humantime::format_duration(r.window),
+                crate::config::format_duration(r.window),
                 preset.as_str(),
-                humantime::format_duration(preset.retry_horizon()),
+                crate::config::format_duration(preset.retry_horizon()),
                 preset.docs(),
             ));
         }

@@ -514,3 +514,23 @@ fn mode_defaults_to_enforce_and_a_typo_names_the_field_and_the_choices() {
     assert!(e.contains("routes[r].mode"), "{e}");
     assert!(e.contains("enforce") && e.contains("off"), "{e}");
 }
+
+#[test]
+fn durations_print_in_the_file_s_own_units_and_parse_back() {
+    use super::format_duration;
+    use std::time::Duration;
+    for (d, text) in [
+        (Duration::from_secs(365 * 86_400), "365d"),
+        (Duration::from_secs(86_400), "1d"),
+        (Duration::from_secs(5400), "1h 30m"),
+        (Duration::from_millis(250), "250ms"),
+        (Duration::from_millis(1500), "1s 500ms"),
+        (Duration::ZERO, "0s"),
+    ] {
+        assert_eq!(format_duration(d), text);
+        assert_eq!(
+            super::parse::duration_allow_zero("x", text, Duration::MAX).unwrap(),
+            d
+        );
+    }
+}

@@ -55,7 +55,9 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
     setup.insert("prefix".into(), cfg.store.prefix.clone().into());
     setup.insert(
         "lease".into(),
-        humantime::format_duration(opts.lease).to_string().into(),
+        crate::config::format_duration(opts.lease)
+            .to_string()
+            .into(),
     );
     setup.insert("race".into(), opts.race.into());
     let mut report = Report {

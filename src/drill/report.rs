@@ -142,10 +142,13 @@ pub struct Report {
 impl Report {
     /// Sets `pass` from the parts.
     pub fn finish(mut self) -> Self {
-        self.pass = self.store.as_ref().is_none_or(|s| s.pass)
-            && self.drills.iter().all(|d| d.pass)
-            && self.cleanup.as_ref().is_none_or(|c| c.left.is_empty());
+        self.pass = self.failures().is_empty();
         self
+    }
+
+    /// Every drill was skipped: the run proved nothing, so it does not pass.
+    fn nothing_ran(&self) -> bool {
+        !self.drills.is_empty() && self.drills.iter().all(|d| d.skipped)
     }
 
     /// The names of what failed (`store`, `payments/replay`, `cleanup`).
@@ -162,6 +165,9 @@ impl Report {
         );
         if self.cleanup.as_ref().is_some_and(|c| !c.left.is_empty()) {
             out.push("cleanup".to_owned());
+        }
+        if self.nothing_ran() {
+            out.push("nothing drilled (every route skipped)".to_owned());
         }
         out
     }
@@ -302,7 +308,10 @@ mod tests {
             mode: "config",
             setup: Map::new(),
             store: None,
-            drills: vec![Outcome::skipped("orders", Drill::Replay, "shadow")],
+            drills: vec![
+                Outcome::skipped("orders", Drill::Replay, "shadow"),
+                outcome(Drill::Replay, true),
+            ],
             cleanup: None,
             pass: false,
         }
@@ -311,6 +320,25 @@ mod tests {
         let text = r.to_text();
         assert!(text.contains("SKIP orders/replay"), "{text}");
         assert!(text.contains("skipped: mode = shadow"), "{text}");
+    }
+
+    #[test]
+    fn a_run_that_skipped_every_drill_does_not_pass() {
+        let r = Report {
+            mode: "config",
+            setup: Map::new(),
+            store: None,
+            drills: vec![Outcome::skipped("orders", Drill::Replay, "shadow")],
+            cleanup: None,
+            pass: true,
+        }
+        .finish();
+        assert!(!r.pass);
+        assert!(
+            r.to_text().contains("FAILED: nothing drilled"),
+            "{}",
+            r.to_text()
+        );
     }
 
     #[test]
