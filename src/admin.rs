@@ -62,6 +62,9 @@ async fn route(
     authorize(gateway, headers)?;
     match (method, path) {
         (_, "/metrics") if read => {
+            if let Some(stats) = gateway.store().near_cache_stats() {
+                gateway.metrics().near_cache(stats);
+            }
             let mut resp = Response::new(full(gateway.metrics().encode()));
             resp.headers_mut().insert(
                 CONTENT_TYPE,

@@ -67,6 +67,13 @@ pub struct Metrics {
     upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
     store_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
     inflight: Gauge<i64, AtomicI64>,
+    near_cache: Family<NearLabel, Counter>,
+    near_cache_bytes: Gauge<i64, AtomicI64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NearLabel {
+    result: &'static str,
 }
 
 impl Default for Metrics {
@@ -129,8 +136,22 @@ impl Metrics {
             "Claims this process holds while their upstream call runs",
             inflight.clone(),
         );
+        let near_cache = Family::<NearLabel, Counter>::default();
+        registry.register(
+            "near_cache",
+            "Near-cache lookups by result (hit, miss) and entries dropped (invalidated)",
+            near_cache.clone(),
+        );
+        let near_cache_bytes = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "near_cache_bytes",
+            "Bytes of completed records the near-cache holds",
+            near_cache_bytes.clone(),
+        );
         Self {
             registry,
+            near_cache,
+            near_cache_bytes,
             outcomes,
             shadow,
             store_errors,
@@ -206,6 +227,23 @@ impl Metrics {
     pub fn claim_held(&self) -> InflightGuard<'_> {
         self.inflight.inc();
         InflightGuard(&self.inflight)
+    }
+
+    /// Takes the near-cache's counters (kept by the store, read at each scrape).
+    pub fn near_cache(&self, stats: crate::store::near_cache::NearCacheStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for (result, n) in [
+            ("hit", stats.hits),
+            ("miss", stats.misses),
+            ("invalidated", stats.invalidations),
+        ] {
+            self.near_cache
+                .get_or_create(&NearLabel { result })
+                .inner()
+                .store(n, Relaxed);
+        }
+        self.near_cache_bytes
+            .set(i64::try_from(stats.bytes).unwrap_or(i64::MAX));
     }
 
     /// The text exposition.

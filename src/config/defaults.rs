@@ -47,6 +47,8 @@ pub const DEFAULT_MAX_RECORDS: usize = 1_000_000;
 
 /// `store.max_bytes`.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * MIB;
+/// `store.near_cache`: off; a replay then always reads Redis.
+pub const DEFAULT_NEAR_CACHE: u64 = 0;
 /// `store.tls_insecure`: Redis's certificate is verified.
 pub const DEFAULT_TLS_INSECURE: bool = false;
 /// `admin.max_connections`.
@@ -116,6 +118,8 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
 pub const MIN_STORE_BYTES: u64 = 64 * KIB;
 /// Upper bound of `store.max_bytes`.
 pub const MAX_STORE_BYTES: u64 = 1024 * 1024 * MIB;
+/// Upper bound of `store.near_cache`.
+pub const MAX_NEAR_CACHE: u64 = 64 * 1024 * MIB;
 /// Upper bound of `admin.max_connections`.
 pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
 /// Upper bound of `store.max_records`.
@@ -219,6 +223,7 @@ mod tests {
             "server.shutdown_grace" => d(DEFAULT_SHUTDOWN_GRACE),
             "server.write_timeout" => d(DEFAULT_WRITE_TIMEOUT),
             "store.max_bytes" => s(DEFAULT_MAX_BYTES),
+            "store.near_cache" => s(DEFAULT_NEAR_CACHE),
             "admin.max_connections" => n(DEFAULT_ADMIN_MAX_CONNECTIONS as u64),
             "server.max_connections" => n(DEFAULT_MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
@@ -283,6 +288,7 @@ mod tests {
             "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
             "store.max_records" => n(MAX_RECORDS as u64),
             "store.max_bytes" => s(MIN_STORE_BYTES, MAX_STORE_BYTES),
+            "store.near_cache" => s(0, MAX_NEAR_CACHE),
             "admin.max_connections" => n(MAX_ADMIN_CONNECTIONS as u64),
             "store.prefix" => min.is_none() && number(max) == Some(MAX_PREFIX_LEN as u64),
             _ => return None,
@@ -338,6 +344,6 @@ mod tests {
             defaults, constants,
             "every DEFAULT_* constant has its README row"
         );
-        assert_eq!(bounds, 19, "every bounded field has its README bound");
+        assert_eq!(bounds, 20, "every bounded field has its README bound");
     }
 }

@@ -112,6 +112,8 @@ pub struct FileStore {
     pub max_records: Option<usize>,
     /// Memory backend: most bytes of records held before new claims fail.
     pub max_bytes: Option<String>,
+    /// Redis backend: bytes of completed records kept locally for replays (`0`: off).
+    pub near_cache: Option<String>,
     /// Keys that seal stored records (`file:PATH` or `env:NAME`): the first seals, every
     /// one opens.
     pub encryption_keys: Option<Vec<String>>,

@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::defaults::{
-    DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_PREFIX, DEFAULT_STORE_TIMEOUT,
-    DEFAULT_TLS_INSECURE, MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES, MAX_STORE_TIMEOUT,
-    MIN_STORE_BYTES,
+    DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_NEAR_CACHE, DEFAULT_PREFIX,
+    DEFAULT_STORE_TIMEOUT, DEFAULT_TLS_INSECURE, MAX_NEAR_CACHE, MAX_PREFIX_LEN, MAX_RECORDS,
+    MAX_STORE_BYTES, MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
@@ -62,6 +62,9 @@ pub struct StoreConfig {
     pub max_records: usize,
     /// Memory backend: most bytes of records held (keys, responses, a fixed overhead each).
     pub max_bytes: u64,
+    /// Redis backend: bytes of completed records kept locally for replays, invalidated
+    /// through `CLIENT TRACKING` (0: off).
+    pub near_cache: u64,
     /// The keys of `encryption_keys`, read and checked (empty: records in clear).
     pub encryption: Keyring,
     /// Redis backends: TLS material and the password from the environment.
@@ -79,6 +82,7 @@ impl fmt::Debug for StoreConfig {
             .field("timeout", &self.timeout)
             .field("max_records", &self.max_records)
             .field("max_bytes", &self.max_bytes)
+            .field("near_cache", &self.near_cache)
             .field("encryption", &self.encryption)
             .field("access", &self.access)
             .finish()
@@ -311,6 +315,19 @@ pub(super) fn validate(
         MIN_STORE_BYTES,
         MAX_STORE_BYTES,
     )?;
+    let near_cache = parse::opt_size(
+        "store.near_cache",
+        s.near_cache.as_deref(),
+        DEFAULT_NEAR_CACHE,
+        0,
+        MAX_NEAR_CACHE,
+    )?;
+    if near_cache > 0 && backend != Backend::Redis {
+        return Err(invalid(
+            "store.near_cache",
+            "applies to backend = \"redis\" only (not yet to redis-cluster or redis-sentinel)",
+        ));
+    }
     let encryption = keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
     let access = access(s, &urls)?;
     Ok(StoreConfig {
@@ -321,6 +338,7 @@ pub(super) fn validate(
         timeout,
         max_records,
         max_bytes,
+        near_cache,
         encryption,
         access,
     })

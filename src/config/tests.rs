@@ -534,3 +534,17 @@ fn durations_print_in_the_file_s_own_units_and_parse_back() {
         );
     }
 }
+
+#[test]
+fn near_cache_is_a_size_on_the_redis_backend_only() {
+    let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\n";
+    let c = with(&format!("{redis}near_cache = \"8MiB\"\n")).unwrap();
+    assert_eq!(c.store.near_cache, 8 * 1024 * 1024);
+    assert_eq!(with(redis).unwrap().store.near_cache, 0, "off by default");
+    assert!(err(&format!("{redis}near_cache = \"lots\"\n")).starts_with("store.near_cache"));
+    let cluster = "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://h:1\"]\n";
+    assert!(
+        err(&format!("{cluster}near_cache = \"8MiB\"\n")).starts_with("store.near_cache: applies")
+    );
+    assert!(err("[store]\nnear_cache = \"1MiB\"\n").starts_with("store.near_cache: applies"));
+}

@@ -22,6 +22,7 @@
 
 pub mod health;
 mod memory;
+pub mod near_cache;
 mod redis;
 
 use std::time::{Duration, SystemTime};
@@ -216,10 +217,11 @@ impl Store {
             Backend::Memory => {
                 Store::Memory(MemoryStore::with_limits(cfg.max_records, cfg.max_bytes))
             }
-            Backend::Redis => Store::Redis(RedisStore::with_access(
+            Backend::Redis => Store::Redis(RedisStore::with_near_cache(
                 &cfg.urls[0],
                 &cfg.access,
                 cfg.timeout,
+                cfg.near_cache,
             )?),
             Backend::RedisCluster => Store::Cluster(Box::new(RedisClusterStore::with_access(
                 &cfg.urls,
@@ -327,6 +329,14 @@ impl Store {
                 let (nodes, cluster) = s.health_replies().await?;
                 Ok(health::findings(&nodes, Some(&cluster)))
             }
+        }
+    }
+
+    /// The near-cache's counters (`store.near_cache`), when the backend keeps one.
+    pub fn near_cache_stats(&self) -> Option<near_cache::NearCacheStats> {
+        match self {
+            Store::Redis(s) => s.near_cache_stats(),
+            Store::Memory(_) | Store::Cluster(_) => None,
         }
     }
 

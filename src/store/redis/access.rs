@@ -38,11 +38,19 @@ fn with_insecure(url: &str, access: &RedisAccess) -> String {
 }
 
 /// A client for one server.
-pub(super) fn client(url: &str, access: &RedisAccess) -> RedisResult<redis::Client> {
+pub(super) fn client(url: &str, access: &RedisAccess, resp3: bool) -> RedisResult<redis::Client> {
     crate::tls::install_crypto_provider();
     let mut info = with_insecure(url, access).into_connection_info()?;
     if let Some(password) = &access.password {
         let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
+    if resp3 {
+        // Invalidation messages of client-side caching arrive as RESP3 pushes.
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
         info = info.set_redis_settings(settings);
     }
     match certificates(access) {

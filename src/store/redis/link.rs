@@ -17,6 +17,11 @@
 //! failover, or dropped because the demoted node answers `READONLY`, is replaced by one to
 //! whichever node the sentinels name now.
 //!
+//! With a near-cache, every connection speaks RESP3 and turns on `CLIENT TRACKING` before
+//! any request may use it; its invalidation pushes feed the cache, the cache is emptied
+//! whenever a connection is dropped, replaced or closes, and a heartbeat `PING` proves
+//! the current connection delivers (see [`crate::store::near_cache`]).
+//!
 //! Requests never dial themselves: one dial at a time, however many requests arrive. A
 //! request that finds no connection asks for a dial and waits (within its deadline) for
 //! the outcome of an attempt that starts after it arrived, so the first request after
@@ -26,7 +31,10 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;
-use redis::{AsyncConnectionConfig, Client};
+use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
+use std::sync::Arc;
+
+use crate::store::near_cache::{NearCache, PROOF_LASTS};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -133,6 +141,7 @@ impl Link {
     pub(super) fn start(
         dialer: Dialer,
         timeout: Duration,
+        near: Option<Arc<NearCache>>,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
         let (tx, state) = watch::channel(State::default());
@@ -148,7 +157,11 @@ impl Link {
             probe_reports: reports.downgrade(),
             probing: None,
             next_id: 0,
+            near: near.clone(),
         };
+        if let Some(near) = near {
+            runtime.spawn(heartbeat(state.clone(), near, patience(timeout)));
+        }
         runtime.spawn(task.run());
         Self {
             state,
@@ -214,6 +227,8 @@ struct Supervisor {
     probe_reports: mpsc::WeakSender<Report>,
     probing: Option<u64>,
     next_id: u64,
+    /// Fed by every connection's invalidations; emptied whenever a connection goes.
+    near: Option<Arc<NearCache>>,
 }
 
 impl Supervisor {
@@ -278,11 +293,19 @@ impl Supervisor {
     /// One dial: the connection and the `host:port` it reaches.
     async fn dial(&mut self) -> Result<(MultiplexedConnection, String), String> {
         self.state.send_modify(|s| s.started += 1);
-        let config = AsyncConnectionConfig::new()
+        let mut config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.patience))
             // Operations bound themselves (`store.timeout`); a silent connection is found
             // by the probe, not by a reply timeout that cancelled operations never see.
             .set_response_timeout(None);
+        if let Some(near) = &self.near {
+            let near = near.clone();
+            config = config.set_push_sender(move |info: PushInfo| {
+                on_push(&near, info);
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        let near = self.near.clone();
         // With Sentinel the lookup has a budget of its own on top: the crate bounds each
         // sentinel's answer (1s to connect, 500ms to reply) and asks the next one after.
         let budget = match self.dialer {
@@ -293,9 +316,23 @@ impl Supervisor {
         let dial = async move {
             let client = dialer.client().await?;
             let node = client.get_connection_info().addr().to_string();
-            let con = client
+            let mut con = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
+            if let Some(near) = near {
+                // Default mode: Redis remembers the keys this connection reads (the claim
+                // script's reads included) and reports when another client changes them.
+                // NOLOOP: this gateway's own writes go through the store, which drops its
+                // copy itself.
+                redis::cmd("CLIENT")
+                    .arg("TRACKING")
+                    .arg("ON")
+                    .arg("NOLOOP")
+                    .query_async::<()>(&mut con)
+                    .await?;
+                // Copies made through an earlier connection lose their channel now.
+                near.flush();
+            }
             Ok::<_, redis::RedisError>((con, node))
         };
         match tokio::time::timeout(budget, dial).await {
@@ -371,5 +408,56 @@ impl Supervisor {
     /// Forgets the connection; requests still holding it finish or time out on their own.
     fn drop_connection(&mut self) {
         self.state.send_modify(|s| s.live = None);
+        if let Some(near) = &self.near {
+            // Its invalidations may no longer arrive (a silent connection).
+            near.flush();
+        }
+    }
+}
+
+/// Applies an invalidation push: named keys, or all of them (a null list: Redis flushed
+/// its tracking table). The connection's end empties the cache.
+fn on_push(near: &NearCache, info: PushInfo) {
+    match info.kind {
+        PushKind::Invalidate => match info.data.first() {
+            Some(Value::Array(keys)) => {
+                for key in keys {
+                    match <String as redis::FromRedisValue>::from_redis_value_ref(key) {
+                        Ok(key) => near.invalidate(&key),
+                        Err(_) => near.flush(),
+                    }
+                }
+            }
+            _ => near.flush(),
+        },
+        PushKind::Disconnection => near.flush(),
+        _ => {}
+    }
+}
+
+/// Proves, every quarter of [`PROOF_LASTS`], that the current connection delivers its
+/// invalidations: a `PING` answered on it follows every push sent before it ran. Ends
+/// with the connecting task.
+async fn heartbeat(state: watch::Receiver<State>, near: Arc<NearCache>, patience: Duration) {
+    let mut tick = tokio::time::interval(PROOF_LASTS / 4);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if state.has_changed().is_err() {
+            return; // the connecting task ended
+        }
+        // The mark comes first: a flush after it (a connection dropped or replaced)
+        // voids this proof, whichever connection the PING went to.
+        let mark = near.mark();
+        let sent = std::time::Instant::now();
+        let Some(live) = state.borrow().live.clone() else {
+            continue;
+        };
+        let mut con = live.con;
+        let ping = redis::cmd("PING");
+        let ping = ping.query_async::<String>(&mut con);
+        if let Ok(Ok(_)) = tokio::time::timeout(patience.min(PROOF_LASTS), ping).await {
+            near.prove(mark, sent + PROOF_LASTS);
+        }
     }
 }

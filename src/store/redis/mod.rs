@@ -35,10 +35,11 @@ use redis::Value;
 
 use self::link::{Dialer, Link, NoConnection};
 use self::reply::{
-    node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, CONFIG_CHECKED,
+    node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
 use self::scripts::{claim_invocation, finish_invocation, Scripts};
 use super::health::{ClusterReplies, NodeReplies};
+use super::near_cache::{NearCache, NearCacheStats};
 use super::{bounded, Claim, ClaimRequest, RecordInfo, StoreError};
 use crate::config::RedisAccess;
 
@@ -93,11 +94,38 @@ macro_rules! redis_backend {
             }
 
             pub(super) async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                let near = self.near_cache();
+                let key = req.key.as_str();
+                if let Some(near) = near {
+                    if let Some(record) = near.get(key, req.request_hash, std::time::Instant::now())
+                    {
+                        return Ok(Claim::Replay(record));
+                    }
+                }
+                // Before sending: the expiry counts from here, and an invalidation that
+                // overtakes the reply refuses the copy.
+                let mark = near.map(|near| (near.mark(), std::time::Instant::now()));
                 let inv = &claim_invocation(&self.scripts, req);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;
-                parse_claim(v)
+                let ttl = replay_ttl(&v);
+                let claim = parse_claim(v)?;
+                if let (Some(near), Some((mark, sent)), Some(ttl), Claim::Replay(record)) =
+                    (near, mark, ttl, &claim)
+                {
+                    near.insert(key, *req.request_hash, record.clone(), sent + ttl, mark);
+                }
+                Ok(claim)
+            }
+
+            /// Drops this gateway's copy of `key` as it changes it: its own writes bring
+            /// no invalidation (`NOLOOP`). (Completing and releasing change in-flight
+            /// records, never copied; dropped anyway, it costs nothing.)
+            fn changing(&self, key: &str) {
+                if let Some(near) = self.near_cache() {
+                    near.invalidate(key);
+                }
             }
 
             pub(super) async fn complete(
@@ -108,6 +136,7 @@ macro_rules! redis_backend {
                 window: Duration,
                 strict: bool,
             ) -> Result<bool, StoreError> {
+                self.changing(key);
                 let inv =
                     &finish_invocation(&self.scripts, key, fence, Some(&record), window, strict);
                 let v = self
@@ -123,6 +152,7 @@ macro_rules! redis_backend {
                 window: Duration,
                 strict: bool,
             ) -> Result<bool, StoreError> {
+                self.changing(key);
                 let inv = &finish_invocation(&self.scripts, key, fence, None, window, strict);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
@@ -157,11 +187,15 @@ macro_rules! redis_backend {
             }
 
             pub(super) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+                self.changing(key);
                 let cmd = &redis::cmd("DEL").arg(key).clone();
-                let n: i64 = self
+                let n: Result<i64, _> = self
                     .query(move |mut con| async move { cmd.query_async(&mut con).await })
-                    .await?;
-                Ok(n > 0)
+                    .await;
+                // Again once the delete has run (or may have): a claim of this gateway
+                // that read the record before the delete must not keep its copy.
+                self.changing(key);
+                Ok(n? > 0)
             }
 
             pub(super) async fn ping(&self) -> Result<(), StoreError> {
@@ -181,6 +215,8 @@ macro_rules! redis_backend {
 #[derive(Clone)]
 pub struct RedisStore {
     link: Link,
+    /// Completed records kept locally (`store.near_cache`), invalidated by Redis.
+    near: Option<std::sync::Arc<NearCache>>,
     /// `host:port` for store checks until a connection names the node it reached.
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
@@ -201,13 +237,32 @@ impl RedisStore {
         access: &RedisAccess,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let client = access::client(url, access).map_err(unavailable)?;
+        Self::with_near_cache(url, access, timeout, 0)
+    }
+
+    /// As [`RedisStore::with_access`], keeping up to `near_cache` bytes of completed
+    /// records locally (0: none), invalidated through `CLIENT TRACKING` (see
+    /// [`crate::store::near_cache`]).
+    pub fn with_near_cache(
+        url: &str,
+        access: &RedisAccess,
+        timeout: Duration,
+        near_cache: u64,
+    ) -> Result<Self, StoreError> {
+        let near = (near_cache > 0).then(|| std::sync::Arc::new(NearCache::new(near_cache)));
+        let client = access::client(url, access, near.is_some()).map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         let node = client.get_connection_info().addr().to_string();
         Ok(Self {
             node: node.into(),
-            link: Link::start(Dialer::Direct(Box::new(client)), timeout, &runtime),
+            link: Link::start(
+                Dialer::Direct(Box::new(client)),
+                timeout,
+                near.clone(),
+                &runtime,
+            ),
+            near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
@@ -232,10 +287,20 @@ impl RedisStore {
         };
         Ok(Self {
             node: format!("sentinel primary {master_name}").into(),
-            link: Link::start(dialer, timeout, &runtime),
+            link: Link::start(dialer, timeout, None, &runtime),
+            near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
+    }
+
+    fn near_cache(&self) -> Option<&NearCache> {
+        self.near.as_deref()
+    }
+
+    /// The near-cache's counters, when it has one.
+    pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
+        self.near.as_ref().map(|n| n.stats())
     }
 
     /// Whether the primary is found through Sentinel.
@@ -426,6 +491,11 @@ impl RedisClusterStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
+    }
+
+    /// No near-cache on a cluster (config validation refuses one).
+    fn near_cache(&self) -> Option<&NearCache> {
+        None
     }
 
     async fn con(&self) -> Result<ClusterConnection, StoreError> {

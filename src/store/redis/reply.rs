@@ -8,6 +8,16 @@ use super::{int, protocol};
 use crate::store::health::NodeReplies;
 use crate::store::{Claim, RecordInfo, RecordState, StoreError};
 
+/// How long the record a replay reply carries has left (its `PTTL` as the claim saw it).
+pub(super) fn replay_ttl(v: &Value) -> Option<Duration> {
+    let Value::Array(items) = v else { return None };
+    if items.first().and_then(int) != Some(2) {
+        return None;
+    }
+    let ms = items.get(2).and_then(int)?;
+    (ms > 0).then(|| Duration::from_millis(ms as u64))
+}
+
 pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
     let Value::Array(mut items) = v else {
         return Err(protocol("claim", &v));

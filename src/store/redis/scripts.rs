@@ -8,7 +8,7 @@ use super::millis;
 use crate::store::ClaimRequest;
 
 /// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
-/// Replies: {1, fence} won, {2, record} replay, {3, ms left} conflict, {4} mismatch,
+/// Replies: {1, fence} won, {2, record, ms to expiry} replay, {3, ms left} conflict, {4} mismatch,
 /// {5, fence, old fence} takeover, {6, fence, first} held for a person.
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
@@ -35,7 +35,7 @@ if r[3] ~= ARGV[1] then
   return {4}
 end
 if s == 'c' then
-  return {2, redis.call('HGET', KEYS[1], 'r')}
+  return {2, redis.call('HGET', KEYS[1], 'r'), redis.call('PTTL', KEYS[1])}
 end
 if r[5] == ARGV[4] then
   return {1, tonumber(r[2])}

@@ -248,6 +248,8 @@ pub struct StoreCfg {
     prefix: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_bytes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    near_cache: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     encryption_keys: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,6 +273,7 @@ impl StoreCfg {
             timeout: None,
             prefix: None,
             max_bytes: None,
+            near_cache: None,
             encryption_keys: Vec::new(),
             tls_ca_file: None,
             tls_cert_file: None,
@@ -318,6 +321,12 @@ impl StoreCfg {
     /// `store.max_bytes` (memory backend).
     pub fn max_bytes(mut self, size: &str) -> Self {
         self.max_bytes = Some(size.to_owned());
+        self
+    }
+
+    /// `store.near_cache` (redis backend).
+    pub fn near_cache(mut self, size: &str) -> Self {
+        self.near_cache = Some(size.to_owned());
         self
     }
 
