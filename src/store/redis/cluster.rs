@@ -1,0 +1,206 @@
+//! A Redis Cluster backend: the cluster-async client, one connection rebuilt in the
+//! background when a master stops answering.
+
+use super::*;
+
+/// A Redis Cluster through the cluster-async client (slot routing, redirects and
+/// reconnects are the client's), shared by every request.
+#[derive(Clone)]
+pub struct RedisClusterStore {
+    /// Filled once by the connecting task; every operation waits on it (within its
+    /// deadline) rather than dialling the cluster itself.
+    con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
+    /// Tells the connecting task an operation timed out: it probes every master and
+    /// rebuilds the connection when one stays silent.
+    stalled: tokio::sync::mpsc::Sender<()>,
+    scripts: std::sync::Arc<Scripts>,
+    timeout: Duration,
+}
+
+/// How long the cluster client itself waits for a reply before it drops the connection
+/// and dials again (a half-open TCP connection would otherwise hang every command).
+/// Longer than `store.timeout`: an operation past its deadline fails on its own, as a
+/// timeout the gateway can act on, and a merely slow reply does not cost the connection.
+fn dead_connection_after(timeout: Duration) -> Duration {
+    (timeout * 4).max(Duration::from_secs(1))
+}
+
+impl RedisClusterStore {
+    /// Prepares the client and starts connecting in the background, retrying until the
+    /// cluster answers: one attempt at a time however many requests arrive meanwhile, and
+    /// no operation deadline can cancel a slow first connect (slot map, a connection to
+    /// every master). Call from within the Tokio runtime.
+    pub fn new(urls: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        Self::with_access(urls, &RedisAccess::default(), timeout)
+    }
+
+    /// As [`RedisClusterStore::new`], with TLS material and a password (`rediss://` seeds,
+    /// a cluster run with `tls-cluster yes`, ACL users).
+    pub fn with_access(
+        urls: &[String],
+        access: &RedisAccess,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let client = access::cluster_builder(urls, access)
+            .connection_timeout(timeout)
+            .response_timeout(dead_connection_after(timeout))
+            .retries(2)
+            .build()
+            .map_err(unavailable)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
+        let (tx, con) = tokio::sync::watch::channel(None);
+        // One report is enough: while the task probes, more say the same thing.
+        let (stalled, mut reports) = tokio::sync::mpsc::channel(1);
+        let patience = link::patience(timeout);
+        runtime.spawn(async move {
+            loop {
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    match client.get_async_connection().await {
+                        Ok(c) => {
+                            let _ = tx.send(Some(c));
+                            break;
+                        }
+                        Err(e) => {
+                            if tx.is_closed() {
+                                return; // the store is gone
+                            }
+                            tracing::warn!(error = %e, "cannot reach the Redis Cluster yet; retrying");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(2));
+                        }
+                    }
+                }
+                // The cluster client replaces a connection only after its own errors; one
+                // whose replies stopped for good (a lost flow) was kept, and every
+                // operation on that master's slots timed out. So a timeout is checked
+                // here: every master is pinged and, if one stays silent, the whole
+                // connection is built again (the old one serves until the new one is up).
+                loop {
+                    if reports.recv().await.is_none() {
+                        return; // every handle is gone
+                    }
+                    let Some(mut con) = tx.borrow().clone() else {
+                        break;
+                    };
+                    if cluster_answers(&mut con, patience).await {
+                        continue;
+                    }
+                    tracing::warn!(patience = ?patience, "a Redis Cluster master stopped answering; connecting to the cluster again");
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            stalled,
+            con,
+            scripts: std::sync::Arc::new(Scripts::new()),
+            timeout,
+        })
+    }
+
+    /// No near-cache on a cluster (config validation refuses one).
+    fn near_cache(&self) -> Option<&NearCache> {
+        None
+    }
+
+    async fn con(&self) -> Result<ClusterConnection, StoreError> {
+        let mut rx = self.con.clone();
+        let con = rx
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| StoreError::Unavailable("cluster connector stopped".into()))?;
+        // Present: `wait_for` returned on `is_some`.
+        con.clone()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))
+    }
+
+    /// Runs `op` within `store.timeout`; the cluster client retries and reconnects on
+    /// its own.
+    async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(ClusterConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let result = bounded(self.timeout, async {
+            let con = self.con().await?;
+            op(con).await.map_err(unavailable)
+        })
+        .await;
+        if matches!(result, Err(StoreError::Timeout(_))) {
+            let _ = self.stalled.try_send(());
+        }
+        result
+    }
+}
+
+/// Whether every master answers a `PING` within `patience`.
+async fn cluster_answers(con: &mut ClusterConnection, patience: Duration) -> bool {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+    let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let ping = con.route_command(redis::cmd("PING"), masters);
+    matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
+}
+
+redis_backend!(RedisClusterStore);
+
+/// A reply routed to every master: `address -> reply`, server errors left out.
+fn per_node(v: Value) -> Vec<(String, Value)> {
+    let Value::Map(pairs) = v else {
+        return Vec::new();
+    };
+    pairs
+        .into_iter()
+        .filter(|(_, v)| !matches!(v, Value::ServerError(_)))
+        .filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v)))
+        .collect()
+}
+
+impl RedisClusterStore {
+    /// Every master's settings and the cluster's slot coverage. Fails only when the
+    /// cluster does not answer at all.
+    pub(in crate::store) async fn health_replies(
+        &self,
+    ) -> Result<(Vec<NodeReplies>, ClusterReplies), StoreError> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+        let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let info = redis::cmd("CLUSTER").arg("INFO").clone();
+        let info = bounded(self.timeout, async {
+            let mut con = self.con().await?;
+            con.route_command(info, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                .await
+                .map_err(unavailable)
+        })
+        .await?;
+        let info: String = redis::from_redis_value(info)
+            .map_err(|e| StoreError::Protocol(format!("CLUSTER INFO: {e}")))?;
+        let ask = |cmd: redis::Cmd| {
+            let masters = masters.clone();
+            async move {
+                bounded(self.timeout, async {
+                    let mut con = self.con().await?;
+                    con.route_command(cmd, masters).await.map_err(unavailable)
+                })
+                .await
+                .map(per_node)
+                .unwrap_or_default()
+            }
+        };
+        let mut replies: std::collections::BTreeMap<String, ([Option<Value>; 3], Option<Value>)> =
+            Default::default();
+        for (i, name) in CONFIG_CHECKED.iter().enumerate() {
+            for (node, v) in ask(redis::cmd("CONFIG").arg("GET").arg(*name).clone()).await {
+                replies.entry(node).or_default().0[i] = Some(v);
+            }
+        }
+        for (node, v) in ask(redis::cmd("INFO").arg("replication").clone()).await {
+            replies.entry(node).or_default().1 = Some(v);
+        }
+        let nodes = replies
+            .into_iter()
+            .map(|(node, (config, repl))| node_replies(node, config, repl))
+            .collect();
+        Ok((nodes, ClusterReplies { info }))
+    }
+}
