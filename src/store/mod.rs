@@ -52,6 +52,19 @@ pub struct ClaimRequest<'a> {
     /// The route holds unknown outcomes for a person (`on_unknown = "hold"`): stored in the
     /// record, so a claim whose owner died is held too.
     pub hold: bool,
+    /// On an ordered route: the entity this request writes and its version, checked and
+    /// marked in flight in the same atomic step as the claim.
+    pub order: Option<Order<'a>>,
+}
+
+/// One request's place in its entity's order (a route with `order`): the store keeps, per
+/// entity, the highest version completed and the one in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    /// The entity's order record (see [`crate::key::order::entity_key`]).
+    pub entity: &'a StoreKey,
+    /// The version, encoded so that byte order is version order.
+    pub version: &'a [u8],
 }
 
 /// The outcome of a claim.
@@ -82,6 +95,9 @@ pub enum Claim {
     },
     /// The key was used with a different request.
     Mismatch,
+    /// Ordered route: the version is not greater than the highest completed for its
+    /// entity. Nothing was written: the request must not be forwarded.
+    Stale,
 }
 
 /// The outcome of completing a claim.
@@ -248,8 +264,24 @@ impl Store {
         record: Bytes,
         window: Duration,
     ) -> Result<Completion, StoreError> {
+        self.complete_ordered(key, fence, record, window, None)
+            .await
+    }
+
+    /// [`Store::complete`] on an ordered route: in the same atomic step, the entity's
+    /// highest completed version rises to `order.version` (never falls) and its in-flight
+    /// marker, if this fence's, is cleared.
+    pub async fn complete_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        record: Bytes,
+        window: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<Completion, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false))?;
+        let owned =
+            dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
         Ok(if owned {
             Completion::Completed
         } else {
@@ -265,8 +297,20 @@ impl Store {
         fence: Fence,
         window: Duration,
     ) -> Result<bool, StoreError> {
+        self.release_ordered(key, fence, window, None).await
+    }
+
+    /// [`Store::release`] on an ordered route: in the same atomic step, the entity's
+    /// in-flight marker, if this fence's, is cleared; its highest version does not rise.
+    pub async fn release_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        window: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.release(key, fence, window, false))
+        dispatch!(self, s => s.release(key, fence, window, false, order))
     }
 
     /// Extends the in-flight claim owned by `fence` to `lease` from now: one round trip.
@@ -277,8 +321,20 @@ impl Store {
         fence: Fence,
         lease: Duration,
     ) -> Result<bool, StoreError> {
+        self.renew_ordered(key, fence, lease, None).await
+    }
+
+    /// [`Store::renew`] on an ordered route: the entity's in-flight marker, if this
+    /// fence's, is extended with the lease, so no later version starts meanwhile.
+    pub async fn renew_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        lease: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.renew(key, fence, lease))
+        dispatch!(self, s => s.renew(key, fence, lease, order))
     }
 
     /// Settles an in-flight claim by hand, if `fence` still owns it. Unlike `complete` and
@@ -293,9 +349,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
         match resolution {
-            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true)),
+            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true, None)),
             Resolution::Done(record) => {
-                dispatch!(self, s => s.complete(key, fence, record, window, true))
+                dispatch!(self, s => s.complete(key, fence, record, window, true, None))
             }
         }
     }

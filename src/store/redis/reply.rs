@@ -51,6 +51,7 @@ pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
             ),
         }),
         Some(4) => Ok(Claim::Mismatch),
+        Some(7) => Ok(Claim::Stale),
         _ => Err(bad(&items)),
     }
 }
