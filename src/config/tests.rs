@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::*;
-use crate::key::KeyRule;
+use crate::key::{KeyRule, RequestPart};
 
 const BASE: &str = r#"
 [server]
@@ -513,4 +513,35 @@ fn mode_defaults_to_enforce_and_a_typo_names_the_field_and_the_choices() {
     let e = err(&route("mode = \"shadw\"\n"));
     assert!(e.contains("routes[r].mode"), "{e}");
     assert!(e.contains("enforce") && e.contains("off"), "{e}");
+}
+
+#[test]
+fn order_rules_are_checked() {
+    let route = |order: &str| {
+        format!(
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\n\
+             key = {{ header = \"Idempotency-Key\" }}\norder = {order}\n"
+        )
+    };
+    let c = with(&route(r#"{ entity = "json:/id", version = "header:x-v" }"#)).unwrap();
+    let order = c.routes[0].order.as_ref().unwrap();
+    assert_eq!(order.compare, crate::key::order::Compare::Integer);
+    assert_eq!(order.version, RequestPart::parse("header:x-v").unwrap());
+    let e = err(&route(r#"{ entity = "jsn:/id", version = "json:/v" }"#));
+    assert!(e.contains("routes[r].order.entity"), "{e}");
+    let e = err(&route(
+        r#"{ entity = "json:/id", version = "json:/v", compare = "float" }"#,
+    ));
+    assert!(e.contains("float"), "{e}");
+    let e = err(&route(r#"{ entity = "json:/id" }"#));
+    assert!(e.contains("version"), "{e}");
+    // Two keys in one script need one slot: not on a cluster yet.
+    let e = err(&format!(
+        "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://127.0.0.1:7000\"]\n{}",
+        route(r#"{ entity = "json:/id", version = "json:/v", compare = "timestamp" }"#)
+    ));
+    assert!(
+        e.contains("routes[r].order") && e.contains("redis-cluster"),
+        "{e}"
+    );
 }

@@ -63,12 +63,12 @@ impl OrderRule {
         let bad = |why: &str| KeyError::BadVersion(format!("{}: {why}", self.version));
         let version = match self.compare {
             Compare::Integer => {
-                let n: i64 = text
-                    .parse()
-                    .map_err(|_| bad("not a 64-bit integer"))?;
+                let n: i64 = text.parse().map_err(|_| bad("not a 64-bit integer"))?;
                 flip(n)
             }
-            Compare::Timestamp => flip(parse_rfc3339_ms(&text).ok_or_else(|| bad("not an RFC 3339 timestamp"))?),
+            Compare::Timestamp => {
+                flip(parse_rfc3339_ms(&text).ok_or_else(|| bad("not an RFC 3339 timestamp"))?)
+            }
             Compare::String => {
                 if text.len() > MAX_VERSION_LEN {
                     return Err(bad("longer than 255 bytes"));
@@ -93,7 +93,9 @@ pub fn entity_key(prefix: &str, route: &str, scope: &str, entity: &str) -> Store
         field(&mut h, Some(part.as_bytes()));
     }
     let tag = hex::encode(&h.finalize()[..6]);
-    StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:=entity:{entity}"))
+    StoreKey::from_raw(format!(
+        "{prefix}:{{{tag}}}:{route}:{scope}:=entity:{entity}"
+    ))
 }
 
 /// An i64 as 16 hex digits whose byte order is numeric order.
@@ -195,27 +197,47 @@ mod tests {
     #[test]
     fn integers_compare_numerically_as_bytes() {
         let r = rule(Compare::Integer);
-        let v = |v: &str| derive(&r, &format!(r#"{{"id":1,"v":{v}}}"#)).unwrap().version;
+        let v = |v: &str| {
+            derive(&r, &format!(r#"{{"id":1,"v":{v}}}"#))
+                .unwrap()
+                .version
+        };
         assert!(v("-5") < v("-1"));
         assert!(v("-1") < v("0"));
         assert!(v("9") < v("10"));
         assert!(v("10") < v("\"11\""));
         assert_eq!(v("7"), v("\"7\""));
-        assert!(matches!(derive(&r, r#"{"id":1,"v":1.5}"#), Err(KeyError::BadVersion(_))));
-        assert!(matches!(derive(&r, r#"{"id":1}"#), Err(KeyError::MissingPart(_))));
+        assert!(matches!(
+            derive(&r, r#"{"id":1,"v":1.5}"#),
+            Err(KeyError::BadVersion(_))
+        ));
+        assert!(matches!(
+            derive(&r, r#"{"id":1}"#),
+            Err(KeyError::MissingPart(_))
+        ));
     }
 
     #[test]
     fn timestamps_compare_as_instants() {
         let r = rule(Compare::Timestamp);
-        let v = |v: &str| derive(&r, &format!(r#"{{"id":1,"v":"{v}"}}"#)).unwrap().version;
+        let v = |v: &str| {
+            derive(&r, &format!(r#"{{"id":1,"v":"{v}"}}"#))
+                .unwrap()
+                .version
+        };
         assert_eq!(v("2026-01-01T10:00:00Z"), v("2026-01-01T12:00:00+02:00"));
         assert!(v("2026-01-01T10:00:00Z") < v("2026-01-01T10:00:00.001Z"));
         assert!(v("1970-01-01T00:00:00Z") < v("1970-01-01T00:00:01Z"));
         // Before 1970 is outside what the gateway accepts (humantime's range).
-        assert!(matches!(derive(&r, r#"{"id":1,"v":"1969-12-31T23:59:59Z"}"#), Err(KeyError::BadVersion(_))));
+        assert!(matches!(
+            derive(&r, r#"{"id":1,"v":"1969-12-31T23:59:59Z"}"#),
+            Err(KeyError::BadVersion(_))
+        ));
         assert!(v("2026-01-01T10:00:00-01:00") > v("2026-01-01T10:30:00Z"));
-        assert!(matches!(derive(&r, r#"{"id":1,"v":"yesterday"}"#), Err(KeyError::BadVersion(_))));
+        assert!(matches!(
+            derive(&r, r#"{"id":1,"v":"yesterday"}"#),
+            Err(KeyError::BadVersion(_))
+        ));
     }
 
     #[test]

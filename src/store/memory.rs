@@ -105,10 +105,7 @@ impl Entities {
             self.map.retain(|_, e| e.expires_at > now);
             self.sweep_at = self.map.len() * 2;
         }
-        let marker = Marker {
-            fence,
-            lease_until,
-        };
+        let marker = Marker { fence, lease_until };
         match self.map.get_mut(order.entity.as_str()) {
             Some(e) if e.expires_at > now => {
                 e.in_flight = Some(marker);
@@ -521,16 +518,21 @@ impl MemoryStore {
         order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
         let usage = &self.inner.usage;
-        Ok(
-            self.finish(key, fence, RecordState::Completed, strict, order, |r, now| {
+        Ok(self.finish(
+            key,
+            fence,
+            RecordState::Completed,
+            strict,
+            order,
+            |r, now| {
                 // Stored even past max_bytes: refusing a completion would let a retry run
                 // the write again.
                 usage.add(record.len());
                 r.response = Some(record);
                 r.completed_at = Some(wall_now());
                 r.expires_at = now + window;
-            }),
-        )
+            },
+        ))
     }
 
     pub(super) async fn release(
@@ -541,11 +543,16 @@ impl MemoryStore {
         strict: bool,
         order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
-        Ok(
-            self.finish(key, fence, RecordState::Released, strict, order, |r, now| {
+        Ok(self.finish(
+            key,
+            fence,
+            RecordState::Released,
+            strict,
+            order,
+            |r, now| {
                 r.expires_at = now + window;
-            }),
-        )
+            },
+        ))
     }
 
     /// Extends the lease of the in-flight record owned by `fence` to `lease` from now

@@ -15,6 +15,12 @@
 //! ends without an outcome it is `unknown`, and claims get [`Claim::Held`] until an
 //! operator resolves it (`resolve`: release or complete under the fence, refused twice).
 //!
+//! On a route with `order`, each claim also names its entity and version ([`Order`]): a
+//! claim that would win is [`Claim::Stale`] when the entity has completed a version at
+//! least as high, and a conflict while another version's live claim is in flight; winning
+//! marks it in flight. Completing raises the entity's highest version, releasing only
+//! clears the marker, renewing extends it: each in the same atomic step as the record's.
+//!
 //! Every transition is one atomic store operation (a Lua script in Redis, one critical
 //! section in memory): there is no read-then-write from the gateway. The fence grows on
 //! every takeover and every reclaim after a release, so a worker that froze past its
@@ -280,8 +286,7 @@ impl Store {
         order: Option<Order<'_>>,
     ) -> Result<Completion, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        let owned =
-            dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
+        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
         Ok(if owned {
             Completion::Completed
         } else {

@@ -34,7 +34,14 @@ async fn claims_past_max_bytes_fail_and_completed_records_stay() {
     for key in ["k1", "k2", "k3"] {
         let fence = win(&store, key).await.unwrap();
         assert!(store
-            .complete(key, fence, body.clone(), Duration::from_secs(3600), false, None)
+            .complete(
+                key,
+                fence,
+                body.clone(),
+                Duration::from_secs(3600),
+                false,
+                None
+            )
             .await
             .unwrap());
     }

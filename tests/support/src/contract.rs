@@ -560,11 +560,20 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     let (k3, v3) = ordered("v3", 3);
     assert!(matches!(claim(&k3, v3, LONG).await, Claim::Conflict { .. }));
     // v2 released (a 5xx): the entity is free and its highest version unchanged.
-    assert!(store.release_ordered(&k2, f2, LONG, Some(order(&entity, &v2))).await.unwrap());
+    assert!(store
+        .release_ordered(&k2, f2, LONG, Some(order(&entity, &v2)))
+        .await
+        .unwrap());
     let f1 = won(claim(&k1, v1, LONG).await, false);
     assert_eq!(
         store
-            .complete_ordered(&k1, f1, Bytes::from_static(b"v1"), LONG, Some(order(&entity, &v1)))
+            .complete_ordered(
+                &k1,
+                f1,
+                Bytes::from_static(b"v1"),
+                LONG,
+                Some(order(&entity, &v1))
+            )
             .await
             .unwrap(),
         Completion::Completed
@@ -572,7 +581,13 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     // v2 again (its released key reclaimed) wins and completes: the mark is v2.
     let f2 = won(claim(&k2, v2, LONG).await, false);
     store
-        .complete_ordered(&k2, f2, Bytes::from_static(b"v2"), LONG, Some(order(&entity, &v2)))
+        .complete_ordered(
+            &k2,
+            f2,
+            Bytes::from_static(b"v2"),
+            LONG,
+            Some(order(&entity, &v2)),
+        )
         .await
         .unwrap();
     // v1 under a new key, and v2 under a new key: not above the mark, stale.
@@ -589,7 +604,12 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     let f3 = won(claim(&k3, v3, short).await, false);
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(store
-        .renew_ordered(&k3, f3, Duration::from_millis(600), Some(order(&entity, &v3)))
+        .renew_ordered(
+            &k3,
+            f3,
+            Duration::from_millis(600),
+            Some(order(&entity, &v3))
+        )
         .await
         .unwrap());
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -599,12 +619,24 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let f4 = won(claim(&k4, v4, LONG).await, false);
     store
-        .complete_ordered(&k4, f4, Bytes::from_static(b"v4"), LONG, Some(order(&entity, &v4)))
+        .complete_ordered(
+            &k4,
+            f4,
+            Bytes::from_static(b"v4"),
+            LONG,
+            Some(order(&entity, &v4)),
+        )
         .await
         .unwrap();
     // The dead v3 completing late (nobody took its key over) does not lower the mark.
     store
-        .complete_ordered(&k3, f3, Bytes::from_static(b"v3"), LONG, Some(order(&entity, &v3)))
+        .complete_ordered(
+            &k3,
+            f3,
+            Bytes::from_static(b"v3"),
+            LONG,
+            Some(order(&entity, &v3)),
+        )
         .await
         .unwrap();
     assert_eq!(claim(&key("v4-again"), v4, LONG).await, Claim::Stale);
