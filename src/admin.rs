@@ -118,6 +118,9 @@ struct KeyView<'a> {
     /// RFC 3339, store clock.
     claimed_at: Option<String>,
     completed_at: Option<String>,
+    /// On an ordered route: the version the current claim carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
     lease_left_ms: Option<u128>,
     expires_in_ms: Option<u128>,
     status: Option<u16>,
@@ -179,6 +182,7 @@ async fn keys(
         store_key,
     } = locate(gateway, path, query)?;
     let route_name = &*route.name;
+    let located_order = route.order.as_ref().map(|o| o.compare);
 
     if method == Method::DELETE {
         let existed = gateway
@@ -217,6 +221,9 @@ async fn keys(
         attempts: info.attempts,
         claimed_at: info.claimed_at.map(rfc3339),
         completed_at: info.completed_at.map(rfc3339),
+        version: located_order
+            .zip(info.version.as_ref())
+            .map(|(compare, v)| key::order::show(compare, v)),
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),

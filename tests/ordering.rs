@@ -137,6 +137,10 @@ async fn an_older_version_after_a_newer_one_is_stale_and_never_forwarded(b: Back
     assert_eq!(e.up.effects(), 2);
     assert_eq!(e.executed(7), vec![2]);
     assert_eq!(e.counted("events", "stale").await, 2);
+    // The record shows the version its claim carried.
+    let shown = e.http.get(&e.gw.admin_url("/keys/events/evt-2"), &[]).await;
+    let shown: serde_json::Value = serde_json::from_slice(&shown.body).unwrap();
+    assert_eq!(shown["version"], "2", "{shown}");
     // A version that is not an integer is the client's error.
     let bad = e
         .http

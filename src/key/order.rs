@@ -98,6 +98,25 @@ pub fn entity_key(prefix: &str, route: &str, scope: &str, entity: &str) -> Store
     ))
 }
 
+/// A version in its comparable encoding as an operator reads it: the integer, the instant
+/// (RFC 3339, UTC), or the string.
+pub fn show(compare: Compare, encoded: &[u8]) -> String {
+    let unflip = || {
+        let hex = std::str::from_utf8(encoded).ok()?;
+        Some((u64::from_str_radix(hex, 16).ok()? ^ (1 << 63)) as i64)
+    };
+    match compare {
+        Compare::String => String::from_utf8_lossy(encoded).into_owned(),
+        Compare::Integer => unflip().map_or_else(String::new, |n| n.to_string()),
+        Compare::Timestamp => unflip()
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+            .map_or_else(String::new, |t| {
+                humantime::format_rfc3339_millis(t).to_string()
+            }),
+    }
+}
+
 /// An i64 as 16 hex digits whose byte order is numeric order.
 fn flip(n: i64) -> Vec<u8> {
     format!("{:016x}", (n as u64) ^ (1 << 63)).into_bytes()
@@ -215,6 +234,20 @@ mod tests {
             derive(&r, r#"{"id":1}"#),
             Err(KeyError::MissingPart(_))
         ));
+    }
+
+    #[test]
+    fn encoded_versions_show_as_written() {
+        let r = rule(Compare::Integer);
+        let v = derive(&r, r#"{"id":1,"v":-42}"#).unwrap();
+        assert_eq!(show(Compare::Integer, &v.version), "-42");
+        let r = rule(Compare::Timestamp);
+        let v = derive(&r, r#"{"id":1,"v":"2026-01-01T12:00:00+02:00"}"#).unwrap();
+        assert_eq!(
+            show(Compare::Timestamp, &v.version),
+            "2026-01-01T10:00:00.000Z"
+        );
+        assert_eq!(show(Compare::String, b"v7"), "v7");
     }
 
     #[test]

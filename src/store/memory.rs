@@ -52,6 +52,8 @@ struct Record {
     /// When the current claim won (wall clock: shown to operators, never compared).
     claimed_at: SystemTime,
     completed_at: Option<SystemTime>,
+    /// On an ordered route: the current claim's version (shown to operators).
+    version: Option<Bytes>,
 }
 
 /// An ordered route's record of one entity: the highest version completed and the claim
@@ -376,6 +378,7 @@ impl MemoryStore {
             attempts,
             claimed_at,
             completed_at: None,
+            version: req.order.map(|o| Bytes::copy_from_slice(o.version)),
         };
         // Taken after the shard's lock: the entity is checked and marked in the same
         // critical section as the claim.
@@ -428,6 +431,7 @@ impl MemoryStore {
                     r.hold = req.hold;
                     r.attempts = r.attempts.saturating_add(1);
                     r.claimed_at = claimed_at;
+                    r.version = req.order.map(|o| Bytes::copy_from_slice(o.version));
                     Claim::Won {
                         fence: Fence::new(r.fence),
                         takeover: Some(previous),
@@ -605,6 +609,7 @@ impl MemoryStore {
                 attempts: r.attempts,
                 claimed_at: Some(r.claimed_at),
                 completed_at: r.completed_at,
+                version: r.version.clone(),
             }))
     }
 

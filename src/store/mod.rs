@@ -162,6 +162,9 @@ pub struct RecordInfo {
     pub claimed_at: Option<SystemTime>,
     /// When the record was completed (store clock, to the millisecond).
     pub completed_at: Option<SystemTime>,
+    /// On an ordered route: the version the current claim carried, in its comparable
+    /// encoding (see [`crate::key::order::show`]).
+    pub version: Option<Bytes>,
 }
 
 /// How an operator settles a claim by hand.

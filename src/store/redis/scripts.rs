@@ -55,6 +55,7 @@ local function gate()
 end
 local function mark(fence)
   if KEYS[2] then
+    redis.call('HSET', KEYS[1], 'v', ARGV[6])
     redis.call('HSET', KEYS[2], 'i', ARGV[6], 'g', fence, 'e', now + lease)
     extend(KEYS[2], ttl)
   end
@@ -178,7 +179,7 @@ return 1
 const INSPECT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k', 'a', 't', 'd')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k', 'a', 't', 'd', 'v')
 if not r[1] then
   return 0
 end
@@ -191,7 +192,7 @@ if s == 'i' and r[5] == '1' and left == 0 then
   s = 'u'
 end
 return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0',
-  tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1)}
+  tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1), r[9] or ''}
 "#;
 
 pub(super) struct Scripts {
