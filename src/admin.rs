@@ -155,7 +155,17 @@ fn locate(gateway: &Gateway, path: &str, query: Option<&str>) -> Result<Located,
         .find(|r| &*r.name == route_name)
         .ok_or(GatewayError::UnknownRoute)?;
     let scope = scope_from_query(&route.scope, query)?;
-    let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+    let entity = match (&route.order, live.config.store.tags_by_entity()) {
+        (Some(_), true) => Some(entity_from_query(query)?),
+        _ => None,
+    };
+    let store_key = key::order::record_key(
+        &live.config.store.prefix,
+        &route.name,
+        &scope,
+        &key,
+        entity.as_deref(),
+    );
     Ok(Located {
         route: route.clone(),
         key: key.into_owned(),
@@ -364,6 +374,21 @@ async fn resolve(
     let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = StatusCode::NO_CONTENT;
     Ok(resp)
+}
+
+/// On a cluster, an ordered route's record lives beside its entity: `entity=<value>` (the
+/// entity's value as the request carried it: `cus_123`, or `42` for a JSON number).
+fn entity_from_query(query: Option<&str>) -> Result<String, GatewayError> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "entity")
+        .map(|(_, v)| key::order::entity_hash(v.as_bytes()))
+        .ok_or_else(|| {
+            GatewayError::BadAdminRequest(
+                "on a redis-cluster, an ordered route's record lives beside its entity: \
+                 add entity=<the entity's value>"
+                    .into(),
+            )
+        })
 }
 
 /// The scope comes either as `scope=<hash>` (as printed in the access log) or as the

@@ -181,12 +181,13 @@ async fn concurrent_versions_never_execute_out_of_order(b: Backend) {
         }
     }
     // With `on_conflict = "reject"`, the later of two versions in flight gets 409.
+    let before = e.up.effects();
     let h = e.clone();
     let first = tokio::spawn(async move {
         h.event("/events/x", "r-1", 200, 1, &[("x-test-delay-ms", "400")])
             .await
     });
-    e.up.wait_for_effects(e.up.effects() + 1).await;
+    e.up.wait_for_effects(before + 1).await;
     let second = e.event("/events/x", "r-2", 200, 2, &[]).await;
     assert_eq!(second.status, StatusCode::CONFLICT, "{}", second.text());
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);

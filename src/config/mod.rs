@@ -186,14 +186,6 @@ impl Config {
             if !names.insert(route.name.clone()) {
                 return Err(invalid(format!("{at}.name"), "duplicate route name"));
             }
-            // The claim and the entity's order record are two keys in one script: a
-            // cluster would need them in one slot, which the store keys do not arrange yet.
-            if route.order.is_some() && store.backend == Backend::RedisCluster {
-                return Err(invalid(
-                    format!("{at}.order"),
-                    "is not yet supported with backend = \"redis-cluster\" (use \"redis\", \"redis-sentinel\" or \"memory\")",
-                ));
-            }
             routes.push(route);
         }
         let mut warnings = routes::lease_warnings(&store, &routes);

@@ -535,13 +535,11 @@ fn order_rules_are_checked() {
     assert!(e.contains("float"), "{e}");
     let e = err(&route(r#"{ entity = "json:/id" }"#));
     assert!(e.contains("version"), "{e}");
-    // Two keys in one script need one slot: not on a cluster yet.
-    let e = err(&format!(
+    // On a cluster too: records then take their entity's hash tag.
+    let c = with(&format!(
         "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://127.0.0.1:7000\"]\n{}",
         route(r#"{ entity = "json:/id", version = "json:/v", compare = "timestamp" }"#)
-    ));
-    assert!(
-        e.contains("routes[r].order") && e.contains("redis-cluster"),
-        "{e}"
-    );
+    ))
+    .unwrap();
+    assert!(c.store.tags_by_entity() && c.routes[0].order.is_some());
 }

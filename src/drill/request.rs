@@ -29,6 +29,8 @@ pub struct DrillRequest {
     pub scope: String,
     /// The request hash.
     pub hash: RequestHash,
+    /// On an ordered route: the entity's hash.
+    pub entity: Option<String>,
 }
 
 impl DrillRequest {
@@ -40,9 +42,11 @@ impl DrillRequest {
         }
     }
 
-    /// The store key under `prefix`.
-    pub fn store_key(&self, prefix: &str, route: &str) -> StoreKey {
-        key::store_key(prefix, route, &self.scope, &self.key)
+    /// The store key under `prefix`; `tags_by_entity` as the store says (see
+    /// [`crate::config::StoreConfig::tags_by_entity`]).
+    pub fn store_key(&self, prefix: &str, route: &str, tags_by_entity: bool) -> StoreKey {
+        let entity = self.entity.as_deref().filter(|_| tags_by_entity);
+        key::order::record_key(prefix, route, &self.scope, &self.key, entity)
     }
 }
 
@@ -178,11 +182,15 @@ fn finish(
         .map_err(|e| format!("the generated request has no scope: {e}"))?;
     let hash = key::request_hash(&view, &route.must_match, &route.hash_headers)
         .map_err(|e| format!("the generated request lacks a part it must match on: {e}"))?;
-    if let Some(order) = &route.order {
-        order
-            .derive(&view)
-            .map_err(|e| format!("the generated request has no usable entity or version: {e}"))?;
-    }
+    let entity = match &route.order {
+        Some(order) => Some(
+            order
+                .derive(&view)
+                .map_err(|e| format!("the generated request has no usable entity or version: {e}"))?
+                .entity,
+        ),
+        None => None,
+    };
     Ok(DrillRequest {
         method,
         path,
@@ -192,6 +200,7 @@ fn finish(
         key,
         scope,
         hash,
+        entity,
     })
 }
 

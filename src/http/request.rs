@@ -174,7 +174,16 @@ impl Gateway {
                 return self.key_refused(&live, route, e, req, conn, started).await;
             }
         };
-        let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+        let store_key = key::order::record_key(
+            &live.config.store.prefix,
+            &route.name,
+            &scope,
+            &key,
+            ordered
+                .as_ref()
+                .filter(|_| live.config.store.tags_by_entity())
+                .map(|o| o.entity.as_str()),
+        );
         let ordered = ordered.map(|o| {
             let entity =
                 key::order::entity_key(&live.config.store.prefix, &route.name, &scope, &o.entity);

@@ -54,10 +54,7 @@ pub const MAX_VERSION_LEN: usize = 255;
 impl OrderRule {
     /// The entity and version of a request; a 400 when either is absent or unusable.
     pub fn derive(&self, req: &RequestView<'_>) -> Result<Ordered, KeyError> {
-        let entity = part_value(&self.entity, req)?;
-        let mut h = Sha256::new();
-        h.update(b"dedupe-gateway/entity/v1");
-        field(&mut h, Some(&entity));
+        let entity = entity_hash(&part_value(&self.entity, req)?);
         let raw = part_value(&self.version, req)?;
         let text = String::from_utf8_lossy(&raw).trim().to_owned();
         let bad = |why: &str| KeyError::BadVersion(format!("{}: {why}", self.version));
@@ -77,25 +74,61 @@ impl OrderRule {
             }
         };
         Ok(Ordered {
-            entity: hex::encode(&h.finalize()[..16]),
+            entity,
             version,
             shown: text.chars().take(64).collect(),
         })
     }
 }
 
-/// The store key of an entity's order record: beside the route's records, in its own
-/// namespace (`=entity:`), so it never equals a record's key.
-pub fn entity_key(prefix: &str, route: &str, scope: &str, entity: &str) -> StoreKey {
+/// The entity's hash (32 hex characters) from its value: a JSON string's content, any
+/// other JSON value's canonical text, or a header's value. An operator names an ordered
+/// route's record on a cluster by the entity's value (`entity=` on the admin API).
+pub fn entity_hash(value: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"dedupe-gateway/entity/v1");
+    field(&mut h, Some(value));
+    hex::encode(&h.finalize()[..16])
+}
+
+/// The Redis Cluster hash tag of an entity's keys: its order record and, on a cluster,
+/// the records of every request that writes it, so one script may touch both.
+fn entity_tag(route: &str, scope: &str, entity: &str) -> String {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/slot/v1");
     for part in [route, scope, entity] {
         field(&mut h, Some(part.as_bytes()));
     }
-    let tag = hex::encode(&h.finalize()[..6]);
+    hex::encode(&h.finalize()[..6])
+}
+
+/// The store key of an entity's order record: beside the route's records, in its own
+/// namespace (`=entity:`), so it never equals a record's key.
+pub fn entity_key(prefix: &str, route: &str, scope: &str, entity: &str) -> StoreKey {
+    let tag = entity_tag(route, scope, entity);
     StoreKey::from_raw(format!(
         "{prefix}:{{{tag}}}:{route}:{scope}:=entity:{entity}"
     ))
+}
+
+/// The store key of a request's record. With `entity` (an ordered route on a Redis
+/// Cluster), its hash tag is the entity's, so the record and the entity's order record
+/// share a slot; otherwise it is [`super::store_key`]. A cluster thus keeps one entity's
+/// records on one node: fine for the versions of one entity, written one at a time anyway.
+pub fn record_key(
+    prefix: &str,
+    route: &str,
+    scope: &str,
+    key: &str,
+    entity: Option<&str>,
+) -> StoreKey {
+    match entity {
+        None => super::store_key(prefix, route, scope, key),
+        Some(entity) => {
+            let tag = entity_tag(route, scope, entity);
+            StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}"))
+        }
+    }
 }
 
 /// A version in its comparable encoding as an operator reads it: the integer, the instant
@@ -283,6 +316,23 @@ mod tests {
         assert_eq!(a.entity, b.entity);
         assert_ne!(a.entity, c.entity);
         assert_eq!(a.entity.len(), 32);
+    }
+
+    #[test]
+    fn on_a_cluster_records_share_their_entitys_slot() {
+        let tag = |k: &StoreKey| k.as_str().split(':').nth(1).unwrap().to_owned();
+        let entity = entity_key("dd", "r", "-", "e1");
+        let a = record_key("dd", "r", "-", "key-a", Some("e1"));
+        let b = record_key("dd", "r", "-", "key-b", Some("e1"));
+        assert_eq!(tag(&a), tag(&entity));
+        assert_eq!(tag(&b), tag(&entity));
+        let other = record_key("dd", "r", "-", "key-a", Some("e2"));
+        assert_ne!(tag(&other), tag(&entity));
+        assert_eq!(
+            record_key("dd", "r", "-", "key-a", None),
+            super::super::store_key("dd", "r", "-", "key-a")
+        );
+        assert!(a.as_str().ends_with(":r:-:key-a"), "{a}");
     }
 
     #[test]
