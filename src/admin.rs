@@ -121,6 +121,9 @@ struct KeyView<'a> {
     /// RFC 3339, store clock.
     claimed_at: Option<String>,
     completed_at: Option<String>,
+    /// On an ordered route: the version the current claim carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
     lease_left_ms: Option<u128>,
     expires_in_ms: Option<u128>,
     status: Option<u16>,
@@ -155,7 +158,17 @@ fn locate(gateway: &Gateway, path: &str, query: Option<&str>) -> Result<Located,
         .find(|r| &*r.name == route_name)
         .ok_or(GatewayError::UnknownRoute)?;
     let scope = scope_from_query(&route.scope, query)?;
-    let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+    let entity = match (&route.order, live.config.store.tags_by_entity()) {
+        (Some(_), true) => Some(entity_from_query(query)?),
+        _ => None,
+    };
+    let store_key = key::order::record_key(
+        &live.config.store.prefix,
+        &route.name,
+        &scope,
+        &key,
+        entity.as_deref(),
+    );
     Ok(Located {
         route: route.clone(),
         key: key.into_owned(),
@@ -182,6 +195,7 @@ async fn keys(
         store_key,
     } = locate(gateway, path, query)?;
     let route_name = &*route.name;
+    let located_order = route.order.as_ref().map(|o| o.compare);
 
     if method == Method::DELETE {
         let existed = gateway
@@ -220,6 +234,9 @@ async fn keys(
         attempts: info.attempts,
         claimed_at: info.claimed_at.map(rfc3339),
         completed_at: info.completed_at.map(rfc3339),
+        version: located_order
+            .zip(info.version.as_ref())
+            .map(|(compare, v)| key::order::show(compare, v)),
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),
@@ -360,6 +377,21 @@ async fn resolve(
     let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = StatusCode::NO_CONTENT;
     Ok(resp)
+}
+
+/// On a cluster, an ordered route's record lives beside its entity: `entity=<value>` (the
+/// entity's value as the request carried it: `cus_123`, or `42` for a JSON number).
+fn entity_from_query(query: Option<&str>) -> Result<String, GatewayError> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "entity")
+        .map(|(_, v)| key::order::entity_hash(v.as_bytes()))
+        .ok_or_else(|| {
+            GatewayError::BadAdminRequest(
+                "on a redis-cluster, an ordered route's record lives beside its entity: \
+                 add entity=<the entity's value>"
+                    .into(),
+            )
+        })
 }
 
 /// The scope comes either as `scope=<hash>` (as printed in the access log) or as the

@@ -155,7 +155,24 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
     if let Err(e) = key::request_hash(view, &route.must_match, &route.hash_headers) {
         return refuse(out, route, &GatewayError::from(e));
     }
-    let store_key = key::store_key(&config.store.prefix, &route.name, &scope, &key);
+    let ordered = match route.order.as_ref().map(|o| o.derive(view)).transpose() {
+        Ok(o) => o,
+        Err(e) => return answer(out, &GatewayError::from(e)),
+    };
+    let store_key = key::order::record_key(
+        &config.store.prefix,
+        &route.name,
+        &scope,
+        &key,
+        ordered
+            .as_ref()
+            .filter(|_| config.store.tags_by_entity())
+            .map(|o| o.entity.as_str()),
+    );
+    if let Some(o) = &ordered {
+        let _ = writeln!(out, "entity hash: {}", o.entity);
+        let _ = writeln!(out, "version: {}", o.shown);
+    }
     let _ = writeln!(out, "key value: {key}");
     let _ = writeln!(out, "scope hash: {scope}");
     let _ = writeln!(out, "store key: {store_key}");

@@ -22,3 +22,7 @@ pub static IDEMPOTENCY_SCOPE: HeaderName = HeaderName::from_static("idempotency-
 /// the key (completion plus the route's window). Not a standard header: it follows the
 /// open discussion of the IETF idempotency-key draft (its issues #35 and #49).
 pub static IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");
+
+/// `Dedupe-Stale: true` on the 200 answering an ordered route's request whose version is
+/// not greater than the highest one completed for its entity: it was never forwarded.
+pub static STALE: HeaderName = HeaderName::from_static("dedupe-stale");

@@ -7,6 +7,7 @@
 //! domain tag (a fingerprint can never equal a request hash or a scope hash).
 
 mod json;
+pub mod order;
 
 use http::header::HeaderName;
 use http::{HeaderMap, Method};
@@ -139,6 +140,9 @@ pub enum KeyError {
     /// The JSON body names one key twice in an object: which value counts is ambiguous.
     #[error("the request body is ambiguous: the JSON key {0:?} appears twice in one object")]
     DuplicateJsonKey(String),
+    /// The version of an ordered route's request is unusable (see [`order`]).
+    #[error("the version {0}")]
+    BadVersion(String),
 }
 
 /// Longest client key accepted, in bytes.

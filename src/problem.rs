@@ -9,7 +9,7 @@ use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use serde::Serialize;
 
-use crate::headers::REPLAYED;
+use crate::headers::{REPLAYED, STALE};
 use crate::key::KeyError;
 use crate::path::PathError;
 use crate::record::StoredBody;
@@ -66,6 +66,11 @@ pub enum GatewayError {
     /// An earlier request's outcome is unknown and held for an operator.
     #[error("the outcome of a request with this idempotency key is unknown")]
     OutcomeUnknown,
+    /// An ordered route's request whose version is not greater than the highest completed
+    /// for its entity: never forwarded, answered 200 with `Dedupe-Stale: true` (a sender
+    /// must not retry an obsolete event).
+    #[error("a newer version of this entity was already written")]
+    Stale,
     /// Admin: a resolution under a fence that no longer owns the claim.
     #[error("stale fence")]
     StaleFence,
@@ -186,6 +191,11 @@ impl GatewayError {
                 "fingerprint-part-missing",
                 "Request lacks a fingerprint part",
             ),
+            Key(KeyError::BadVersion(_)) => (
+                StatusCode::BAD_REQUEST,
+                "version-invalid",
+                "Request version unusable",
+            ),
             Mismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
@@ -200,6 +210,11 @@ impl GatewayError {
                 StatusCode::CONFLICT,
                 "outcome-unknown",
                 "The outcome of a request with this idempotency key is unknown",
+            ),
+            Stale => (
+                StatusCode::OK,
+                "stale-version",
+                "A newer version of this entity was already written",
             ),
             StaleFence => (
                 StatusCode::CONFLICT,
@@ -258,6 +273,11 @@ impl GatewayError {
             GatewayError::OutcomeUnknown => Some(
                 "an earlier request with this key may or may not have taken effect; it will not be \
                  executed again automatically: an operator must resolve the key"
+                    .to_owned(),
+            ),
+            GatewayError::Stale => Some(
+                "this request was not forwarded: its version is not greater than the highest \
+                 version already written for its entity; do not retry it"
                     .to_owned(),
             ),
             GatewayError::StaleFence => Some(
@@ -326,6 +346,10 @@ impl GatewayError {
                     http::header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer"),
                 );
+            }
+            GatewayError::Stale => {
+                resp.headers_mut()
+                    .insert(STALE.clone(), HeaderValue::from_static("true"));
             }
             GatewayError::ReplayUnavailable { .. } => {
                 resp.headers_mut()

@@ -365,6 +365,9 @@ pub struct Route {
     pub replay_drop_headers: Vec<HeaderPattern>,
     /// Whether won and replayed answers carry `Idempotency-Expires`.
     pub advertise_expiry: bool,
+    /// Out-of-order versions: the entity and version a request writes; a version not
+    /// greater than the highest completed is stale and never forwarded.
+    pub order: Option<crate::key::order::OrderRule>,
 }
 
 /// The index of the first route (in file order) whose path matches, if its methods include

@@ -36,6 +36,7 @@ async fn memory_store_is_bounded_and_sweeps_expired_records() {
                     window: short,
                     claimant: Claimant::new(0),
                     hold: false,
+                    order: None,
                 })
                 .await
         }

@@ -260,6 +260,7 @@ async fn plant(store: &Store, key: &StoreKey, path: &str, record: Bytes) {
             window: WINDOW,
             claimant: Claimants::new().next_id(),
             hold: false,
+            order: None,
         })
         .await
         .unwrap();

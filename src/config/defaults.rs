@@ -93,6 +93,8 @@ pub const DEFAULT_ALLOW_EXTENSION_METHODS: bool = false;
 pub const DEFAULT_STORE_BODY: bool = true;
 /// `routes[].advertise_expiry`.
 pub const DEFAULT_ADVERTISE_EXPIRY: bool = true;
+/// `routes[].order.compare`: versions are integers unless the route says otherwise.
+pub const DEFAULT_ORDER_COMPARE: crate::key::order::Compare = crate::key::order::Compare::Integer;
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
@@ -257,6 +259,9 @@ mod tests {
             }
             "routes[].store_body" => text.parse().ok() == Some(DEFAULT_STORE_BODY),
             "routes[].advertise_expiry" => text.parse().ok() == Some(DEFAULT_ADVERTISE_EXPIRY),
+            "routes[].order.compare" => {
+                enum_value::<crate::key::order::Compare>(text) == DEFAULT_ORDER_COMPARE
+            }
             _ => return None,
         })
     }

@@ -181,6 +181,21 @@ pub struct FileKey {
     pub fingerprint: Option<Vec<String>>,
 }
 
+/// `order = { entity, version, compare }` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table like { entity = \"json:/data/id\", version = \"json:/data/version\", compare = \"integer\" }"
+)]
+pub struct FileOrder {
+    /// The request part naming the entity.
+    pub entity: String,
+    /// The request part carrying its version.
+    pub version: String,
+    /// `integer`, `timestamp` or `string`.
+    pub compare: Option<crate::key::order::Compare>,
+}
+
 /// `match = ...` as written.
 #[derive(Debug, Clone)]
 pub enum FileMatch {
@@ -269,6 +284,8 @@ pub struct FileRoute {
     pub replay_drop_headers: Vec<String>,
     /// Whether won and replayed answers carry `Idempotency-Expires`.
     pub advertise_expiry: Option<bool>,
+    /// Out-of-order versions: stale writes are answered, never forwarded.
+    pub order: Option<FileOrder>,
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
     /// a method is refused as a likely typo.
     pub allow_extension_methods: Option<bool>,

@@ -9,13 +9,14 @@ use super::defaults::{
     DEFAULT_ADVERTISE_EXPIRY, DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT,
     DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER,
     DEFAULT_MAX_CACHED_BODY, DEFAULT_MODE, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR,
-    DEFAULT_ON_UNKNOWN, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY, DEFAULT_UNKNOWN_STATUSES,
-    DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_ON_UNKNOWN, DEFAULT_ORDER_COMPARE, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY,
+    DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
-use super::file::{FileDefaults, FileKey, FileMatch, FileRoute};
+use super::file::{FileDefaults, FileKey, FileMatch, FileOrder, FileRoute};
 use super::server::ServerConfig;
 use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
+use crate::key::order::OrderRule;
 use crate::key::{KeyRule, MatchRule, RequestPart};
 use crate::route::{
     HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
@@ -251,6 +252,19 @@ pub(super) fn validate(
         store_body: r.store_body.unwrap_or(DEFAULT_STORE_BODY),
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
+        order: r.order.as_ref().map(|o| order_rule(at, o)).transpose()?,
+    })
+}
+
+/// `order = { entity, version, compare }`: one request part each, as in fingerprints.
+fn order_rule(at: &str, o: &FileOrder) -> Result<OrderRule, ConfigError> {
+    let part = |field: &str, p: &str| {
+        RequestPart::parse(p).map_err(|e| invalid(format!("{at}.order.{field}"), e))
+    };
+    Ok(OrderRule {
+        entity: part("entity", &o.entity)?,
+        version: part("version", &o.version)?,
+        compare: o.compare.unwrap_or(DEFAULT_ORDER_COMPARE),
     })
 }
 

@@ -71,6 +71,15 @@ pub struct StoreConfig {
     pub access: RedisAccess,
 }
 
+impl StoreConfig {
+    /// Whether an ordered route's records take their entity's hash tag (see
+    /// [`crate::key::order::record_key`]): on a Redis Cluster, where a record and its
+    /// entity's order record must share a slot for one script to touch both.
+    pub fn tags_by_entity(&self) -> bool {
+        self.backend == Backend::RedisCluster
+    }
+}
+
 impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();

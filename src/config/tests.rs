@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::*;
-use crate::key::KeyRule;
+use crate::key::{KeyRule, RequestPart};
 
 const BASE: &str = r#"
 [server]
@@ -547,4 +547,33 @@ fn near_cache_is_a_size_on_the_redis_backend_only() {
         err(&format!("{cluster}near_cache = \"8MiB\"\n")).starts_with("store.near_cache: applies")
     );
     assert!(err("[store]\nnear_cache = \"1MiB\"\n").starts_with("store.near_cache: applies"));
+}
+
+#[test]
+fn order_rules_are_checked() {
+    let route = |order: &str| {
+        format!(
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\n\
+             key = {{ header = \"Idempotency-Key\" }}\norder = {order}\n"
+        )
+    };
+    let c = with(&route(r#"{ entity = "json:/id", version = "header:x-v" }"#)).unwrap();
+    let order = c.routes[0].order.as_ref().unwrap();
+    assert_eq!(order.compare, crate::key::order::Compare::Integer);
+    assert_eq!(order.version, RequestPart::parse("header:x-v").unwrap());
+    let e = err(&route(r#"{ entity = "jsn:/id", version = "json:/v" }"#));
+    assert!(e.contains("routes[r].order.entity"), "{e}");
+    let e = err(&route(
+        r#"{ entity = "json:/id", version = "json:/v", compare = "float" }"#,
+    ));
+    assert!(e.contains("float"), "{e}");
+    let e = err(&route(r#"{ entity = "json:/id" }"#));
+    assert!(e.contains("version"), "{e}");
+    // On a cluster too: records then take their entity's hash tag.
+    let c = with(&format!(
+        "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://127.0.0.1:7000\"]\n{}",
+        route(r#"{ entity = "json:/id", version = "json:/v", compare = "timestamp" }"#)
+    ))
+    .unwrap();
+    assert!(c.store.tags_by_entity() && c.routes[0].order.is_some());
 }

@@ -8,7 +8,7 @@ use tracing::warn;
 
 use super::{Env, Policy};
 use crate::route::{Mode, OnConflict, OnUnknown};
-use crate::store::{Claim, ClaimRequest, RequestHash, StoreError, StoreKey};
+use crate::store::{Claim, ClaimRequest, Order, RequestHash, StoreError, StoreKey};
 
 /// The first pause between two polls of a waiting duplicate; it doubles up to
 /// [`MAX_POLL_PAUSE`].
@@ -22,6 +22,7 @@ pub(super) async fn claim(
     key: &StoreKey,
     request_hash: &RequestHash,
     policy: &Policy,
+    order: Option<Order<'_>>,
 ) -> Result<Claim, StoreError> {
     let request = ClaimRequest {
         key,
@@ -30,6 +31,7 @@ pub(super) async fn claim(
         window: policy.window,
         claimant: env.claimants.next_id(),
         hold: policy.on_unknown == OnUnknown::Hold,
+        order,
     };
     // A shadow route forwards a duplicate at once: waiting would add latency that
     // enforcement is not yet meant to cost.

@@ -17,7 +17,7 @@ use tracing::{debug, error, warn};
 
 use super::Finish;
 use crate::metrics::Metrics;
-use crate::store::{Completion, Fence, Store, StoreKey};
+use crate::store::{Completion, Fence, Order, Store, StoreKey};
 
 /// The right to settle one key under one fence.
 #[must_use = "a lease must be settled: complete, release or keep it"]
@@ -29,6 +29,9 @@ pub struct Lease<'a> {
     lease: Duration,
     window: Duration,
     hold: bool,
+    /// On an ordered route: the entity and version this claim marked in flight, settled
+    /// with the key in the same store step.
+    order: Option<Order<'a>>,
     settled: bool,
 }
 
@@ -44,6 +47,7 @@ impl<'a> Lease<'a> {
         key: &'a StoreKey,
         fence: Fence,
         policy: &super::Policy,
+        order: Option<Order<'a>>,
     ) -> Self {
         Self {
             store,
@@ -53,6 +57,7 @@ impl<'a> Lease<'a> {
             lease: policy.lease,
             window: policy.window,
             hold: policy.on_unknown == crate::route::OnUnknown::Hold,
+            order,
             settled: false,
         }
     }
@@ -76,7 +81,10 @@ impl<'a> Lease<'a> {
         loop {
             tokio::time::sleep(every).await;
             let started = Instant::now();
-            let renewed = self.store.renew(self.key, self.fence, self.lease).await;
+            let renewed = self
+                .store
+                .renew_ordered(self.key, self.fence, self.lease, self.order)
+                .await;
             self.metrics
                 .store_op("renew", started.elapsed(), renewed.is_ok());
             match renewed {
@@ -113,7 +121,7 @@ impl<'a> Lease<'a> {
         let started = Instant::now();
         let done = self
             .store
-            .complete(self.key, self.fence, record, self.window)
+            .complete_ordered(self.key, self.fence, record, self.window, self.order)
             .await;
         self.metrics
             .store_op("complete", started.elapsed(), done.is_ok());
@@ -137,7 +145,10 @@ impl<'a> Lease<'a> {
     pub async fn release(mut self) -> Finish {
         self.settled = true;
         let started = Instant::now();
-        let released = self.store.release(self.key, self.fence, self.window).await;
+        let released = self
+            .store
+            .release_ordered(self.key, self.fence, self.window, self.order)
+            .await;
         self.metrics
             .store_op("release", started.elapsed(), released.is_ok());
         match released {

@@ -45,7 +45,7 @@ pub use self::outcome::{Finish, Outcome, Would};
 use crate::metrics::Metrics;
 use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
-use crate::store::{Claim, Claimants, Fence, RequestHash, Store, StoreKey};
+use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreKey};
 
 /// What the protocol needs from the gateway around it.
 pub struct Env<'a> {
@@ -139,6 +139,9 @@ pub enum Answer<R> {
         /// Whether this request is the first told so: it logs the case at error.
         first: bool,
     },
+    /// Ordered route: a newer version of the entity was already completed; this one was
+    /// never forwarded (200 `Dedupe-Stale: true`).
+    Stale,
     /// The store failed and the route fails closed: 503.
     StoreUnavailable,
 }
@@ -183,12 +186,31 @@ where
     F: FnOnce(Forward) -> Fut,
     Fut: Future<Output = Attempt<R>>,
 {
-    let claimed = claim::claim(env, key, request_hash, policy).await;
+    run_ordered(env, key, request_hash, policy, None, forward).await
+}
+
+/// [`run`] on an ordered route: the claim also checks `order` against its entity (a stale
+/// version is answered [`Answer::Stale`], another version in flight is a conflict), and
+/// settling the lease settles the entity's marker in the same store step.
+pub async fn run_ordered<R, F, Fut>(
+    env: &Env<'_>,
+    key: &StoreKey,
+    request_hash: &RequestHash,
+    policy: &Policy,
+    order: Option<Order<'_>>,
+    forward: F,
+) -> Settled<R>
+where
+    F: FnOnce(Forward) -> Fut,
+    Fut: Future<Output = Attempt<R>>,
+{
+    let claimed = claim::claim(env, key, request_hash, policy, order).await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
             Ok(Claim::Replay(_)) => Some(Would::Replay),
             Ok(Claim::Conflict { .. }) => Some(Would::Conflict),
             Ok(Claim::Mismatch) => Some(Would::Mismatch),
+            Ok(Claim::Stale) => Some(Would::Stale),
             Ok(Claim::Held { first, .. }) => {
                 if *first {
                     env.metrics.event("outcome_held");
@@ -217,6 +239,8 @@ where
             return Settled::answered(Answer::Conflict { retry_after }, Outcome::Conflict)
         }
         Ok(Claim::Mismatch) => return Settled::answered(Answer::Mismatch, Outcome::Mismatch),
+        // Logged by the edge, which knows the version as the request spelled it.
+        Ok(Claim::Stale) => return Settled::answered(Answer::Stale, Outcome::Stale),
         Ok(Claim::Held { fence, first }) => {
             if first {
                 env.metrics.event("outcome_held");
@@ -234,7 +258,7 @@ where
         env.metrics.event("takeover");
     }
     let _held = env.metrics.claim_held();
-    let lease = Lease::new(env.store, env.metrics, key, fence, policy);
+    let lease = Lease::new(env.store, env.metrics, key, fence, policy, order);
     let (finish, response) = match lease.renewing(forward(Forward::Owned(fence))).await {
         Attempt::Final { record, response } => (
             lease.complete(env.keyring.seal(key, record)).await,

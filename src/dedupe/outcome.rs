@@ -18,6 +18,9 @@ pub enum Outcome {
     Mismatch,
     /// 409: an earlier claim's outcome is unknown and held for an operator.
     Held,
+    /// 200 `Dedupe-Stale: true`: an ordered route's request whose version is not greater
+    /// than the highest completed for its entity; never forwarded.
+    Stale,
     /// The store failed; the route failed closed (503).
     StoreError,
     /// The store failed; the route failed open and forwarded without dedupe.
@@ -83,6 +86,8 @@ pub enum Would {
     Mismatch,
     /// 409 `outcome-unknown`: an earlier claim's outcome is held for an operator.
     Held,
+    /// 200 `Dedupe-Stale: true`: a newer version of the entity was already completed.
+    Stale,
     /// 503: the store failed on a fail-closed route.
     StoreError,
     /// 400: the required key was absent.

@@ -254,6 +254,7 @@ async fn a_claim_asked_again_by_its_claimant_wins_again() {
         window: Duration::from_secs(60),
         claimant: h.claimants.next_id(),
         hold: false,
+        order: None,
     };
     let first = h.store.claim(request).await.unwrap();
     let again = h.store.claim(request).await.unwrap();
@@ -295,6 +296,7 @@ async fn a_store_failure_after_a_conflict_never_fails_open() {
                         window: p.window,
                         claimant: h.claimants.next_id(),
                         hold: false,
+                        order: None,
                     })
                     .await;
                 assert!(matches!(won, Ok(Claim::Won { .. })));

@@ -29,6 +29,8 @@ pub struct DrillRequest {
     pub scope: String,
     /// The request hash.
     pub hash: RequestHash,
+    /// On an ordered route: the entity's hash.
+    pub entity: Option<String>,
 }
 
 impl DrillRequest {
@@ -40,9 +42,11 @@ impl DrillRequest {
         }
     }
 
-    /// The store key under `prefix`.
-    pub fn store_key(&self, prefix: &str, route: &str) -> StoreKey {
-        key::store_key(prefix, route, &self.scope, &self.key)
+    /// The store key under `prefix`; `tags_by_entity` as the store says (see
+    /// [`crate::config::StoreConfig::tags_by_entity`]).
+    pub fn store_key(&self, prefix: &str, route: &str, tags_by_entity: bool) -> StoreKey {
+        let entity = self.entity.as_deref().filter(|_| tags_by_entity);
+        key::order::record_key(prefix, route, &self.scope, &self.key, entity)
     }
 }
 
@@ -100,6 +104,16 @@ pub fn for_route(
                 fill(part, marks.key, &mut headers);
             }
         }
+    }
+    // An ordered route: the drill's own entity (its key mark, so no drill's version is
+    // stale for another) at a version every `compare` accepts.
+    if let Some(order) = &route.order {
+        fill(&order.entity, marks.key, &mut headers);
+        let version = match order.compare {
+            key::order::Compare::Timestamp => "2000-01-01T00:00:00Z",
+            key::order::Compare::Integer | key::order::Compare::String => "1",
+        };
+        fill(&order.version, version, &mut headers);
     }
     for (name, value) in marks.headers {
         headers.insert(name.clone(), value.clone());
@@ -168,6 +182,15 @@ fn finish(
         .map_err(|e| format!("the generated request has no scope: {e}"))?;
     let hash = key::request_hash(&view, &route.must_match, &route.hash_headers)
         .map_err(|e| format!("the generated request lacks a part it must match on: {e}"))?;
+    let entity = match &route.order {
+        Some(order) => Some(
+            order
+                .derive(&view)
+                .map_err(|e| format!("the generated request has no usable entity or version: {e}"))?
+                .entity,
+        ),
+        None => None,
+    };
     Ok(DrillRequest {
         method,
         path,
@@ -177,6 +200,7 @@ fn finish(
         key,
         scope,
         hash,
+        entity,
     })
 }
 
@@ -298,6 +322,37 @@ mod tests {
             key,
             tenant: "drill-run1",
             headers,
+        }
+    }
+
+    #[test]
+    fn ordered_routes_get_an_entity_and_a_version_their_compare_accepts() {
+        for compare in ["integer", "timestamp", "string"] {
+            let routes = routes(&format!(
+                "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
+                 [[routes]]\nname = \"o\"\nmethods = [\"POST\"]\npath = \"/o\"\n\
+                 key = {{ header = \"Idempotency-Key\" }}\n\
+                 order = {{ entity = \"json:/data/id\", version = \"header:x-v\", compare = \"{compare}\" }}\n"
+            ));
+            let none = HeaderMap::new();
+            let a = for_route(&routes, 0, &marks("drill-run1-replay", &none)).unwrap();
+            let b = for_route(&routes, 0, &marks("drill-run1-conflict", &none)).unwrap();
+            let view = |r: &DrillRequest| {
+                routes[0]
+                    .order
+                    .as_ref()
+                    .unwrap()
+                    .derive(&RequestView {
+                        method: &r.method,
+                        path: &r.path,
+                        query: r.query.as_deref(),
+                        headers: &r.headers,
+                        body: &r.body,
+                    })
+                    .unwrap()
+            };
+            // Each drill writes an entity of its own: none is stale for another.
+            assert_ne!(view(&a).entity, view(&b).entity, "{compare}");
         }
     }
 

@@ -24,6 +24,7 @@ use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::path::{self, PathError};
 use crate::problem::GatewayError;
 use crate::route::{self, Mode, Route};
+use crate::store::Order;
 use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
@@ -163,16 +164,31 @@ impl Gateway {
         let hashed = derived.and_then(|key| {
             let scope = key::scope_hash(&route.scope, &view)?;
             let request_hash = key::request_hash(&view, &route.must_match, &route.hash_headers)?;
-            Ok((key, scope, request_hash))
+            let ordered = route.order.as_ref().map(|o| o.derive(&view)).transpose()?;
+            Ok((key, scope, request_hash, ordered))
         });
-        let (key, scope, request_hash) = match hashed {
+        let (key, scope, request_hash, ordered) = match hashed {
             Ok(hashed) => hashed,
             Err(e) => {
                 let req = Request::from_parts(parts, full(body));
                 return self.key_refused(&live, route, e, req, conn, started).await;
             }
         };
-        let store_key = key::store_key(&live.config.store.prefix, &route.name, &scope, &key);
+        let store_key = key::order::record_key(
+            &live.config.store.prefix,
+            &route.name,
+            &scope,
+            &key,
+            ordered
+                .as_ref()
+                .filter(|_| live.config.store.tags_by_entity())
+                .map(|o| o.entity.as_str()),
+        );
+        let ordered = ordered.map(|o| {
+            let entity =
+                key::order::entity_key(&live.config.store.prefix, &route.name, &scope, &o.entity);
+            (entity, o)
+        });
         // Requests whose clients left keep running (their claims must settle), but only so
         // many: past `max_connections` of them, no new claim is made.
         if self.detached() >= live.config.server.max_connections {
@@ -210,10 +226,21 @@ impl Gateway {
             async move {
                 let _task = TaskSide(tether);
                 let env = gateway.env();
-                let settled = dedupe::run(&env, &store_key, &request_hash, &policy, |forward| {
-                    winner.execute(&gateway.metrics, &store_key, forward)
-                })
-                .await;
+                let order = ordered.as_ref().map(|(entity, o)| Order {
+                    entity,
+                    version: &o.version,
+                });
+                let settled =
+                    dedupe::run_ordered(&env, &store_key, &request_hash, &policy, order, |forward| {
+                        winner.execute(&gateway.metrics, &store_key, forward)
+                    })
+                    .await;
+                if settled.outcome == Outcome::Stale {
+                    if let Some((_, o)) = &ordered {
+                        warn!(route = &*route_name, key = %key, scope = %scope, version = %o.shown,
+                            "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
+                    }
+                }
                 let stored = settled.finish == Some(Finish::Completed);
                 let (response, upstream) = match settled.answer {
                     Answer::Forwarded(Forwarded {
@@ -245,6 +272,7 @@ impl Gateway {
                         (Err(GatewayError::OutcomeUnknown), None)
                     }
                     Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+                    Answer::Stale => (Err(GatewayError::Stale), None),
                 };
                 let access = Access {
                     started,

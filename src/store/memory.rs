@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Claim, ClaimRequest, Fence, RecordInfo, RecordState, StoreError};
+use super::{Claim, ClaimRequest, Fence, Order, RecordInfo, RecordState, StoreError};
 
 const SHARDS: usize = 32;
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
@@ -52,6 +52,122 @@ struct Record {
     /// When the current claim won (wall clock: shown to operators, never compared).
     claimed_at: SystemTime,
     completed_at: Option<SystemTime>,
+    /// On an ordered route: the current claim's version (shown to operators).
+    version: Option<Bytes>,
+}
+
+/// An ordered route's record of one entity: the highest version completed and the claim
+/// in flight. Kept behind its own lock, always taken after a shard's (never before), so a
+/// claim, completion, release or renewal updates both in one critical section.
+#[derive(Debug)]
+struct Entity {
+    completed: Option<Vec<u8>>,
+    in_flight: Option<Marker>,
+    expires_at: Instant,
+}
+
+/// The claim in flight: the fence that owns it and until when its lease runs.
+#[derive(Debug)]
+struct Marker {
+    fence: u64,
+    lease_until: Instant,
+}
+
+#[derive(Default)]
+struct Entities {
+    map: HashMap<String, Entity>,
+    sweep_at: usize,
+}
+
+impl Entities {
+    fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entity> {
+        self.map.get_mut(key).filter(|e| e.expires_at > now)
+    }
+
+    /// Whether a claim of `order` may proceed: `Some` answer when it is stale or another
+    /// version's live claim is in flight. A marker whose lease ended is dead and ignored.
+    fn gate(&mut self, order: Order<'_>, now: Instant) -> Option<Claim> {
+        let e = self.live(order.entity.as_str(), now)?;
+        if e.completed.as_deref().is_some_and(|c| order.version <= c) {
+            return Some(Claim::Stale);
+        }
+        match &e.in_flight {
+            Some(m) if m.lease_until > now => Some(Claim::Conflict {
+                retry_after: m.lease_until - now,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Marks `order` in flight under `fence`; the entity is remembered at least until
+    /// `expires_at`.
+    fn mark(&mut self, order: Order<'_>, fence: u64, lease_until: Instant, expires_at: Instant) {
+        let now = Instant::now();
+        if self.map.len() >= self.sweep_at.max(MIN_SWEEP) {
+            self.map.retain(|_, e| e.expires_at > now);
+            self.sweep_at = self.map.len() * 2;
+        }
+        let marker = Marker { fence, lease_until };
+        match self.map.get_mut(order.entity.as_str()) {
+            Some(e) if e.expires_at > now => {
+                e.in_flight = Some(marker);
+                e.expires_at = e.expires_at.max(expires_at);
+            }
+            _ => {
+                self.map.insert(
+                    order.entity.as_str().to_owned(),
+                    Entity {
+                        completed: None,
+                        in_flight: Some(marker),
+                        expires_at,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Settles `fence`'s claim of `order`: its marker cleared, and, when `completed`, the
+    /// highest version raised to its version (never lowered: a zombie's late completion
+    /// of an older version leaves it).
+    fn settle(&mut self, order: Order<'_>, fence: u64, completed: bool, expires_at: Instant) {
+        let now = Instant::now();
+        let e = match self.map.entry(order.entity.as_str().to_owned()) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let e = o.into_mut();
+                if e.expires_at <= now {
+                    *e = Entity {
+                        completed: None,
+                        in_flight: None,
+                        expires_at,
+                    };
+                }
+                e
+            }
+            std::collections::hash_map::Entry::Vacant(v) if completed => v.insert(Entity {
+                completed: None,
+                in_flight: None,
+                expires_at,
+            }),
+            std::collections::hash_map::Entry::Vacant(_) => return,
+        };
+        if e.in_flight.as_ref().is_some_and(|m| m.fence == fence) {
+            e.in_flight = None;
+        }
+        if completed && e.completed.as_deref().is_none_or(|c| order.version > c) {
+            e.completed = Some(order.version.to_vec());
+        }
+        e.expires_at = e.expires_at.max(expires_at);
+    }
+
+    fn renew(&mut self, order: Order<'_>, fence: u64, lease_until: Instant) {
+        let now = Instant::now();
+        if let Some(e) = self.live(order.entity.as_str(), now) {
+            if let Some(m) = e.in_flight.as_mut().filter(|m| m.fence == fence) {
+                m.lease_until = lease_until;
+                e.expires_at = e.expires_at.max(lease_until);
+            }
+        }
+    }
 }
 
 /// What the records of every shard hold.
@@ -149,6 +265,8 @@ pub struct MemoryStore {
 
 struct Inner {
     shards: Vec<Mutex<Shard>>,
+    /// Ordered routes' entities; locked after a shard, never before.
+    entities: Mutex<Entities>,
     usage: Usage,
     max_records: usize,
     max_bytes: usize,
@@ -167,6 +285,7 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+                entities: Mutex::default(),
                 usage: Usage::default(),
                 max_records,
                 max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
@@ -204,6 +323,14 @@ impl MemoryStore {
         // A panic while holding a shard lock cannot leave a record half-written (every
         // critical section assigns whole fields), so a poisoned lock is still usable.
         shard
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn entities(&self) -> MutexGuard<'_, Entities> {
+        // As for shards: every critical section leaves whole fields.
+        self.inner
+            .entities
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -251,10 +378,21 @@ impl MemoryStore {
             attempts,
             claimed_at,
             completed_at: None,
+            version: req.order.map(|o| Bytes::copy_from_slice(o.version)),
+        };
+        // Taken after the shard's lock: the entity is checked and marked in the same
+        // critical section as the claim.
+        let mut entities = req.order.map(|_| self.entities());
+        let mut gate = || match (req.order, entities.as_mut()) {
+            (Some(order), Some(e)) => e.gate(order, now),
+            _ => None,
         };
         let claim = match shard.records.get_mut(req.key.as_str()) {
             Some(r) if r.expires_at > now => {
                 if r.state == RecordState::Released {
+                    if let Some(refused) = gate() {
+                        return Ok(refused);
+                    }
                     // A released record holds no response: its bytes stay the same.
                     *r = fresh(next_fence(r.fence), r.attempts.saturating_add(1));
                     Claim::Won {
@@ -282,6 +420,9 @@ impl MemoryStore {
                         first,
                     });
                 } else {
+                    if let Some(refused) = gate() {
+                        return Ok(refused);
+                    }
                     let previous = Fence::new(r.fence);
                     r.fence = next_fence(r.fence);
                     r.claimant = req.claimant;
@@ -290,6 +431,7 @@ impl MemoryStore {
                     r.hold = req.hold;
                     r.attempts = r.attempts.saturating_add(1);
                     r.claimed_at = claimed_at;
+                    r.version = req.order.map(|o| Bytes::copy_from_slice(o.version));
                     Claim::Won {
                         fence: Fence::new(r.fence),
                         takeover: Some(previous),
@@ -298,6 +440,9 @@ impl MemoryStore {
             }
             // Expired but not yet swept: the key is new again, its fence still grows.
             Some(r) => {
+                if let Some(refused) = gate() {
+                    return Ok(refused);
+                }
                 self.inner
                     .usage
                     .sub(r.response.as_ref().map_or(0, Bytes::len));
@@ -308,6 +453,9 @@ impl MemoryStore {
                 }
             }
             None => {
+                if let Some(refused) = gate() {
+                    return Ok(refused);
+                }
                 if let Some(full) = self.no_room(need) {
                     return Err(full);
                 }
@@ -322,6 +470,11 @@ impl MemoryStore {
                 }
             }
         };
+        if let (Claim::Won { fence, .. }, Some(order), Some(e)) =
+            (&claim, req.order, entities.as_mut())
+        {
+            e.mark(order, fence.get(), lease_until, expires_at);
+        }
         shard.expires(expires_at);
         Ok(claim)
     }
@@ -335,6 +488,7 @@ impl MemoryStore {
         fence: u64,
         to: RecordState,
         strict: bool,
+        order: Option<Order<'_>>,
         f: impl FnOnce(&mut Record, Instant),
     ) -> bool {
         let now = Instant::now();
@@ -350,6 +504,10 @@ impl MemoryStore {
             }
             _ => return false,
         };
+        if let Some(order) = order {
+            self.entities()
+                .settle(order, fence, to == RecordState::Completed, expires_at);
+        }
         shard.expires(expires_at);
         true
     }
@@ -361,18 +519,24 @@ impl MemoryStore {
         record: Bytes,
         window: Duration,
         strict: bool,
+        order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
         let usage = &self.inner.usage;
-        Ok(
-            self.finish(key, fence, RecordState::Completed, strict, |r, now| {
+        Ok(self.finish(
+            key,
+            fence,
+            RecordState::Completed,
+            strict,
+            order,
+            |r, now| {
                 // Stored even past max_bytes: refusing a completion would let a retry run
                 // the write again.
                 usage.add(record.len());
                 r.response = Some(record);
                 r.completed_at = Some(wall_now());
                 r.expires_at = now + window;
-            }),
-        )
+            },
+        ))
     }
 
     pub(super) async fn release(
@@ -381,12 +545,18 @@ impl MemoryStore {
         fence: u64,
         window: Duration,
         strict: bool,
+        order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
-        Ok(
-            self.finish(key, fence, RecordState::Released, strict, |r, now| {
+        Ok(self.finish(
+            key,
+            fence,
+            RecordState::Released,
+            strict,
+            order,
+            |r, now| {
                 r.expires_at = now + window;
-            }),
-        )
+            },
+        ))
     }
 
     /// Extends the lease of the in-flight record owned by `fence` to `lease` from now
@@ -396,6 +566,7 @@ impl MemoryStore {
         key: &str,
         fence: u64,
         lease: Duration,
+        order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(key);
@@ -409,6 +580,9 @@ impl MemoryStore {
             }
             _ => return Ok(false),
         };
+        if let Some(order) = order {
+            self.entities().renew(order, fence, now + lease);
+        }
         shard.expires(expires_at);
         Ok(true)
     }
@@ -435,6 +609,7 @@ impl MemoryStore {
                 attempts: r.attempts,
                 claimed_at: Some(r.claimed_at),
                 completed_at: r.completed_at,
+                version: r.version.clone(),
             }))
     }
 

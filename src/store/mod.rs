@@ -15,6 +15,12 @@
 //! ends without an outcome it is `unknown`, and claims get [`Claim::Held`] until an
 //! operator resolves it (`resolve`: release or complete under the fence, refused twice).
 //!
+//! On a route with `order`, each claim also names its entity and version ([`Order`]): a
+//! claim that would win is [`Claim::Stale`] when the entity has completed a version at
+//! least as high, and a conflict while another version's live claim is in flight; winning
+//! marks it in flight. Completing raises the entity's highest version, releasing only
+//! clears the marker, renewing extends it: each in the same atomic step as the record's.
+//!
 //! Every transition is one atomic store operation (a Lua script in Redis, one critical
 //! section in memory): there is no read-then-write from the gateway. The fence grows on
 //! every takeover and every reclaim after a release, so a worker that froze past its
@@ -53,6 +59,19 @@ pub struct ClaimRequest<'a> {
     /// The route holds unknown outcomes for a person (`on_unknown = "hold"`): stored in the
     /// record, so a claim whose owner died is held too.
     pub hold: bool,
+    /// On an ordered route: the entity this request writes and its version, checked and
+    /// marked in flight in the same atomic step as the claim.
+    pub order: Option<Order<'a>>,
+}
+
+/// One request's place in its entity's order (a route with `order`): the store keeps, per
+/// entity, the highest version completed and the one in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    /// The entity's order record (see [`crate::key::order::entity_key`]).
+    pub entity: &'a StoreKey,
+    /// The version, encoded so that byte order is version order.
+    pub version: &'a [u8],
 }
 
 /// The outcome of a claim.
@@ -83,6 +102,9 @@ pub enum Claim {
     },
     /// The key was used with a different request.
     Mismatch,
+    /// Ordered route: the version is not greater than the highest completed for its
+    /// entity. Nothing was written: the request must not be forwarded.
+    Stale,
 }
 
 /// The outcome of completing a claim.
@@ -141,6 +163,9 @@ pub struct RecordInfo {
     pub claimed_at: Option<SystemTime>,
     /// When the record was completed (store clock, to the millisecond).
     pub completed_at: Option<SystemTime>,
+    /// On an ordered route: the version the current claim carried, in its comparable
+    /// encoding (see [`crate::key::order::show`]).
+    pub version: Option<Bytes>,
 }
 
 /// How an operator settles a claim by hand.
@@ -250,8 +275,23 @@ impl Store {
         record: Bytes,
         window: Duration,
     ) -> Result<Completion, StoreError> {
+        self.complete_ordered(key, fence, record, window, None)
+            .await
+    }
+
+    /// [`Store::complete`] on an ordered route: in the same atomic step, the entity's
+    /// highest completed version rises to `order.version` (never falls) and its in-flight
+    /// marker, if this fence's, is cleared.
+    pub async fn complete_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        record: Bytes,
+        window: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<Completion, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false))?;
+        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
         Ok(if owned {
             Completion::Completed
         } else {
@@ -267,8 +307,20 @@ impl Store {
         fence: Fence,
         window: Duration,
     ) -> Result<bool, StoreError> {
+        self.release_ordered(key, fence, window, None).await
+    }
+
+    /// [`Store::release`] on an ordered route: in the same atomic step, the entity's
+    /// in-flight marker, if this fence's, is cleared; its highest version does not rise.
+    pub async fn release_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        window: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.release(key, fence, window, false))
+        dispatch!(self, s => s.release(key, fence, window, false, order))
     }
 
     /// Extends the in-flight claim owned by `fence` to `lease` from now: one round trip.
@@ -279,8 +331,20 @@ impl Store {
         fence: Fence,
         lease: Duration,
     ) -> Result<bool, StoreError> {
+        self.renew_ordered(key, fence, lease, None).await
+    }
+
+    /// [`Store::renew`] on an ordered route: the entity's in-flight marker, if this
+    /// fence's, is extended with the lease, so no later version starts meanwhile.
+    pub async fn renew_ordered(
+        &self,
+        key: &StoreKey,
+        fence: Fence,
+        lease: Duration,
+        order: Option<Order<'_>>,
+    ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.renew(key, fence, lease))
+        dispatch!(self, s => s.renew(key, fence, lease, order))
     }
 
     /// Settles an in-flight claim by hand, if `fence` still owns it. Unlike `complete` and
@@ -295,9 +359,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
         match resolution {
-            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true)),
+            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true, None)),
             Resolution::Done(record) => {
-                dispatch!(self, s => s.complete(key, fence, record, window, true))
+                dispatch!(self, s => s.complete(key, fence, record, window, true, None))
             }
         }
     }

@@ -41,6 +41,7 @@ async fn plant(h: &Harness, k: &StoreKey, hash: u8, record: Bytes) {
             window: Duration::from_secs(3600),
             claimant: h.claimants.next_id(),
             hold: false,
+            order: None,
         })
         .await
         .unwrap();

@@ -12,6 +12,7 @@ fn req<'a>(key: &'a StoreKey, hash: &'a RequestHash, lease: Duration) -> ClaimRe
         window: Duration::from_secs(3600),
         claimant: Claimant::new(key.as_str().len() as u128),
         hold: false,
+        order: None,
     }
 }
 
@@ -33,7 +34,14 @@ async fn claims_past_max_bytes_fail_and_completed_records_stay() {
     for key in ["k1", "k2", "k3"] {
         let fence = win(&store, key).await.unwrap();
         assert!(store
-            .complete(key, fence, body.clone(), Duration::from_secs(3600), false)
+            .complete(
+                key,
+                fence,
+                body.clone(),
+                Duration::from_secs(3600),
+                false,
+                None
+            )
             .await
             .unwrap());
     }
@@ -76,6 +84,7 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
             Bytes::from_static(b"12345"),
             Duration::from_millis(1),
             false,
+            None,
         )
         .await
         .unwrap();
@@ -96,7 +105,7 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
         panic!()
     };
     assert!(store
-        .release("bb", fence.get(), Duration::from_millis(1), false)
+        .release("bb", fence.get(), Duration::from_millis(1), false, None)
         .await
         .unwrap());
     tokio::time::sleep(Duration::from_millis(80)).await;

@@ -4,7 +4,12 @@
 //! server milliseconds, `o` the claimant, `k` `1` when the route holds unknown outcomes,
 //! `n` set once a claim was told the record is held, `r` encoded response, `a` claims that
 //! won it, `t` when the current claim won and `d` when it was completed, in server
-//! milliseconds), so every script touches exactly one key and runs unchanged on a cluster. Each step (claim, complete, release) is one `EVALSHA` round
+//! milliseconds), so every script touches exactly one key and runs unchanged on a cluster.
+//! On an ordered route (`order`), claim, renew and finish also take the entity's record
+//! (`c` highest version completed, `i`/`g`/`e` the version in flight, its fence and lease
+//! end) as a second key: one script, so the order check is in the same atomic step. (Two
+//! keys need one slot, so ordered routes are refused on a cluster for now.) Each step
+//! (claim, complete, release) is one `EVALSHA` round
 //! trip: the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
 //! skewed clocks agree on when a lease has expired.
@@ -37,10 +42,10 @@ use self::link::{Dialer, Link, NoConnection};
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
-use self::scripts::{claim_invocation, finish_invocation, Scripts};
+use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Scripts};
 use super::health::{ClusterReplies, NodeReplies};
 use super::near_cache::{NearCache, NearCacheStats};
-use super::{bounded, Claim, ClaimRequest, RecordInfo, StoreError};
+use super::{bounded, Claim, ClaimRequest, Order, RecordInfo, StoreError};
 use crate::config::RedisAccess;
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -138,10 +143,18 @@ macro_rules! redis_backend {
                 record: Bytes,
                 window: Duration,
                 strict: bool,
+                order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let inv =
-                    &finish_invocation(&self.scripts, key, fence, Some(&record), window, strict);
+                let inv = &finish_invocation(
+                    &self.scripts,
+                    key,
+                    fence,
+                    Some(&record),
+                    window,
+                    strict,
+                    order,
+                );
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;
@@ -154,9 +167,11 @@ macro_rules! redis_backend {
                 fence: u64,
                 window: Duration,
                 strict: bool,
+                order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let inv = &finish_invocation(&self.scripts, key, fence, None, window, strict);
+                let inv =
+                    &finish_invocation(&self.scripts, key, fence, None, window, strict, order);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;
@@ -168,10 +183,9 @@ macro_rules! redis_backend {
                 key: &str,
                 fence: u64,
                 lease: Duration,
+                order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let mut inv = self.scripts.renew.key(key);
-                inv.arg(fence).arg(millis(lease));
-                let inv = &inv;
+                let inv = &renew_invocation(&self.scripts, key, fence, lease, order);
                 let v = self
                     .query(move |mut con| async move { inv.invoke_async(&mut con).await })
                     .await?;

@@ -61,6 +61,7 @@ pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
             ),
         }),
         Some(4) => Ok(Claim::Mismatch),
+        Some(7) => Ok(Claim::Stale),
         _ => Err(bad(&items)),
     }
 }
@@ -84,7 +85,7 @@ pub(super) fn parse_renew(v: Value) -> Result<bool, StoreError> {
 pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
     let items = match &v {
         Value::Int(0) => return Ok(None),
-        Value::Array(items) if items.len() == 9 => items,
+        Value::Array(items) if items.len() == 10 => items,
         _ => return Err(protocol("inspect", &v)),
     };
     let state = match &items[0] {
@@ -120,6 +121,10 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
         attempts: u32::try_from(attempts).unwrap_or(0),
         claimed_at: at(7, "inspect claimed at")?,
         completed_at: at(8, "inspect completed at")?,
+        version: match &items[9] {
+            Value::BulkString(b) if !b.is_empty() => Some(Bytes::from(b.clone())),
+            _ => None,
+        },
     }))
 }
 

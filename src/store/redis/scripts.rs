@@ -5,30 +5,84 @@ use redis::{Script, ScriptInvocation};
 use std::time::Duration;
 
 use super::millis;
-use crate::store::ClaimRequest;
+use crate::store::{ClaimRequest, Order};
 
-/// ARGV: request hash, lease ms, window ms, claimant id, hold (`1` or `0`).
+/// Lua helpers of the ordered scripts: versions compare byte by byte (Lua's `<` on strings
+/// follows the server's locale). The entity record (KEYS[2], on ordered routes only) holds
+/// `c` the highest version completed, and `i` the version in flight with `g` the fence
+/// that owns it and `e` its lease end in server milliseconds.
+const ORDER_LIB: &str = r#"
+local function newer(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x > y
+    end
+  end
+  return #a > #b
+end
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+"#;
+
+/// KEYS: the record, and on ordered routes the entity's record. ARGV: request hash, lease
+/// ms, window ms, claimant id, hold (`1` or `0`), and on ordered routes the version.
 /// Replies: {1, fence} won, {2, record, ms to expiry} replay, {3, ms left} conflict, {4} mismatch,
-/// {5, fence, old fence} takeover, {6, fence, first} held for a person.
+/// {5, fence, old fence} takeover, {6, fence, first} held for a person, {7} stale.
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local ttl = lease + tonumber(ARGV[3])
+-- On a claim about to win: stale, or another version's live claim in flight?
+local function gate()
+  if not KEYS[2] then
+    return nil
+  end
+  local e = redis.call('HMGET', KEYS[2], 'c', 'i', 'e')
+  if e[1] and not newer(ARGV[6], e[1]) then
+    return {7}
+  end
+  if e[2] and tonumber(e[3]) > now then
+    return {3, tonumber(e[3]) - now}
+  end
+  return nil
+end
+local function mark(fence)
+  if KEYS[2] then
+    redis.call('HSET', KEYS[1], 'v', ARGV[6])
+    redis.call('HSET', KEYS[2], 'i', ARGV[6], 'g', fence, 'e', now + lease)
+    extend(KEYS[2], ttl)
+  end
+end
 local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n')
 local s = r[1]
 if not s then
+  local refused = gate()
+  if refused then
+    return refused
+  end
   redis.call('HSET', KEYS[1], 's', 'i', 'f', now_us, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 'a', 1, 't', now)
   redis.call('PEXPIRE', KEYS[1], ttl)
+  mark(now_us)
   return {1, now_us}
 end
 local f = math.max(tonumber(r[2]) + 1, now_us)
 if s == 'r' then
+  local refused = gate()
+  if refused then
+    return refused
+  end
   redis.call('HSET', KEYS[1], 's', 'i', 'f', f, 'h', ARGV[1], 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 't', now)
   redis.call('HINCRBY', KEYS[1], 'a', 1)
   redis.call('HDEL', KEYS[1], 'n', 'd')
   redis.call('PEXPIRE', KEYS[1], ttl)
+  mark(f)
   return {1, f}
 end
 if r[3] ~= ARGV[1] then
@@ -51,14 +105,20 @@ if r[6] == '1' then
   redis.call('HSET', KEYS[1], 'n', '1')
   return {6, tonumber(r[2]), 1}
 end
+local refused = gate()
+if refused then
+  return refused
+end
 redis.call('HSET', KEYS[1], 'f', f, 'l', now + lease, 'o', ARGV[4], 'k', ARGV[5], 't', now)
 redis.call('HINCRBY', KEYS[1], 'a', 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
+mark(f)
 return {5, f, tonumber(r[2])}
 "#;
 
 /// ARGV: fence, lease ms. Extends the lease of the in-flight record `fence` owns; the
-/// record outlives the new lease.
+/// record outlives the new lease. On ordered routes (KEYS[2]) the entity's in-flight
+/// marker, if this fence's, is extended alike.
 const RENEW: &str = r#"
 local r = redis.call('HMGET', KEYS[1], 's', 'f')
 if r[1] ~= 'i' or tonumber(r[2]) ~= tonumber(ARGV[1]) then
@@ -68,14 +128,18 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'l', now + lease)
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
+extend(KEYS[1], lease)
+if KEYS[2] and tonumber(redis.call('HGET', KEYS[2], 'g')) == tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[2], 'e', now + lease)
+  extend(KEYS[2], lease)
 end
 return 1
 "#;
 
 /// ARGV: fence, new state (`c` or `r`), window ms, strict (`1`: an operator's resolution,
-/// refused when already finished), response (for `c`).
+/// refused when already finished), response (for `c`, else empty), and on ordered routes
+/// (KEYS[2]) the version: its in-flight marker, if this fence's, is cleared, and a
+/// completion raises the highest version (never lowers it).
 const FINISH: &str = r#"
 local r = redis.call('HMGET', KEYS[1], 's', 'f')
 if tonumber(r[2]) ~= tonumber(ARGV[1]) then
@@ -97,13 +161,25 @@ else
 end
 redis.call('HDEL', KEYS[1], 'l')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if KEYS[2] then
+  local e = redis.call('HMGET', KEYS[2], 'c', 'g')
+  if tonumber(e[2]) == tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[2], 'i', 'g', 'e')
+  end
+  if ARGV[2] == 'c' and (not e[1] or newer(ARGV[6], e[1])) then
+    redis.call('HSET', KEYS[2], 'c', ARGV[6])
+  end
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    extend(KEYS[2], tonumber(ARGV[3]))
+  end
+end
 return 1
 "#;
 
 const INSPECT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k', 'a', 't', 'd')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'r', 'k', 'a', 't', 'd', 'v')
 if not r[1] then
   return 0
 end
@@ -116,7 +192,7 @@ if s == 'i' and r[5] == '1' and left == 0 then
   s = 'u'
 end
 return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] or '0',
-  tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1)}
+  tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1), r[9] or ''}
 "#;
 
 pub(super) struct Scripts {
@@ -129,9 +205,9 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
-            claim: Script::new(CLAIM),
-            renew: Script::new(RENEW),
-            finish: Script::new(FINISH),
+            claim: Script::new(&format!("{ORDER_LIB}{CLAIM}")),
+            renew: Script::new(&format!("{ORDER_LIB}{RENEW}")),
+            finish: Script::new(&format!("{ORDER_LIB}{FINISH}")),
             inspect: Script::new(INSPECT),
         }
     }
@@ -147,6 +223,24 @@ pub(super) fn claim_invocation<'a>(
         .arg(millis(req.window))
         .arg(req.claimant.get().to_string())
         .arg(if req.hold { "1" } else { "0" });
+    if let Some(order) = req.order {
+        inv.key(order.entity.as_str()).arg(order.version);
+    }
+    inv
+}
+
+pub(super) fn renew_invocation<'a>(
+    scripts: &'a Scripts,
+    key: &str,
+    fence: u64,
+    lease: Duration,
+    order: Option<Order<'_>>,
+) -> ScriptInvocation<'a> {
+    let mut inv = scripts.renew.key(key);
+    inv.arg(fence).arg(millis(lease));
+    if let Some(order) = order {
+        inv.key(order.entity.as_str());
+    }
     inv
 }
 
@@ -157,14 +251,16 @@ pub(super) fn finish_invocation<'a>(
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
+    order: Option<Order<'_>>,
 ) -> ScriptInvocation<'a> {
     let mut inv = scripts.finish.key(key);
     inv.arg(fence)
         .arg(if response.is_some() { "c" } else { "r" })
         .arg(millis(window))
-        .arg(if strict { "1" } else { "0" });
-    if let Some(r) = response {
-        inv.arg(r);
+        .arg(if strict { "1" } else { "0" })
+        .arg(response.unwrap_or_default());
+    if let Some(order) = order {
+        inv.key(order.entity.as_str()).arg(order.version);
     }
     inv
 }

@@ -402,6 +402,16 @@ pub struct RouteCfg {
     advertise_expiry: Option<bool>,
     #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
     must_match: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<Order>,
+}
+
+/// `order = { entity, version, compare }`.
+#[derive(Debug, Clone, Serialize)]
+struct Order {
+    entity: String,
+    version: String,
+    compare: String,
 }
 
 /// A status list entry: a number, or a class such as `"5xx"`.
@@ -454,6 +464,7 @@ impl RouteCfg {
             replay_drop_headers: Vec::new(),
             advertise_expiry: None,
             must_match: None,
+            order: None,
         }
     }
 
@@ -604,6 +615,16 @@ impl RouteCfg {
     /// `advertise_expiry`.
     pub fn advertise_expiry(mut self, advertise: bool) -> Self {
         self.advertise_expiry = Some(advertise);
+        self
+    }
+
+    /// `order = { entity, version, compare }`: out-of-order versions.
+    pub fn order(mut self, entity: &str, version: &str, compare: &str) -> Self {
+        self.order = Some(Order {
+            entity: entity.to_owned(),
+            version: version.to_owned(),
+            compare: compare.to_owned(),
+        });
         self
     }
 }

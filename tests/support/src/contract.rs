@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Fence, RecordState, RequestHash, Resolution, Store,
-    StoreKey,
+    Claim, ClaimRequest, Claimant, Completion, Fence, Order, RecordState, RequestHash, Resolution,
+    Store, StoreKey,
 };
 
 /// One `#[tokio::test]` per contract check, in a module named `$backend`, each on the
@@ -35,6 +35,7 @@ macro_rules! store_contract {
             renew_extends_only_the_owners_lease,
             a_held_claim_is_never_taken_over_and_resolves_once,
             inspect_counts_attempts_and_shows_when_claimed_and_completed,
+            versions_of_one_entity_complete_in_order,
         );
     };
     (@tests $backend:ident, $make:ident, $($check:ident),+ $(,)?) => {
@@ -83,6 +84,7 @@ fn req<'a>(
         window,
         claimant: Claimant::new((u128::from(CLAIMANT.fetch_add(1, Ordering::Relaxed)) << 64) | 7),
         hold: false,
+        order: None,
     }
 }
 
@@ -515,4 +517,129 @@ pub async fn inspect_counts_attempts_and_shows_when_claimed_and_completed(store:
     let k2 = fresh_key("attempts-fresh");
     won(store.claim(req(&k2, &H1, LONG, LONG)).await.unwrap(), false);
     assert_eq!(store.inspect(&k2).await.unwrap().unwrap().attempts, 1);
+}
+
+/// Ordered claims: one version of an entity in flight at a time; a release frees the entity
+/// without raising its highest version; a completion raises it (never lowers it, even when
+/// a dead claim of an older version completes late); a version not above it is stale,
+/// while a retry of the completed key still replays. Renewal keeps the marker alive, and a
+/// dead claim's marker does not block the next version. Every key shares one hash tag, as
+/// a cluster needs for the two keys of one script.
+pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
+    let base = fresh_key("order");
+    let tag = base.as_str().split(':').nth(1).unwrap().to_owned();
+    let key = |name: &str| StoreKey::from_raw(format!("contract:{tag}:{name}"));
+    let entity = key("=entity:e");
+    let v = |n: u8| [b'0', b'0', b'0', b'0' + n];
+    let ordered = |k: &'static str, n: u8| (key(k), v(n));
+    let claim = |k: &StoreKey, version: [u8; 4], lease: Duration| {
+        let version = version.to_vec();
+        let k = k.clone();
+        let entity = entity.clone();
+        async move {
+            let mut r = req(&k, &H1, lease, LONG);
+            r.order = Some(Order {
+                entity: &entity,
+                version: &version,
+            });
+            store.claim(r).await.unwrap()
+        }
+    };
+    fn order<'a>(entity: &'a StoreKey, version: &'a [u8; 4]) -> Order<'a> {
+        Order {
+            entity,
+            version: &version[..],
+        }
+    }
+
+    let (k2, v2) = ordered("v2", 2);
+    let f2 = won(claim(&k2, v2, LONG).await, false);
+    // Another version of the entity while v2 is in flight, older or newer: a conflict.
+    let (k1, v1) = ordered("v1", 1);
+    assert!(matches!(claim(&k1, v1, LONG).await, Claim::Conflict { .. }));
+    let (k3, v3) = ordered("v3", 3);
+    assert!(matches!(claim(&k3, v3, LONG).await, Claim::Conflict { .. }));
+    // v2 released (a 5xx): the entity is free and its highest version unchanged.
+    assert!(store
+        .release_ordered(&k2, f2, LONG, Some(order(&entity, &v2)))
+        .await
+        .unwrap());
+    let f1 = won(claim(&k1, v1, LONG).await, false);
+    assert_eq!(
+        store
+            .complete_ordered(
+                &k1,
+                f1,
+                Bytes::from_static(b"v1"),
+                LONG,
+                Some(order(&entity, &v1))
+            )
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+    // v2 again (its released key reclaimed) wins and completes: the mark is v2.
+    let f2 = won(claim(&k2, v2, LONG).await, false);
+    store
+        .complete_ordered(
+            &k2,
+            f2,
+            Bytes::from_static(b"v2"),
+            LONG,
+            Some(order(&entity, &v2)),
+        )
+        .await
+        .unwrap();
+    // v1 under a new key, and v2 under a new key: not above the mark, stale.
+    assert_eq!(claim(&key("v1-again"), v1, LONG).await, Claim::Stale);
+    assert_eq!(claim(&key("v2-again"), v2, LONG).await, Claim::Stale);
+    // A retry of the completed v2 key replays (the key comes before the order).
+    assert_eq!(
+        claim(&k2, v2, LONG).await,
+        Claim::Replay(Bytes::from_static(b"v2"))
+    );
+
+    // v3 claimed with a short lease and renewed past it: the marker lives on.
+    let short = Duration::from_millis(300);
+    let f3 = won(claim(&k3, v3, short).await, false);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(store
+        .renew_ordered(
+            &k3,
+            f3,
+            Duration::from_millis(600),
+            Some(order(&entity, &v3))
+        )
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (k4, v4) = ordered("v4", 4);
+    assert!(matches!(claim(&k4, v4, LONG).await, Claim::Conflict { .. }));
+    // v3's claim dies (no renewal): once its lease ends, v4 is not blocked by its marker.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let f4 = won(claim(&k4, v4, LONG).await, false);
+    store
+        .complete_ordered(
+            &k4,
+            f4,
+            Bytes::from_static(b"v4"),
+            LONG,
+            Some(order(&entity, &v4)),
+        )
+        .await
+        .unwrap();
+    // The dead v3 completing late (nobody took its key over) does not lower the mark.
+    store
+        .complete_ordered(
+            &k3,
+            f3,
+            Bytes::from_static(b"v3"),
+            LONG,
+            Some(order(&entity, &v3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claim(&key("v4-again"), v4, LONG).await, Claim::Stale);
+    let (k5, v5) = ordered("v5", 5);
+    won(claim(&k5, v5, LONG).await, false);
 }
