@@ -28,6 +28,10 @@ use crate::route::Route;
 use crate::store::{Fence, RecordState, Resolution, StoreKey};
 use crate::{full, Body};
 
+mod resolve;
+
+use self::resolve::{read_body, resolve};
+
 /// Handles one admin request.
 pub async fn handle(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -261,124 +265,6 @@ fn rfc3339(t: std::time::SystemTime) -> String {
 }
 
 /// An operator's resolution, as posted.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResolveRequest {
-    /// The fence `GET` showed: a resolution under any other is refused.
-    fence: u64,
-    #[serde(rename = "as")]
-    resolve_as: ResolveAs,
-    status: Option<u16>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    body: Option<String>,
-}
-
-#[derive(Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum ResolveAs {
-    Retry,
-    Done,
-}
-
-fn bad(message: impl Into<String>) -> GatewayError {
-    GatewayError::BadAdminRequest(message.into())
-}
-
-/// The store operation a posted resolution asks for (pure): the response of `"done"` is
-/// encoded under the record's key, as the winner would have stored it.
-fn resolution(
-    req: ResolveRequest,
-    store_key: &StoreKey,
-    expires: std::time::SystemTime,
-) -> Result<Resolution, GatewayError> {
-    if req.resolve_as == ResolveAs::Retry {
-        if req.status.is_some() || !req.headers.is_empty() || req.body.is_some() {
-            return Err(bad("\"as\": \"retry\" takes no status, headers or body"));
-        }
-        return Ok(Resolution::Retry);
-    }
-    let status = req
-        .status
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .filter(|s| (200..=599).contains(&s.as_u16()))
-        .ok_or_else(|| bad("\"as\": \"done\" needs a \"status\" from 200 to 599"))?;
-    let mut headers = HeaderMap::new();
-    for (name, value) in &req.headers {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| bad(format!("{name:?} is not a header name")))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| bad(format!("the value of {name} is not a header value")))?;
-        headers.append(name, value);
-    }
-    let body = Bytes::from(req.body.unwrap_or_default());
-    Ok(Resolution::Done(
-        StoredResponse {
-            status,
-            headers,
-            body: StoredBody::Stored(body),
-            expires: Some(expires),
-        }
-        .encode(store_key),
-    ))
-}
-
-/// Reads an admin request body, within the public limits on size and time.
-async fn read_body(gateway: &Gateway, body: Incoming) -> Result<Bytes, GatewayError> {
-    let server = gateway.live().config.server.clone();
-    let limited = Limited::new(body, usize::try_from(server.max_body).unwrap_or(usize::MAX));
-    match tokio::time::timeout(server.body_read_timeout, limited.collect()).await {
-        Err(_) => Err(GatewayError::BodyTimeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(_)) => Err(GatewayError::BodyUnreadable),
-    }
-}
-
-async fn resolve(
-    gateway: &Gateway,
-    path: &str,
-    query: Option<&str>,
-    body: &[u8],
-) -> Result<Response<Body>, GatewayError> {
-    let Located {
-        route,
-        key,
-        scope,
-        store_key,
-    } = locate(gateway, path, query)?;
-    let req: ResolveRequest = serde_json::from_slice(body).map_err(|e| {
-        bad(format!(
-            "expected {{\"fence\": N, \"as\": \"retry\"}} or {{\"fence\": N, \"as\": \"done\", \"status\": 201, \"headers\": {{...}}, \"body\": \"...\"}}: {e}"
-        ))
-    })?;
-    let fence = Fence::new(req.fence);
-    let what = match req.resolve_as {
-        ResolveAs::Retry => "retry",
-        ResolveAs::Done => "done",
-    };
-    let expires = std::time::SystemTime::now() + route.window;
-    // Sealed like the winner's records, so it opens where they open.
-    let resolution = match resolution(req, &store_key, expires)? {
-        Resolution::Done(record) => Resolution::Done(gateway.keyring().seal(&store_key, record)),
-        retry => retry,
-    };
-    let resolved = gateway
-        .store()
-        .resolve(&store_key, fence, resolution, route.window)
-        .await
-        .map_err(store_failed)?;
-    if !resolved {
-        warn!(route = &*route.name, key = %key, scope, fence = fence.get(),
-            "admin: resolution refused: the claim is not in flight under this fence");
-        return Err(GatewayError::StaleFence);
-    }
-    info!(route = &*route.name, key = %key, scope, fence = fence.get(), resolved_as = what,
-        "admin: claim resolved by hand");
-    let mut resp = Response::new(full(Bytes::new()));
-    *resp.status_mut() = StatusCode::NO_CONTENT;
-    Ok(resp)
-}
-
 /// On a cluster, an ordered route's record lives beside its entity: `entity=<value>` (the
 /// entity's value as the request carried it: `cus_123`, or `42` for a JSON number).
 fn entity_from_query(query: Option<&str>) -> Result<String, GatewayError> {

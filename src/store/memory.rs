@@ -13,9 +13,9 @@
 //! so the bytes can pass the bound by the responses of the claims in flight at the time.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,8 +27,10 @@ use bytes::Bytes;
 use super::{Claim, ClaimRequest, Fence, Order, RecordInfo, RecordState, StoreError};
 
 mod entities;
+mod shard;
 
 use self::entities::Entities;
+use self::shard::{footprint, Shard, Usage};
 
 const SHARDS: usize = 32;
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
@@ -58,76 +60,6 @@ struct Record {
     completed_at: Option<SystemTime>,
     /// On an ordered route: the current claim's version (shown to operators).
     version: Option<Bytes>,
-}
-
-/// What the records of every shard hold.
-#[derive(Default)]
-struct Usage {
-    records: AtomicUsize,
-    bytes: AtomicUsize,
-}
-
-impl Usage {
-    fn add(&self, bytes: usize) {
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    fn sub(&self, bytes: usize) {
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-    }
-}
-
-/// The bytes a record is counted as.
-fn footprint(key: &str, r: &Record) -> usize {
-    RECORD_OVERHEAD + key.len() + r.response.as_ref().map_or(0, Bytes::len)
-}
-
-#[derive(Default)]
-struct Shard {
-    records: HashMap<String, Record>,
-    sweep_at: usize,
-    /// A lower bound of the earliest `expires_at` in this shard (exact after a sweep).
-    earliest: Option<Instant>,
-}
-
-impl Shard {
-    /// Notes that a record of this shard now expires at `at`.
-    fn expires(&mut self, at: Instant) {
-        self.earliest = Some(self.earliest.map_or(at, |e| e.min(at)));
-    }
-
-    /// Whether a sweep could free anything now.
-    fn due(&self, now: Instant) -> bool {
-        self.earliest.is_some_and(|e| e <= now)
-    }
-
-    /// Amortised expiry: a shard sweeps when it has doubled since its last sweep.
-    fn maybe_sweep(&mut self, now: Instant, live: &Usage) {
-        if self.records.len() >= self.sweep_at.max(MIN_SWEEP) {
-            self.sweep(now, live);
-        }
-    }
-
-    /// Drops expired records and recomputes the earliest expiry.
-    fn sweep(&mut self, now: Instant, live: &Usage) {
-        let before = self.records.len();
-        let mut earliest: Option<Instant> = None;
-        let mut freed = 0;
-        self.records.retain(|k, r| {
-            let keep = r.expires_at > now;
-            if keep {
-                earliest = Some(earliest.map_or(r.expires_at, |e| e.min(r.expires_at)));
-            } else {
-                freed += footprint(k, r);
-            }
-            keep
-        });
-        live.records
-            .fetch_sub(before - self.records.len(), Ordering::Relaxed);
-        live.sub(freed);
-        self.sweep_at = self.records.len() * 2;
-        self.earliest = earliest;
-    }
 }
 
 /// The next fence after `previous`: `max(previous + 1, wall clock in microseconds)`, as in
