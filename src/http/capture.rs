@@ -24,36 +24,54 @@ pub(super) async fn capture(
     limit: u64,
     deadline: tokio::time::Instant,
 ) -> Captured {
-    let mut first: Option<Bytes> = None;
-    let mut buf = BytesMut::new();
+    let mut gathered = Gathered::default();
     loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Captured::Broken("timed out reading the body".to_owned()),
-            Ok(None) => return Captured::Whole(first.unwrap_or_else(|| buf.freeze())),
+            Ok(None) => return Captured::Whole(gathered.into_bytes()),
             Ok(Some(Err(e))) => return Captured::Broken(e.to_string()),
             Ok(Some(Ok(frame))) => {
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
-                let held = match first.take() {
-                    None if buf.is_empty() => {
-                        first = Some(data);
-                        first.as_ref().map_or(0, Bytes::len)
-                    }
-                    earlier => {
-                        if let Some(earlier) = earlier {
-                            buf.extend_from_slice(&earlier);
-                        }
-                        buf.extend_from_slice(&data);
-                        buf.len()
-                    }
-                };
-                if held as u64 > limit {
-                    let prefix = first.take().unwrap_or_else(|| buf.freeze());
-                    return Captured::TooLarge(prefix, body);
+                if gathered.push(data) as u64 > limit {
+                    return Captured::TooLarge(gathered.into_bytes(), body);
                 }
             }
         }
+    }
+}
+
+/// A body read frame by frame. One that arrives in a single frame (the common case) is
+/// kept as it came, without a copy; more frames are gathered into one buffer.
+#[derive(Default)]
+pub(super) struct Gathered {
+    first: Option<Bytes>,
+    buf: BytesMut,
+}
+
+impl Gathered {
+    /// Adds a frame; returns the bytes held so far.
+    pub fn push(&mut self, data: Bytes) -> usize {
+        match self.first.take() {
+            None if self.buf.is_empty() => {
+                let held = data.len();
+                self.first = Some(data);
+                held
+            }
+            earlier => {
+                if let Some(earlier) = earlier {
+                    self.buf.extend_from_slice(&earlier);
+                }
+                self.buf.extend_from_slice(&data);
+                self.buf.len()
+            }
+        }
+    }
+
+    /// Everything gathered, as one buffer.
+    pub fn into_bytes(self) -> Bytes {
+        self.first.unwrap_or_else(|| self.buf.freeze())
     }
 }
 

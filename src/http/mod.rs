@@ -8,7 +8,8 @@
 //! - `request`: the pipeline from a request to its response.
 //! - `passthrough`: streaming a request without dedupe.
 //! - `winner`: the won claim's upstream call, classified for the protocol.
-//! - `capture`: reading the winner's response body for the store.
+//! - `capture`: reading bodies frame by frame: the winner's response for the store, and
+//!   (`Gathered`) a deduped request's body.
 //! - `detach`: counting requests that outlive their client, so they can be bounded.
 //! - `replay`: answering from a stored record.
 //! - `access`: the access record, logged and counted once per request.

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Request, Response, Uri};
@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use tracing::{error, warn, Instrument};
 
 use super::access::Access;
+use super::capture::Gathered;
 use super::detach::{TaskSide, Tether};
 use super::passthrough::{self, Forwarded};
 use super::winner::Winner;
@@ -413,12 +414,11 @@ async fn read_body(
         drain(body, deadline).await;
         return Err(GatewayError::BodyTooLarge { limit });
     }
-    let mut first: Option<Bytes> = None;
-    let mut buf = BytesMut::new();
+    let mut gathered = Gathered::default();
     loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Err(GatewayError::BodyTimeout),
-            Ok(None) => return Ok(first.unwrap_or_else(|| buf.freeze())),
+            Ok(None) => return Ok(gathered.into_bytes()),
             Ok(Some(Err(e))) => {
                 warn!(error = %e, "request body could not be read");
                 return Err(GatewayError::BodyUnreadable);
@@ -428,20 +428,7 @@ async fn read_body(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let held = match first.take() {
-            None if buf.is_empty() => {
-                first = Some(data);
-                first.as_ref().map_or(0, Bytes::len)
-            }
-            earlier => {
-                if let Some(earlier) = earlier {
-                    buf.extend_from_slice(&earlier);
-                }
-                buf.extend_from_slice(&data);
-                buf.len()
-            }
-        };
-        if held as u64 > limit {
+        if gathered.push(data) as u64 > limit {
             drain(body, deadline).await;
             return Err(GatewayError::BodyTooLarge { limit });
         }
