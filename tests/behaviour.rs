@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use dedupe_test_support::on_every_store;
 use dedupe_test_support::{
     eventually, Backend, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
     Upstream,
@@ -68,20 +69,6 @@ async fn env_with(backend: Backend, server: impl FnOnce(GatewayConfig) -> Gatewa
         http: Http::new(),
         _redis: redis,
     }
-}
-
-/// Runs each behaviour on the embedded store and on Redis.
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Memory).await })*
-        }
-        mod redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Redis).await })*
-        }
-    };
 }
 
 on_every_store!(

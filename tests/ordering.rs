@@ -2,23 +2,11 @@
 //! and on a real redis-server, counted at a real upstream that records what it executed,
 //! in order.
 
+use dedupe_test_support::on_every_store;
 use dedupe_test_support::{
     Backend, GatewayConfig, Http, RedisServer, Reply, RouteCfg, TestGateway, Upstream,
 };
 use http::StatusCode;
-
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Memory).await })*
-        }
-        mod redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Redis).await })*
-        }
-    };
-}
 
 on_every_store!(
     an_older_version_after_a_newer_one_is_stale_and_never_forwarded,

@@ -9,23 +9,11 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use dedupe_gateway::key::{self, RequestView};
 use dedupe_gateway::store::{Claim, ClaimRequest, Claimants, Completion, Store, StoreKey};
+use dedupe_test_support::on_every_store;
 use dedupe_test_support::{
     Backend, GatewayConfig, Http, RedisServer, Reply, RouteCfg, StoreCfg, TestGateway, Upstream,
 };
 use http::{HeaderMap, Method, StatusCode};
-
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Memory).await })*
-        }
-        mod redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Backend::Redis).await })*
-        }
-    };
-}
 
 on_every_store!(
     encrypted_records_are_unreadable_in_the_store_and_replay,

@@ -42,3 +42,19 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// Runs each named behaviour `async fn name(backend: Backend)` of the calling test file
+/// once on the embedded store and once on Redis, as `memory::name` and `redis::name`.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name($crate::Backend::Memory).await })*
+        }
+        mod redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name($crate::Backend::Redis).await })*
+        }
+    };
+}
