@@ -149,3 +149,70 @@ impl Http {
             .map_err(|_| SendError::Timeout(self.timeout))?
     }
 }
+
+/// What N copies of one request, sent at once, were answered.
+pub struct Race {
+    /// Every answer.
+    pub replies: Vec<Reply>,
+    /// Answered by the upstream (not replayed, below 400).
+    pub executed: usize,
+    /// Answered from the store.
+    pub replayed: usize,
+    /// Answered 409 (in flight).
+    pub conflicts: usize,
+    /// Every replay is the executed answer, byte for byte.
+    pub consistent: bool,
+}
+
+impl Race {
+    /// Sends `n` copies of `req` to `base` at once.
+    pub async fn run(
+        http: &Http,
+        base: &str,
+        req: &DrillRequest,
+        n: usize,
+    ) -> Result<Self, String> {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (http, base, req) = (http.clone(), base.to_owned(), req.clone());
+                tokio::spawn(async move { http.send(&base, &req).await })
+            })
+            .collect();
+        let mut replies = Vec::new();
+        for t in tasks {
+            replies.push(
+                t.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let fresh: Vec<&Reply> = replies
+            .iter()
+            .filter(|r| !r.replayed() && r.status.as_u16() < 400)
+            .collect();
+        let replayed = replies.iter().filter(|r| r.replayed()).count();
+        let conflicts = replies
+            .iter()
+            .filter(|r| r.status == StatusCode::CONFLICT)
+            .count();
+        let consistent = fresh.len() == 1
+            && replies
+                .iter()
+                .filter(|r| r.replayed())
+                .all(|r| r.same_answer(fresh[0]));
+        Ok(Self {
+            executed: fresh.len(),
+            replayed,
+            conflicts,
+            consistent,
+            replies,
+        })
+    }
+
+    /// One executed, the rest replayed or told it was in flight, every replay the same.
+    pub fn one_winner(&self) -> bool {
+        self.executed == 1
+            && self.consistent
+            && 1 + self.replayed + self.conflicts == self.replies.len()
+    }
+}

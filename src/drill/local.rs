@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use super::client::{Http, Reply};
+use super::client::{Http, Race, Reply};
 use super::report::{Cleanup, Drill, Outcome, Report, StoreCheck};
 use super::request::{self, DrillRequest, Marks};
 use super::upstream::CountingUpstream;
@@ -365,51 +365,24 @@ impl Rig<'_> {
 
     async fn race_drill(&self, req: &DrillRequest) -> Result<Verdict, String> {
         self.upstream.hold_first(&req.key, RACE_HOLD);
-        let tasks: Vec<_> = (0..self.race)
-            .map(|_| {
-                let (http, base, req) = (self.http.clone(), self.base.clone(), req.clone());
-                tokio::spawn(async move { http.send(&base, &req).await })
-            })
-            .collect();
-        let mut replies = Vec::new();
-        for t in tasks {
-            replies.push(
-                t.await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?,
-            );
-        }
+        let race = Race::run(&self.http, &self.base, req, self.race).await?;
         let effects = self.upstream.effects(&req.key);
-        let fresh: Vec<&Reply> = replies
-            .iter()
-            .filter(|r| !r.replayed() && r.status.as_u16() < 400)
-            .collect();
-        let replayed = replies.iter().filter(|r| r.replayed()).count();
-        let conflicts = replies
-            .iter()
-            .filter(|r| r.status == StatusCode::CONFLICT)
-            .count();
-        let consistent = fresh.len() == 1
-            && replies
-                .iter()
-                .filter(|r| r.replayed())
-                .all(|r| r.same_answer(fresh[0]));
-        let pass = effects.len() == 1 && consistent && 1 + replayed + conflicts == replies.len();
+        let pass = effects.len() == 1 && race.one_winner();
         let note = (!pass).then(|| {
             format!(
                 "{} concurrent requests caused {} effects",
-                replies.len(),
+                race.replies.len(),
                 effects.len()
             )
         });
         Ok((
             pass,
             evidence(json!({
-                "concurrent": replies.len(),
+                "concurrent": race.replies.len(),
                 "effects": effects.len(),
-                "won": fresh.len(),
-                "replayed": replayed,
-                "conflict": conflicts,
+                "won": race.executed,
+                "replayed": race.replayed,
+                "conflict": race.conflicts,
                 "fence": fence_of(effects.first()),
             })),
             note,

@@ -11,7 +11,7 @@ use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use super::client::{Http, Reply};
+use super::client::{Http, Race, Reply};
 use super::local::REPLAY_GAP;
 use super::report::{Cleanup, Drill, Outcome, Report};
 use super::request::{self, DrillRequest, Marks};
@@ -309,52 +309,24 @@ impl Live<'_> {
 
     async fn race(&self) -> Result<Verdict, String> {
         let req = &self.plan.race_req;
-        let tasks: Vec<_> = (0..self.plan.race)
-            .map(|_| {
-                let (http, base, req) = (self.http.clone(), self.plan.target.clone(), req.clone());
-                tokio::spawn(async move { http.send(&base, &req).await })
-            })
-            .collect();
-        let mut replies = Vec::new();
-        for t in tasks {
-            replies.push(
-                t.await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?,
-            );
-        }
+        let race = Race::run(&self.http, &self.plan.target, req, self.plan.race).await?;
         let record = self.record(req).await?.unwrap_or_default();
-        let fresh: Vec<&Reply> = replies
-            .iter()
-            .filter(|r| !r.replayed() && r.status.as_u16() < 400)
-            .collect();
-        let replayed = replies.iter().filter(|r| r.replayed()).count();
-        let conflicts = replies
-            .iter()
-            .filter(|r| r.status == StatusCode::CONFLICT)
-            .count();
-        let pass = fresh.len() == 1
-            && 1 + replayed + conflicts == replies.len()
-            && replies
-                .iter()
-                .filter(|r| r.replayed())
-                .all(|r| r.same_answer(fresh[0]))
-            && record.state == "completed";
+        let pass = race.one_winner() && record.state == "completed";
         Ok((
             pass,
             evidence(json!({
-                "concurrent": replies.len(),
-                "executed": fresh.len(),
-                "replayed": replayed,
-                "conflict": conflicts,
+                "concurrent": race.replies.len(),
+                "executed": race.executed,
+                "replayed": race.replayed,
+                "conflict": race.conflicts,
                 "record": record.state,
                 "fence": record.fence,
             })),
             (!pass).then(|| {
                 format!(
                     "{} of {} concurrent requests were executed",
-                    fresh.len(),
-                    replies.len()
+                    race.executed,
+                    race.replies.len()
                 )
             }),
         ))
