@@ -60,7 +60,8 @@ struct Scenario {
     path: &'static str,
     kind: Kind,
     gateway: Option<usize>,
-    /// The serving gateway's process id, for a profiler.
+    /// The serving process's id (nginx's master, or the gateway), for a profiler and for
+    /// the CPU time it spends per request.
     pid: Option<u32>,
 }
 
@@ -71,6 +72,9 @@ struct Sample {
     p99: Duration,
     /// The gateway's resident memory after the pass, connections still open.
     rss: Option<u64>,
+    /// CPU time the serving process spent per request, in microseconds: steadier than
+    /// throughput on a shared machine, since it does not count time others took.
+    cpu_us: Option<f64>,
 }
 
 struct Settings {
@@ -119,7 +123,7 @@ async fn measure(
     conns: usize,
     round: usize,
     set: &Settings,
-) -> (Pass, Load, usize) {
+) -> (Pass, Load, usize, Option<f64>) {
     let mut load = Load::connect(s.addr, conns).await;
     let tag = format!("{}-{conns}-{round}", s.name);
     let keys = |pass: &str| match s.kind {
@@ -143,7 +147,11 @@ async fn measure(
             tokio::time::sleep(Duration::from_secs_f64(hold)).await;
         }
         let before = up.effects();
+        let cpu_before = s.pid.map(servers::cpu_ticks);
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
+        let cpu = s.pid.map(servers::cpu_ticks).zip(cpu_before).map(|(a, b)| {
+            (a - b) as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
+        });
         let effects = up.effects() - before;
         let n = result.requests();
         let (want_effects, want_replayed) = match s.kind {
@@ -159,7 +167,7 @@ async fn measure(
             "{tag} ({pass}): replays after {n} requests"
         );
         if pass == "main" {
-            return (result, load, warm);
+            return (result, load, warm, cpu);
         }
     }
     unreachable!()
@@ -198,7 +206,7 @@ async fn main() {
             path: DEDUPED,
             kind: Kind::Plain,
             gateway: None,
-            pid: None,
+            pid: Some(n.pid()),
         });
     }
     scenarios.push(Scenario {
@@ -270,22 +278,24 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm) = measure(s, &up, conns, round, &set).await;
+                let (pass, load, warm, cpu_us) = measure(s, &up, conns, round, &set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
                 }
                 let rss = s.gateway.map(|g| gateways[g].rss());
                 drop(load);
                 eprintln!(
-                    "{conns:>5} conns, round {round}: {:<20} {:>8.0} req/s",
+                    "{conns:>5} conns, round {round}: {:<20} {:>8.0} req/s {:>6} CPU us/req",
                     s.name,
-                    pass.rate()
+                    pass.rate(),
+                    cpu_us.map_or("-".into(), |c| format!("{c:.1}")),
                 );
                 samples.entry((conns, i)).or_default().push(Sample {
                     rate: pass.rate(),
                     p50: pass.percentile(50.0),
                     p99: pass.percentile(99.0),
                     rss,
+                    cpu_us,
                 });
             }
         }
@@ -298,12 +308,14 @@ async fn main() {
         "gateway RSS when idle at start: {:.1} MiB (memory store)",
         mb(idle[0])
     );
-    let now = gateways[0].rss();
+    // gateways[1] serves memory-won and memory-replay: its growth over its own idle RSS
+    // is the records it holds (plus whatever the connections left allocated).
     if memory_records > 0 {
+        let now = gateways[1].rss();
         println!(
             "memory store: {memory_records} small records held, RSS {:.1} MiB, about {:.0} bytes per record over idle",
             mb(now),
-            now.saturating_sub(idle[0]) as f64 / memory_records as f64
+            now.saturating_sub(idle[1]) as f64 / memory_records as f64
         );
     }
 }
@@ -343,6 +355,7 @@ mod report {
             "p50 ms",
             "p99 ms",
             "RSS MiB",
+            "CPU us/req",
         ];
         let mut rows: Vec<Vec<String>> = Vec::new();
         for &conns in &set.connections {
@@ -359,6 +372,8 @@ mod report {
                 let (p50, _, _) = median(runs.iter().map(|r| ms(r.p50)).collect());
                 let (p99, p99_lo, p99_hi) = median(runs.iter().map(|r| ms(r.p99)).collect());
                 let rss = runs.iter().filter_map(|r| r.rss).max();
+                let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
+                let cpu = (!cpu.is_empty()).then(|| median(cpu));
                 rows.push(vec![
                     s.name.clone(),
                     conns.to_string(),
@@ -369,6 +384,7 @@ mod report {
                     rss.map_or("-".into(), |b| {
                         format!("{:.1}", b as f64 / (1024.0 * 1024.0))
                     }),
+                    cpu.map_or("-".into(), |(c, lo, hi)| format!("{c:.1} ({lo:.1}-{hi:.1})")),
                 ]);
             }
         }

@@ -35,6 +35,43 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// CPU time (user and system, in clock ticks) used so far by `root` and its direct
+/// children: the gateway's threads, or nginx's master and workers.
+pub fn cpu_ticks(root: u32) -> u64 {
+    // Fields after the command name (which may hold spaces, so split after its `)`):
+    // state is the first, ppid the second, utime the 12th, stime the 13th.
+    let read = |stat: &str| -> Option<(u32, u64)> {
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        Some((f[1].parse().ok()?, f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?))
+    };
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if let Some((ppid, ticks)) = read(&stat) {
+            if pid == root || ppid == root {
+                total += ticks;
+            }
+        }
+    }
+    total
+}
+
+/// Clock ticks per second, as `/proc` counts CPU time.
+pub fn ticks_per_second() -> f64 {
+    // `getconf` rather than a libc call; 100 on every Linux this runs on.
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
 /// `nginx` on PATH or where Debian puts it, if installed.
 fn nginx_binary() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|path| {
@@ -110,6 +147,13 @@ http {{
             child,
             _dir: dir,
         })
+    }
+}
+
+impl Nginx {
+    /// The master's process id (its workers are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
