@@ -205,7 +205,21 @@ fn fail_over_to_a_new_node(cluster: &RedisCluster, master: &RedisServer) -> Redi
         "2000",
     ]);
     let master_id: String = master.cmd(&["CLUSTER", "MYID"]);
-    let _: () = replica.cmd(&["CLUSTER", "MEET", "127.0.0.1", &master.port.to_string()]);
+    // The bus port is not port + 10000 here: the master's own line names it (`ip:port@bus`).
+    let me: String = master.cmd(&["CLUSTER", "NODES"]);
+    let master_bus = me
+        .lines()
+        .find(|l| l.contains("myself"))
+        .and_then(|l| l.split(' ').nth(1)?.split('@').nth(1)?.split(',').next())
+        .expect("CLUSTER NODES names the bus port")
+        .to_owned();
+    let _: () = replica.cmd(&[
+        "CLUSTER",
+        "MEET",
+        "127.0.0.1",
+        &master.port.to_string(),
+        &master_bus,
+    ]);
     let wait = |what: &str, done: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !done() {
