@@ -190,6 +190,35 @@ async fn a_killed_tracking_connection_empties_the_cache() {
     assert_eq!(up.effects(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tracking_connection_empties_the_cache() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let http = Http::new();
+    let nodes = masters(&cluster);
+    assert_eq!(order(&http, &a, "s").await, 201);
+    assert!(served_locally(&http, &a, &nodes, "s").await);
+    let owner = owner(&cluster);
+    // Every client of the owner, the tracking connection included, gets no reply for 4s:
+    // the connection stays open, only silent. A round unanswered within max(timeout, 1s)
+    // = 2s empties the cache, with no request to prompt it.
+    let _: () = owner.cmd(&["CLIENT", "PAUSE", "4000", "ALL"]);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            near_bytes(&http, &a).await == 0
+        })
+        .await,
+        "a copy outlived a silent invalidation channel"
+    );
+    // Once the master answers again (this PING waits out the pause) the gateway subscribes
+    // again and serves copies.
+    let pong: String = tokio::task::block_in_place(|| owner.cmd(&["PING"]));
+    assert_eq!(pong, "PONG");
+    assert!(served_locally(&http, &a, &nodes, "s").await);
+    assert_eq!(up.effects(), 1);
+}
+
 /// A fourth node joins as a replica of `master` and takes its place by a manual
 /// failover: the slots it owned now belong to a node the gateway never tracked.
 fn fail_over_to_a_new_node(cluster: &RedisCluster, master: &RedisServer) -> RedisServer {
