@@ -331,10 +331,10 @@ pub(super) fn validate(
         0,
         MAX_NEAR_CACHE,
     )?;
-    if near_cache > 0 && backend != Backend::Redis {
+    if near_cache > 0 && !matches!(backend, Backend::Redis | Backend::RedisCluster) {
         return Err(invalid(
             "store.near_cache",
-            "applies to backend = \"redis\" only (not yet to redis-cluster or redis-sentinel)",
+            "applies to backend = \"redis\" or \"redis-cluster\" only (not yet to redis-sentinel)",
         ));
     }
     let encryption = keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;

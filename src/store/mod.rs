@@ -248,10 +248,12 @@ impl Store {
                 cfg.timeout,
                 cfg.near_cache,
             )?),
-            Backend::RedisCluster => Store::Cluster(Box::new(RedisClusterStore::with_access(
+            Backend::RedisCluster => Store::Cluster(Box::new(RedisClusterStore::with_near_cache(
                 &cfg.urls,
                 &cfg.access,
                 cfg.timeout,
+                cfg.near_cache,
+                &cfg.prefix,
             )?)),
             Backend::RedisSentinel => Store::Redis(RedisStore::sentinel(
                 &cfg.urls,
@@ -400,7 +402,8 @@ impl Store {
     pub fn near_cache_stats(&self) -> Option<near_cache::NearCacheStats> {
         match self {
             Store::Redis(s) => s.near_cache_stats(),
-            Store::Memory(_) | Store::Cluster(_) => None,
+            Store::Cluster(s) => s.near_cache_stats(),
+            Store::Memory(_) => None,
         }
     }
 

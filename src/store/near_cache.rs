@@ -2,10 +2,13 @@
 //!
 //! A completed record never changes until it expires or an operator deletes it, so a copy
 //! is good until then, provided this process hears of every change. Redis tells it:
-//! server-assisted client-side caching (`CLIENT TRACKING`) on the connection the claims
-//! use sends an invalidation for every key this connection read once another client
-//! changes it (a delete, a resolve, an expiry, a reclaim). The cache is pure: the Redis
-//! backend feeds it the invalidations and the connection's fate.
+//! server-assisted client-side caching (`CLIENT TRACKING`) sends an invalidation for a key
+//! once another client changes it (a delete, a resolve, an expiry, a reclaim). On one
+//! server the claim connection itself is tracked (it reports the keys it read); on a
+//! cluster one connection per master in BCAST mode reports every write under the store's
+//! prefix. The cache is pure: the Redis backends feed it the invalidations, the
+//! channel's fate and its proofs; the claim path that marks, inserts and drops copies is
+//! the same for both.
 //!
 //! What keeps it sound:
 //!
@@ -163,7 +166,14 @@ impl NearCache {
         let Mark(at) = mark;
         if inner.flushed_at > at
             || inner.forgotten_upto > at
-            || inner.recent.iter().any(|(s, k)| *s > at && k == key)
+            // Newest first, stopping at the mark: with BCAST tracking on a cluster every
+            // write brings an invalidation, so the queue is usually full.
+            || inner
+                .recent
+                .iter()
+                .rev()
+                .take_while(|(s, _)| *s > at)
+                .any(|(_, k)| k == key)
         {
             return false;
         }

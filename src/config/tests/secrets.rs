@@ -198,15 +198,18 @@ fn listener_tls_files_are_checked_and_name_their_field() {
 }
 
 #[test]
-fn near_cache_is_a_size_on_the_redis_backend_only() {
+fn near_cache_is_a_size_on_the_redis_and_cluster_backends_only() {
     let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\n";
     let c = with(&format!("{redis}near_cache = \"8MiB\"\n")).unwrap();
     assert_eq!(c.store.near_cache, 8 * 1024 * 1024);
     assert_eq!(with(redis).unwrap().store.near_cache, 0, "off by default");
     assert!(err(&format!("{redis}near_cache = \"lots\"\n")).starts_with("store.near_cache"));
     let cluster = "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://h:1\"]\n";
+    let c = with(&format!("{cluster}near_cache = \"8MiB\"\n")).unwrap();
+    assert_eq!(c.store.near_cache, 8 * 1024 * 1024);
+    let sentinel = "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"redis://h:1\"]\nmaster_name = \"m\"\n";
     assert!(
-        err(&format!("{cluster}near_cache = \"8MiB\"\n")).starts_with("store.near_cache: applies")
+        err(&format!("{sentinel}near_cache = \"8MiB\"\n")).starts_with("store.near_cache: applies")
     );
     assert!(err("[store]\nnear_cache = \"1MiB\"\n").starts_with("store.near_cache: applies"));
 }

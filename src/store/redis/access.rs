@@ -40,7 +40,39 @@ fn with_insecure(url: &str, access: &RedisAccess) -> String {
 /// A client for one server.
 pub(super) fn client(url: &str, access: &RedisAccess, resp3: bool) -> RedisResult<redis::Client> {
     crate::tls::install_crypto_provider();
-    let mut info = with_insecure(url, access).into_connection_info()?;
+    let info = with_insecure(url, access).into_connection_info()?;
+    build(info, access, resp3)
+}
+
+/// A client for `host:port`, a node that a cluster names, reached as the seed `url` is
+/// (plain or TLS, user, password, CA): the cluster client does the same for the nodes it
+/// finds.
+pub(super) fn node_client(
+    url: &str,
+    host: &str,
+    port: u16,
+    access: &RedisAccess,
+    resp3: bool,
+) -> RedisResult<redis::Client> {
+    crate::tls::install_crypto_provider();
+    let info = with_insecure(url, access).into_connection_info()?;
+    let addr = match info.addr() {
+        ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: None,
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    build(info.set_addr(addr), access, resp3)
+}
+
+fn build(
+    mut info: redis::ConnectionInfo,
+    access: &RedisAccess,
+    resp3: bool,
+) -> RedisResult<redis::Client> {
     if let Some(password) = &access.password {
         let settings = info.redis_settings().clone().set_password(password);
         info = info.set_redis_settings(settings);

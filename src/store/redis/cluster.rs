@@ -1,5 +1,6 @@
 //! A Redis Cluster backend: the cluster-async client, one connection rebuilt in the
-//! background when a master stops answering.
+//! background when a master stops answering; with a near-cache, its invalidations come
+//! through a channel of their own (see [`super::tracking`]).
 
 use super::*;
 
@@ -13,6 +14,9 @@ pub struct RedisClusterStore {
     /// Tells the connecting task an operation timed out: it probes every master and
     /// rebuilds the connection when one stays silent.
     stalled: tokio::sync::mpsc::Sender<()>,
+    /// Completed records kept locally (`store.near_cache`), invalidated through the
+    /// tracking channel.
+    near: Option<std::sync::Arc<NearCache>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
 }
@@ -41,6 +45,19 @@ impl RedisClusterStore {
         access: &RedisAccess,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
+        Self::with_near_cache(urls, access, timeout, 0, "")
+    }
+
+    /// As [`RedisClusterStore::with_access`], keeping up to `near_cache` bytes of completed
+    /// records locally (0: none), invalidated by every master through `CLIENT TRACKING ...
+    /// BCAST PREFIX <prefix>:` (`prefix`: `store.prefix`; see [`crate::store::near_cache`]).
+    pub fn with_near_cache(
+        urls: &[String],
+        access: &RedisAccess,
+        timeout: Duration,
+        near_cache: u64,
+        prefix: &str,
+    ) -> Result<Self, StoreError> {
         let client = access::cluster_builder(urls, access)
             .connection_timeout(timeout)
             .response_timeout(dead_connection_after(timeout))
@@ -49,6 +66,10 @@ impl RedisClusterStore {
             .map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
+        let near = (near_cache > 0).then(|| std::sync::Arc::new(NearCache::new(near_cache)));
+        if let Some(near) = &near {
+            tracking::Channel::start(urls, access, prefix, near, timeout, &runtime);
+        }
         let (tx, con) = tokio::sync::watch::channel(None);
         // One report is enough: while the task probes, more say the same thing.
         let (stalled, mut reports) = tokio::sync::mpsc::channel(1);
@@ -95,14 +116,19 @@ impl RedisClusterStore {
         Ok(Self {
             stalled,
             con,
+            near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
     }
 
-    /// No near-cache on a cluster (config validation refuses one).
     fn near_cache(&self) -> Option<&NearCache> {
-        None
+        self.near.as_deref()
+    }
+
+    /// The near-cache's counters, when it has one.
+    pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
+        self.near.as_ref().map(|n| n.stats())
     }
 
     async fn con(&self) -> Result<ClusterConnection, StoreError> {

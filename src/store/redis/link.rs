@@ -417,7 +417,7 @@ impl Supervisor {
 
 /// Applies an invalidation push: named keys, or all of them (a null list: Redis flushed
 /// its tracking table). The connection's end empties the cache.
-fn on_push(near: &NearCache, info: PushInfo) {
+pub(super) fn on_push(near: &NearCache, info: PushInfo) {
     match info.kind {
         PushKind::Invalidate => match info.data.first() {
             Some(Value::Array(keys)) => {

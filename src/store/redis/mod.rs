@@ -28,6 +28,7 @@ mod access;
 mod link;
 mod reply;
 mod scripts;
+mod tracking;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

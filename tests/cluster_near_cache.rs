@@ -1,0 +1,330 @@
+//! `store.near_cache` on a real 3-master Redis Cluster: replays served from a local copy,
+//! kept true by one BCAST tracking connection per master. Each test has a cluster of its
+//! own: they kill tracking connections and move masters.
+
+use std::time::Duration;
+
+use dedupe_test_support::{
+    eventually, free_port, GatewayConfig, Http, RedisCluster, RedisServer, RouteCfg, StoreCfg,
+    TestGateway, Upstream,
+};
+
+/// What the gateway's tracking connections call themselves in `CLIENT LIST`.
+const TRACKING_NAME: &str = "dedupe-gateway-tracking";
+
+fn config(up: &Upstream, cluster: &RedisCluster, window: &str) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(
+            StoreCfg::cluster(cluster.urls())
+                .timeout("2s")
+                .near_cache("1MiB"),
+        )
+        .admin()
+        .route(RouteCfg::header("orders", "/orders/*").window(window))
+}
+
+async fn metrics(http: &Http, gw: &TestGateway) -> String {
+    http.get(&gw.admin_url("/metrics"), &[]).await.text()
+}
+
+/// `dedupe_near_cache_total{result}` on `gw`.
+async fn near(http: &Http, gw: &TestGateway, result: &str) -> u64 {
+    let prefix = format!("dedupe_near_cache_total{{result=\"{result}\"}} ");
+    metrics(http, gw)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `dedupe_near_cache_bytes` on `gw`.
+async fn near_bytes(http: &Http, gw: &TestGateway) -> u64 {
+    metrics(http, gw)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("dedupe_near_cache_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the bytes gauge is exported")
+}
+
+/// Claim scripts run on any of `nodes`.
+fn evalsha(nodes: &[&RedisServer]) -> u64 {
+    nodes
+        .iter()
+        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
+        .sum()
+}
+
+fn masters(cluster: &RedisCluster) -> Vec<&RedisServer> {
+    cluster.nodes.iter().collect()
+}
+
+async fn order(http: &Http, gw: &TestGateway, key: &str) -> u16 {
+    http.post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
+        .await
+        .status
+        .as_u16()
+}
+
+/// Replays on `gw` until one is answered from the near-cache without reaching any node.
+async fn served_locally(http: &Http, gw: &TestGateway, nodes: &[&RedisServer], key: &str) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        let (hits, calls) = (near(http, gw, "hit").await, evalsha(nodes));
+        assert_eq!(order(http, gw, key).await, 201);
+        near(http, gw, "hit").await == hits + 1 && evalsha(nodes) == calls
+    })
+    .await
+}
+
+/// The one node holding records (each test stores one key).
+fn owner(cluster: &RedisCluster) -> &RedisServer {
+    let owners: Vec<&RedisServer> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cmd::<i64>(&["DBSIZE"]) > 0)
+        .collect();
+    assert_eq!(owners.len(), 1, "one key, one owner");
+    owners[0]
+}
+
+/// The ids of the gateway's tracking connections on `node`, from `CLIENT LIST`.
+fn tracking_ids(node: &RedisServer) -> Vec<String> {
+    let list: String = node.cmd(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f == format!("name={TRACKING_NAME}")))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_through_another_gateway_reaches_the_cache_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let b = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let http = Http::new();
+    let nodes = masters(&cluster);
+    assert_eq!(order(&http, &a, "k1").await, 201);
+    assert_eq!(up.effects(), 1);
+    assert!(served_locally(&http, &a, &nodes, "k1").await);
+    assert_eq!(up.effects(), 1, "replays only");
+    // Every master reports writes to each gateway: one tracking connection per gateway.
+    for n in &cluster.nodes {
+        assert_eq!(tracking_ids(n).len(), 2, "node {}", n.port);
+    }
+
+    let deleted = http
+        .send("DELETE", &b.admin_url("/keys/orders/k1"), &[], "")
+        .await
+        .unwrap();
+    assert!(deleted.status.is_success(), "{}", deleted.status);
+    // The invalidation travels to A beside B's reply: the next requests on A replay from
+    // the cache at most until it lands, then one executes.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            assert_eq!(order(&http, &a, "k1").await, 201);
+            up.effects() == 2
+        })
+        .await,
+        "the delete through B never reached A's cache"
+    );
+    assert!(near(&http, &a, "invalidated").await >= 1);
+    // And the new record is replayed again, once more from the cache.
+    assert!(served_locally(&http, &a, &nodes, "k1").await);
+    assert_eq!(up.effects(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_never_outlives_its_window_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "2s")).await;
+    let http = Http::new();
+    assert_eq!(order(&http, &a, "w").await, 201);
+    assert!(served_locally(&http, &a, &masters(&cluster), "w").await);
+    assert_eq!(up.effects(), 1);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(order(&http, &a, "w").await, 201);
+    assert_eq!(
+        up.effects(),
+        2,
+        "past the window the request executes again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_tracking_connection_empties_the_cache() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let http = Http::new();
+    let nodes = masters(&cluster);
+    assert_eq!(order(&http, &a, "c").await, 201);
+    assert!(served_locally(&http, &a, &nodes, "c").await);
+    assert!(near_bytes(&http, &a).await > 0);
+
+    let owner = owner(&cluster);
+    let ids = tracking_ids(owner);
+    assert_eq!(ids.len(), 1, "one tracking connection per master");
+    let killed: i64 = owner.cmd(&["CLIENT", "KILL", "ID", &ids[0]]);
+    assert_eq!(killed, 1);
+    // The gateway empties the cache as the connection ends, before any request.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            near_bytes(&http, &a).await == 0
+        })
+        .await,
+        "the copy outlived its invalidation channel"
+    );
+    // So the next replay reads the cluster (the claim script runs), a replay still.
+    let (hits, calls) = (near(&http, &a, "hit").await, evalsha(&nodes));
+    assert_eq!(order(&http, &a, "c").await, 201);
+    assert_eq!(near(&http, &a, "hit").await, hits);
+    assert!(evalsha(&nodes) > calls);
+    assert_eq!(up.effects(), 1);
+    // A new tracking connection replaces the killed one, and copies are served again.
+    assert!(served_locally(&http, &a, &nodes, "c").await);
+    assert_eq!(tracking_ids(owner).len(), 1);
+    assert_eq!(up.effects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tracking_connection_empties_the_cache() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let http = Http::new();
+    let nodes = masters(&cluster);
+    assert_eq!(order(&http, &a, "s").await, 201);
+    assert!(served_locally(&http, &a, &nodes, "s").await);
+    let owner = owner(&cluster);
+    // Every client of the owner, the tracking connection included, gets no reply for 4s:
+    // the connection stays open, only silent. A round unanswered within max(timeout, 1s)
+    // = 2s empties the cache, with no request to prompt it.
+    let _: () = owner.cmd(&["CLIENT", "PAUSE", "4000", "ALL"]);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            near_bytes(&http, &a).await == 0
+        })
+        .await,
+        "a copy outlived a silent invalidation channel"
+    );
+    // Once the master answers again (this PING waits out the pause) the gateway subscribes
+    // again and serves copies.
+    let pong: String = tokio::task::block_in_place(|| owner.cmd(&["PING"]));
+    assert_eq!(pong, "PONG");
+    assert!(served_locally(&http, &a, &nodes, "s").await);
+    assert_eq!(up.effects(), 1);
+}
+
+/// A fourth node joins as a replica of `master` and takes its place by a manual
+/// failover: the slots it owned now belong to a node the gateway never tracked.
+fn fail_over_to_a_new_node(cluster: &RedisCluster, master: &RedisServer) -> RedisServer {
+    let bus = free_port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+        "--cluster-node-timeout",
+        "2000",
+    ]);
+    let master_id: String = master.cmd(&["CLUSTER", "MYID"]);
+    // The bus port is not port + 10000 here: the master's own line names it (`ip:port@bus`).
+    let me: String = master.cmd(&["CLUSTER", "NODES"]);
+    let master_bus = me
+        .lines()
+        .find(|l| l.contains("myself"))
+        .and_then(|l| l.split(' ').nth(1)?.split('@').nth(1)?.split(',').next())
+        .expect("CLUSTER NODES names the bus port")
+        .to_owned();
+    let _: () = replica.cmd(&[
+        "CLUSTER",
+        "MEET",
+        "127.0.0.1",
+        &master.port.to_string(),
+        &master_bus,
+    ]);
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "never {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("met the master", &|| {
+        let nodes: String = replica.cmd(&["CLUSTER", "NODES"]);
+        nodes.contains(&master_id)
+    });
+    let _: () = replica.cmd(&["CLUSTER", "REPLICATE", &master_id]);
+    wait("synced", &|| {
+        let info: String = replica.cmd(&["INFO", "replication"]);
+        info.contains("master_link_status:up")
+    });
+    let _: () = replica.cmd(&["CLUSTER", "FAILOVER"]);
+    wait("took over", &|| {
+        let role: Vec<redis::Value> = replica.cmd(&["ROLE"]);
+        matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+    });
+    wait("every node agrees", &|| {
+        cluster.nodes.iter().all(|n| {
+            let nodes: String = n.cmd(&["CLUSTER", "NODES"]);
+            nodes
+                .lines()
+                .any(|l| l.starts_with(&master_id) && l.contains("slave"))
+        })
+    });
+    replica
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_empties_the_cache_and_the_new_master_is_tracked() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let b = TestGateway::start(&config(&up, &cluster, "1h")).await;
+    let http = Http::new();
+    assert_eq!(order(&http, &a, "f").await, 201);
+    assert!(served_locally(&http, &a, &masters(&cluster), "f").await);
+    assert!(near_bytes(&http, &a).await > 0);
+
+    let old = owner(&cluster);
+    let new = tokio::task::block_in_place(|| fail_over_to_a_new_node(&cluster, old));
+    let nodes: Vec<&RedisServer> = cluster.nodes.iter().chain([&new]).collect();
+    // The master set changed: the copy goes, with no request to prompt it.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            near_bytes(&http, &a).await == 0
+        })
+        .await,
+        "a copy outlived the failover of its master"
+    );
+    // The gateway tracks the new master, and serves copies again.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            tracking_ids(&new).len() == 2
+        })
+        .await,
+        "the new master is never tracked"
+    );
+    assert!(served_locally(&http, &a, &nodes, "f").await);
+    assert_eq!(up.effects(), 1);
+    // A delete through B on the new master reaches A's cache.
+    let deleted = http
+        .send("DELETE", &b.admin_url("/keys/orders/f"), &[], "")
+        .await
+        .unwrap();
+    assert!(deleted.status.is_success(), "{}", deleted.status);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            assert_eq!(order(&http, &a, "f").await, 201);
+            up.effects() == 2
+        })
+        .await,
+        "a delete on the new master never reached A's cache"
+    );
+}
