@@ -384,7 +384,9 @@ mod report {
                     rss.map_or("-".into(), |b| {
                         format!("{:.1}", b as f64 / (1024.0 * 1024.0))
                     }),
-                    cpu.map_or("-".into(), |(c, lo, hi)| format!("{c:.1} ({lo:.1}-{hi:.1})")),
+                    cpu.map_or("-".into(), |(c, lo, hi)| {
+                        format!("{c:.1} ({lo:.1}-{hi:.1})")
+                    }),
                 ]);
             }
         }

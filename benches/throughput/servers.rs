@@ -43,11 +43,18 @@ pub fn cpu_ticks(root: u32) -> u64 {
     let read = |stat: &str| -> Option<(u32, u64)> {
         let rest = &stat[stat.rfind(')')? + 2..];
         let f: Vec<&str> = rest.split(' ').collect();
-        Some((f[1].parse().ok()?, f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?))
+        Some((
+            f[1].parse().ok()?,
+            f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?,
+        ))
     };
     let mut total = 0;
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
