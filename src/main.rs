@@ -179,7 +179,8 @@ fn main() -> ExitCode {
         }
         Command::Drill(args) => drill(args),
         Command::Run { config: path } => {
-            init_tracing(cli.log_format);
+            // Held to the end: dropping it writes out the lines still queued.
+            let _log = init_tracing(cli.log_format);
             let config = match load(&path) {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
@@ -353,7 +354,20 @@ fn drill(args: DrillArgs) -> ExitCode {
     }
 }
 
-fn init_tracing(format: Option<LogFormat>) {
+/// Logs to stderr through a writer thread: a request's access line is queued, not written
+/// by the worker that served it, and lines that queue up under load go out together in
+/// one write. Never lossy: past 8,192 queued lines a worker waits for the writer, as it
+/// waited on a slow stderr before (the queue is allocated up front: 128,000 lines, the
+/// library's default, cost 4 MiB of idle RSS).
+fn init_tracing(format: Option<LogFormat>) -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(8192)
+        .thread_name("log-writer")
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let format = format.unwrap_or(if std::io::stderr().is_terminal() {
@@ -364,7 +378,7 @@ fn init_tracing(format: Option<LogFormat>) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         // One copy of the span's fields per line: the current span, not also the list.
@@ -374,6 +388,7 @@ fn init_tracing(format: Option<LogFormat>) {
             .with_span_list(false)
             .init(),
     }
+    guard
 }
 
 fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {

@@ -219,76 +219,21 @@ impl Gateway {
         // From the claim on, the request runs in its own task, tracked for shutdown: a
         // client that hangs up must not abandon a claim or an upstream call under way and
         // leave its outcome unknown.
-        let gateway = self.clone();
-        let span = tracing::Span::current();
         let tether = Tether::new(&self.detached);
         let _client = tether.client();
-        let task = self.tasks.spawn(
-            async move {
-                let _task = TaskSide(tether);
-                let env = gateway.env();
-                let order = ordered.as_ref().map(|(entity, o)| Order {
-                    entity,
-                    version: &o.version,
-                });
-                let settled =
-                    dedupe::run_ordered(&env, &store_key, &request_hash, &policy, order, |forward| {
-                        winner.execute(&gateway.metrics, &store_key, forward)
-                    })
-                    .await;
-                if settled.outcome == Outcome::Stale {
-                    if let Some((_, o)) = &ordered {
-                        warn!(route = &*route_name, key = %key, scope = %scope, version = %o.shown,
-                            "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
-                    }
-                }
-                let stored = settled.finish == Some(Finish::Completed);
-                let (response, upstream) = match settled.answer {
-                    Answer::Forwarded(Forwarded {
-                        mut response,
-                        upstream,
-                        expires,
-                    }) => {
-                        // Only a stored record has an expiry to advertise.
-                        if let (Ok(r), true) = (&mut response, stored && advertise_expiry) {
-                            replay::advertise(r.headers_mut(), expires);
-                        }
-                        (response, upstream)
-                    }
-                    Answer::Replay(record) => {
-                        (replay::respond(&record, &store_key, advertise_expiry), None)
-                    }
-                    Answer::Conflict { retry_after } => {
-                        (Err(GatewayError::Conflict { retry_after }), None)
-                    }
-                    Answer::Mismatch => (Err(GatewayError::Mismatch), None),
-                    Answer::OutcomeUnknown { fence, first } => {
-                        // Once per held key (the store tells the first claim to see it):
-                        // a person must look at it.
-                        if first {
-                            error!(route = &*route_name, key = %key, scope = %scope, fence = fence.get(),
-                                "outcome unknown and held: the first request's lease ended without an outcome; \
-                                 resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
-                        }
-                        (Err(GatewayError::OutcomeUnknown), None)
-                    }
-                    Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
-                    Answer::Stale => (Err(GatewayError::Stale), None),
-                };
-                let access = Access {
-                    started,
-                    route: route_name,
-                    outcome: settled.outcome,
-                    finish: settled.finish,
-                    fence: settled.fence,
-                    upstream,
-                    key: Some((key, scope)),
-                    would: settled.would,
-                };
-                gateway.conclude(Handled { response, access }, &span)
-            }
-            .in_current_span(),
-        );
+        let claimed = Claimed {
+            winner,
+            policy,
+            store_key,
+            request_hash,
+            ordered,
+            key,
+            scope,
+            route_name,
+            advertise_expiry,
+            started,
+        };
+        let task = claimed.spawn(self, tether);
         Dispatched::Settled(match task.await {
             Ok(response) => response,
             Err(e) => {
@@ -343,6 +288,113 @@ impl Gateway {
             response: fwd.response,
             access,
         }
+    }
+}
+
+/// A request past its claim's inputs: everything its task needs.
+struct Claimed {
+    winner: Winner,
+    policy: Policy,
+    store_key: crate::tokens::StoreKey,
+    request_hash: crate::tokens::RequestHash,
+    ordered: Option<(crate::tokens::StoreKey, key::order::Ordered)>,
+    key: String,
+    scope: String,
+    route_name: Arc<str>,
+    advertise_expiry: bool,
+    started: Instant,
+}
+
+impl Claimed {
+    /// Runs the protocol in a task tracked for shutdown, which accounts for the request.
+    ///
+    /// A plain function, not part of `dispatch`'s state: built there, the task's future
+    /// (several KiB) was kept in the request future too and copied with it on every move.
+    fn spawn(
+        self,
+        gateway: &Arc<Gateway>,
+        tether: Tether,
+    ) -> tokio::task::JoinHandle<Response<Body>> {
+        let Claimed {
+            winner,
+            policy,
+            store_key,
+            request_hash,
+            ordered,
+            key,
+            scope,
+            route_name,
+            advertise_expiry,
+            started,
+        } = self;
+        let gateway = gateway.clone();
+        let span = tracing::Span::current();
+        gateway.tasks.clone().spawn(
+        async move {
+            let _task = TaskSide(tether);
+            let env = gateway.env();
+            let order = ordered.as_ref().map(|(entity, o)| Order {
+                entity,
+                version: &o.version,
+            });
+            let settled =
+                dedupe::run_ordered(&env, &store_key, &request_hash, &policy, order, |forward| {
+                    winner.execute(&gateway.metrics, &store_key, forward)
+                })
+                .await;
+            if settled.outcome == Outcome::Stale {
+                if let Some((_, o)) = &ordered {
+                    warn!(route = &*route_name, key = %key, scope = %scope, version = %o.shown,
+                        "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
+                }
+            }
+            let stored = settled.finish == Some(Finish::Completed);
+            let (response, upstream) = match settled.answer {
+                Answer::Forwarded(Forwarded {
+                    mut response,
+                    upstream,
+                    expires,
+                }) => {
+                    // Only a stored record has an expiry to advertise.
+                    if let (Ok(r), true) = (&mut response, stored && advertise_expiry) {
+                        replay::advertise(r.headers_mut(), expires);
+                    }
+                    (response, upstream)
+                }
+                Answer::Replay(record) => {
+                    (replay::respond(&record, &store_key, advertise_expiry), None)
+                }
+                Answer::Conflict { retry_after } => {
+                    (Err(GatewayError::Conflict { retry_after }), None)
+                }
+                Answer::Mismatch => (Err(GatewayError::Mismatch), None),
+                Answer::OutcomeUnknown { fence, first } => {
+                    // Once per held key (the store tells the first claim to see it):
+                    // a person must look at it.
+                    if first {
+                        error!(route = &*route_name, key = %key, scope = %scope, fence = fence.get(),
+                            "outcome unknown and held: the first request's lease ended without an outcome; \
+                             resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
+                    }
+                    (Err(GatewayError::OutcomeUnknown), None)
+                }
+                Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+                Answer::Stale => (Err(GatewayError::Stale), None),
+            };
+            let access = Access {
+                started,
+                route: route_name,
+                outcome: settled.outcome,
+                finish: settled.finish,
+                fence: settled.fence,
+                upstream,
+                key: Some((key, scope)),
+                would: settled.would,
+            };
+            gateway.conclude(Handled { response, access }, &span)
+        }
+        .in_current_span(),
+        )
     }
 }
 
