@@ -17,6 +17,9 @@
 //!   exactly the masters subscribed. A failover, a slot given to a node not subscribed, a
 //!   master gone: the cache is flushed and the task subscribes to the masters named now.
 //!   Its reply also stands in for a `PING`: it follows every push the node sent before.
+//!   (BCAST pushes of one event-loop turn go out at its end, after the replies of that
+//!   turn but in the same write: a proof can precede the push for a write of its own
+//!   turn by that much, which the 1s bound absorbs.)
 //! - **Every node a key can live on.** While a slot migrates, keys already moved live on
 //!   the target (reached by `ASK`) though `CLUSTER SLOTS` still names only the source,
 //!   and the target may own no slot at all. So each round also asks every master's
