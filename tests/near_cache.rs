@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use dedupe_test_support::fault_proxy::FaultProxy;
 use dedupe_test_support::{
     eventually, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway, Upstream,
 };
@@ -131,4 +132,76 @@ async fn a_killed_connection_empties_the_cache() {
     assert_eq!(up.effects(), 1);
     // Tracking is on again on the new connection: copies are served once more.
     assert!(served_locally(&http, &a, &redis, "c").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushall_by_another_client_empties_the_cache() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config(&up, &redis, "1h")).await;
+    let http = Http::new();
+    assert_eq!(order(&http, &a, "f").await, 201);
+    assert!(served_locally(&http, &a, &redis, "f").await);
+    // Redis pushes a null invalidation (every key) to each tracking client.
+    let _: () = redis.cmd(&["FLUSHALL"]);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            assert_eq!(order(&http, &a, "f").await, 201);
+            up.effects() == 2
+        })
+        .await,
+        "a copy outlived FLUSHALL"
+    );
+}
+
+/// A's connection goes through a proxy that loses its flow (TCP stays up, bytes vanish):
+/// no invalidation reaches A, not even the one for a delete through B. Without a fresh
+/// proof A stops serving its copy, with no close and no request to tell it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_stops_the_cache_serving() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", redis.port).parse().unwrap()).await;
+    let up = Upstream::start().await;
+    let through_proxy = GatewayConfig::new(up.url())
+        .store(
+            StoreCfg::redis(proxy.redis_url())
+                .timeout("2s")
+                .near_cache("1MiB"),
+        )
+        .admin()
+        .route(RouteCfg::header("orders", "/orders/*").window("1h"));
+    let a = TestGateway::start(&through_proxy).await;
+    let b = TestGateway::start(&config(&up, &redis, "1h")).await;
+    let http = Http::new();
+    assert_eq!(order(&http, &a, "s").await, 201);
+    assert!(served_locally(&http, &a, &redis, "s").await);
+
+    proxy.hold_new();
+    proxy.lose_flows();
+    let deleted = http
+        .send("DELETE", &b.admin_url("/keys/orders/s"), &[], "")
+        .await
+        .unwrap();
+    assert!(deleted.status.is_success(), "{}", deleted.status);
+    // Within the proof's life the copy may still be served; past it, a request is not
+    // answered from the cache (it waits on Redis and fails per on_error).
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let hits = near(&http, &a, "hit").await;
+            let status = order(&http, &a, "s").await;
+            near(&http, &a, "hit").await == hits && status != 201
+        })
+        .await,
+        "a silent connection's cache kept serving"
+    );
+    assert_eq!(up.effects(), 1);
+    // Once the flow passes again A dials afresh, reads Redis and runs the request.
+    proxy.pass();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            order(&http, &a, "s").await == 201 && up.effects() == 2
+        })
+        .await,
+        "A never reached Redis again"
+    );
 }

@@ -107,11 +107,15 @@ impl NearCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the map half-changed in a way that
-        // serves a wrong record; but a poisoned cache is simply emptied to be safe.
+        // A panic while holding the lock may have left an invalidation half-applied: the
+        // cache is flushed (emptied, inserts marked before refused, no serving until a
+        // new proof) and the poison cleared, so it recovers rather than staying empty.
         self.inner.lock().unwrap_or_else(|poisoned| {
             let mut inner = poisoned.into_inner();
-            inner.clear();
+            self.inner.clear_poison();
+            let dropped = inner.map.len() as u64;
+            inner.flush();
+            self.invalidations.fetch_add(dropped, Ordering::Relaxed);
             inner
         })
     }
@@ -189,6 +193,13 @@ impl NearCache {
         inner.next_id += 1;
         let id = inner.next_id;
         inner.order.push_back((key.to_owned(), id));
+        // Invalidated, expired and replaced entries leave their slot in the queue, which
+        // eviction alone never drains while the bytes stay under budget: compacted once
+        // it is twice the entries, so it stays within the budget's reach (amortised O(1)).
+        if inner.order.len() > 2 * inner.map.len() + 64 {
+            let Inner { order, map, .. } = &mut *inner;
+            order.retain(|(k, id)| map.get(k).is_some_and(|e| e.id == *id));
+        }
         inner.bytes += size;
         inner.map.insert(
             key.to_owned(),
@@ -224,9 +235,7 @@ impl NearCache {
     pub fn flush(&self) {
         let mut inner = self.lock();
         let dropped = inner.map.len() as u64;
-        inner.clear();
-        inner.seq += 1;
-        inner.flushed_at = inner.seq;
+        inner.flush();
         self.invalidations.fetch_add(dropped, Ordering::Relaxed);
     }
 
@@ -261,11 +270,14 @@ impl Inner {
         }
     }
 
-    fn clear(&mut self) {
+    /// Empties the cache, refuses inserts marked before now, serves nothing until proved.
+    fn flush(&mut self) {
         self.map.clear();
         self.order.clear();
         self.bytes = 0;
         self.proven_until = None;
+        self.seq += 1;
+        self.flushed_at = self.seq;
     }
 }
 
@@ -365,5 +377,40 @@ mod tests {
         assert!(c.insert("e", hash(1), rec(100), later, c.mark()));
         assert_eq!(c.stats().bytes, size * 4);
         assert!(!c.insert("big", hash(1), rec(size as usize * 2), later, c.mark()));
+    }
+
+    #[test]
+    fn invalidated_entries_leave_no_slots_behind() {
+        let (c, now) = proved(1 << 20);
+        let later = now + Duration::from_secs(5);
+        for i in 0..10_000 {
+            let k = format!("k{}", i % 3);
+            assert!(c.insert(&k, hash(1), rec(10), later, c.mark()));
+            c.invalidate(&k);
+        }
+        assert_eq!(c.stats().bytes, 0);
+        let queued = c.lock().order.len();
+        assert!(queued <= 64 + 1, "{queued} slots queued for no entries");
+    }
+
+    #[test]
+    fn a_poisoned_lock_flushes_and_recovers() {
+        let (c, now) = proved(1 << 20);
+        let later = now + Duration::from_secs(5);
+        let before = c.mark();
+        assert!(c.insert("a", hash(1), rec(10), later, before));
+        let poison = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = c.inner.lock().unwrap();
+            panic!("a panic while the cache is locked");
+        }));
+        assert!(poison.is_err() && c.inner.is_poisoned());
+        assert_eq!(c.get("a", &hash(1), now), None, "emptied");
+        assert!(!c.inner.is_poisoned());
+        assert_eq!(c.stats().bytes, 0);
+        assert!(!c.insert("b", hash(1), rec(10), later, before));
+        assert!(c.insert("b", hash(1), rec(10), later, c.mark()));
+        assert_eq!(c.get("b", &hash(1), now), None, "no proof since the flush");
+        c.prove(c.mark(), later);
+        assert_eq!(c.get("b", &hash(1), now), Some(rec(10)), "serves again");
     }
 }

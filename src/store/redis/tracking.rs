@@ -17,6 +17,16 @@
 //!   exactly the masters subscribed. A failover, a slot given to a node not subscribed, a
 //!   master gone: the cache is flushed and the task subscribes to the masters named now.
 //!   Its reply also stands in for a `PING`: it follows every push the node sent before.
+//!   (BCAST pushes of one event-loop turn go out at its end, after the replies of that
+//!   turn but in the same write: a proof can precede the push for a write of its own
+//!   turn by that much, which the 1s bound absorbs.)
+//! - **Every node a key can live on.** While a slot migrates, keys already moved live on
+//!   the target (reached by `ASK`) though `CLUSTER SLOTS` still names only the source,
+//!   and the target may own no slot at all. So each round also asks every master's
+//!   `CLUSTER NODES` for the slots it is migrating (`[slot->-id]`, shown only by the
+//!   source itself, which every round asks); a target not subscribed flushes the cache,
+//!   and the next subscription takes it in. Keys move only once the source migrates, so a
+//!   copy read on the target was read after its tracking was on.
 //! - **Tracking before copies.** A subscription ends with a flush once tracking is on at
 //!   every master, so every copy kept was read after each master reports writes to it.
 //! - **A lost or silent channel.** A tracking connection that closes flushes the cache at
@@ -45,9 +55,11 @@ pub const TRACKING_CLIENT_NAME: &str = "dedupe-gateway-tracking";
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// A master as the cluster names it in `CLUSTER SLOTS`.
+/// A master as the cluster names it in `CLUSTER SLOTS` (or `CLUSTER NODES`, for a
+/// migration's target): its node id and where it is reached.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Node {
+    id: String,
     host: String,
     port: u16,
 }
@@ -58,17 +70,21 @@ impl std::fmt::Display for Node {
     }
 }
 
+/// A string reply, whichever way it was sent.
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        _ => None,
+    }
+}
+
 /// The masters that own slots in a `CLUSTER SLOTS` reply; `asked` stands in for a node
 /// named with no endpoint (`""` or `"?"`: the node answering does not know its own).
 /// `None` when the reply has another shape.
 pub(super) fn masters(reply: &Value, asked: &str) -> Option<BTreeSet<Node>> {
     let Value::Array(ranges) = reply else {
         return None;
-    };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
-        _ => None,
     };
     ranges
         .iter()
@@ -83,14 +99,57 @@ pub(super) fn masters(reply: &Value, asked: &str) -> Option<BTreeSet<Node>> {
             let Value::Int(port) = master.get(1)? else {
                 return None;
             };
+            let id = text(master.get(2)?)?;
             let host = if host.is_empty() || host == "?" {
                 asked.to_owned()
             } else {
                 host
             };
             Some(Node {
+                id,
                 host,
                 port: u16::try_from(*port).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The nodes the answering node is migrating slots to, from its `CLUSTER NODES` reply:
+/// the `[slot->-id]` entries of its own (`myself`) line, each found by its id in the same
+/// reply. `None` when a target cannot be placed (an unknown id, no address).
+pub(super) fn migration_targets(nodes: &str) -> Option<BTreeSet<Node>> {
+    let lines: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f.len() >= 8)
+        .collect();
+    let Some(me) = lines
+        .iter()
+        .find(|f| f[2].split(',').any(|flag| flag == "myself"))
+    else {
+        return Some(BTreeSet::new());
+    };
+    me[8..]
+        .iter()
+        .filter_map(|slot| {
+            let (_, id) = slot
+                .strip_prefix('[')?
+                .strip_suffix(']')?
+                .split_once("->-")?;
+            Some(id)
+        })
+        .map(|id| {
+            let line = lines.iter().find(|f| f[0] == id)?;
+            // `ip:port@bus[,hostname]`; the ip may be IPv6, so the port is after the last ':'.
+            let addr = line[1].split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            if host.is_empty() || host == "?" {
+                return None;
+            }
+            Some(Node {
+                id: id.to_owned(),
+                host: host.to_owned(),
+                port: port.parse().ok()?,
             })
         })
         .collect()
@@ -110,8 +169,34 @@ pub(super) struct Channel {
 
 /// The tracking connections of one subscription.
 struct Subscribed {
+    /// The masters that own slots, as `CLUSTER SLOTS` named them.
+    owners: BTreeSet<Node>,
+    /// Every master tracked: the owners and the targets of migrations seen before.
     masters: BTreeSet<Node>,
     cons: Vec<(Node, MultiplexedConnection)>,
+}
+
+impl Subscribed {
+    fn tracks(&self, node: &Node) -> bool {
+        // By id: a target's address comes from `CLUSTER NODES`, an owner's from `CLUSTER
+        // SLOTS`, which may name it by another endpoint.
+        self.masters.iter().any(|m| m.id == node.id)
+    }
+}
+
+/// What one master says in a round.
+struct View {
+    owners: BTreeSet<Node>,
+    targets: BTreeSet<Node>,
+}
+
+/// Why a subscription no longer holds.
+struct Ended {
+    why: String,
+    /// Whether it was proved at all.
+    proved: bool,
+    /// The migration targets the last round saw: the next subscription takes them in.
+    targets: BTreeSet<Node>,
 }
 
 impl Channel {
@@ -136,13 +221,17 @@ impl Channel {
 
     async fn run(self) {
         let mut known = BTreeSet::new();
+        let mut targets = BTreeSet::new();
         let mut pause = RETRY_MIN;
         // Warn once per outage, not on every attempt.
         let mut down = false;
         loop {
-            let subscribed = match self.subscribe(&known).await {
+            let subscribed = match self.subscribe(&known, &targets).await {
                 Ok(s) => s,
                 Err(e) => {
+                    // A target that cannot be reached may be gone; the next round that
+                    // sees a migration names its target again.
+                    targets.clear();
                     if self.near.strong_count() == 0 {
                         return;
                     }
@@ -167,9 +256,15 @@ impl Channel {
                 tracing::info!("near-cache: subscribed to the Redis Cluster's invalidations again");
             }
             down = false;
-            let Some((why, proved)) = self.prove(&subscribed).await else {
+            let Some(Ended {
+                why,
+                proved,
+                targets: seen,
+            }) = self.prove(&subscribed).await
+            else {
                 return;
             };
+            targets = seen;
             if let Some(near) = self.near.upgrade() {
                 near.flush();
             }
@@ -186,8 +281,8 @@ impl Channel {
     }
 
     /// Proves the channel every quarter of [`PROOF_LASTS`] while it holds. Returns why it
-    /// no longer does and whether it was proved at all, or `None` once the store is gone.
-    async fn prove(&self, s: &Subscribed) -> Option<(String, bool)> {
+    /// no longer does, or `None` once the store is gone.
+    async fn prove(&self, s: &Subscribed) -> Option<Ended> {
         let mut proved = false;
         let mut tick = tokio::time::interval(PROOF_LASTS / 4);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -198,20 +293,35 @@ impl Channel {
                 let near = self.near.upgrade()?;
                 (near.mark(), Instant::now())
             };
+            let ended = |why: String, targets: BTreeSet<Node>| {
+                Some(Ended {
+                    why,
+                    proved,
+                    targets,
+                })
+            };
             let views = match tokio::time::timeout(self.patience, round(s)).await {
                 Ok(Ok(views)) => views,
-                Ok(Err(e)) => return Some((e, proved)),
+                Ok(Err(e)) => return ended(e, BTreeSet::new()),
                 Err(_) => {
                     let why = format!("a master did not answer within {:?}", self.patience);
-                    return Some((why, proved));
+                    return ended(why, BTreeSet::new());
                 }
             };
-            if let Some((node, view)) = views.iter().find(|(_, v)| v != &s.masters) {
+            let targets: BTreeSet<Node> = views
+                .iter()
+                .flat_map(|(_, v)| v.targets.iter().cloned())
+                .collect();
+            if let Some((node, view)) = views.iter().find(|(_, v)| v.owners != s.owners) {
                 let why = format!(
                     "the masters changed: {node} names {:?}",
-                    view.iter().map(Node::to_string).collect::<Vec<_>>()
+                    view.owners.iter().map(Node::to_string).collect::<Vec<_>>()
                 );
-                return Some((why, proved));
+                return ended(why, targets);
+            }
+            if let Some(target) = targets.iter().find(|t| !s.tracks(t)) {
+                let why = format!("a slot migrates to {target}, a master not tracked");
+                return ended(why, targets);
             }
             self.near.upgrade()?.prove(mark, sent + PROOF_LASTS);
             proved = true;
@@ -219,9 +329,19 @@ impl Channel {
     }
 
     /// Learns the masters (from the ones known, else the seeds) and opens a tracking
-    /// connection to each.
-    async fn subscribe(&self, known: &BTreeSet<Node>) -> Result<Subscribed, String> {
-        let masters = self.topology(known).await?;
+    /// connection to each, and to each of `targets` (where slots were seen migrating).
+    async fn subscribe(
+        &self,
+        known: &BTreeSet<Node>,
+        targets: &BTreeSet<Node>,
+    ) -> Result<Subscribed, String> {
+        let owners = self.topology(known).await?;
+        let mut masters = owners.clone();
+        for t in targets {
+            if !owners.iter().any(|o| o.id == t.id) {
+                masters.insert(t.clone());
+            }
+        }
         let mut cons = Vec::with_capacity(masters.len());
         for node in &masters {
             let con = tokio::time::timeout(self.patience, self.track(node))
@@ -230,7 +350,11 @@ impl Channel {
                 .map_err(|e| format!("{node}: {e}"))?;
             cons.push((node.clone(), con));
         }
-        Ok(Subscribed { masters, cons })
+        Ok(Subscribed {
+            owners,
+            masters,
+            cons,
+        })
     }
 
     /// The masters one reachable node names, asked of the known masters first.
@@ -305,14 +429,18 @@ impl Channel {
     }
 }
 
-/// Asks every tracking connection, at once, which masters it knows.
-async fn round(s: &Subscribed) -> Result<Vec<(Node, BTreeSet<Node>)>, String> {
+/// Asks every tracking connection, at once, which masters own slots and where its node
+/// migrates slots to.
+async fn round(s: &Subscribed) -> Result<Vec<(Node, View)>, String> {
     let mut asks = tokio::task::JoinSet::new();
     for (node, con) in &s.cons {
         let (node, mut con) = (node.clone(), con.clone());
         asks.spawn(async move {
-            let reply: redis::RedisResult<Value> = redis::cmd("CLUSTER")
+            let reply: redis::RedisResult<(Value, Value)> = redis::pipe()
+                .cmd("CLUSTER")
                 .arg("SLOTS")
+                .cmd("CLUSTER")
+                .arg("NODES")
                 .query_async(&mut con)
                 .await;
             (node, reply)
@@ -321,10 +449,14 @@ async fn round(s: &Subscribed) -> Result<Vec<(Node, BTreeSet<Node>)>, String> {
     let mut views = Vec::with_capacity(s.cons.len());
     while let Some(done) = asks.join_next().await {
         let (node, reply) = done.map_err(|e| e.to_string())?;
-        let reply = reply.map_err(|e| format!("{node}: {e}"))?;
-        let view = masters(&reply, &node.host)
-            .ok_or_else(|| format!("{node}: CLUSTER SLOTS: {reply:?}"))?;
-        views.push((node, view));
+        let (slots, nodes) = reply.map_err(|e| format!("{node}: {e}"))?;
+        let owners = masters(&slots, &node.host)
+            .ok_or_else(|| format!("{node}: CLUSTER SLOTS: {slots:?}"))?;
+        let targets = text(&nodes)
+            .as_deref()
+            .and_then(migration_targets)
+            .ok_or_else(|| format!("{node}: CLUSTER NODES: {nodes:?}"))?;
+        views.push((node, View { owners, targets }));
     }
     Ok(views)
 }
@@ -344,7 +476,7 @@ mod tests {
             Value::Array(vec![
                 bulk(host),
                 Value::Int(port),
-                bulk("id"),
+                bulk(&format!("id{port}")),
                 Value::Array(vec![]),
             ]),
             // A replica: not a master.
@@ -354,6 +486,7 @@ mod tests {
 
     fn node(host: &str, port: u16) -> Node {
         Node {
+            id: format!("id{port}"),
             host: host.into(),
             port,
         }
@@ -383,5 +516,31 @@ mod tests {
         let short = Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(1)])]);
         assert_eq!(masters(&short, "h"), None);
         assert_eq!(masters(&Value::Array(vec![]), "h"), Some(BTreeSet::new()));
+    }
+
+    #[test]
+    fn migration_targets_are_the_own_lines_migrating_slots() {
+        let nodes = "\
+id7002 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922
+id7001 127.0.0.1:7001@17001,host1 myself,master - 0 0 1 connected 0-5460 [77->-id7004] [78-<-id7002] [79->-id7004]
+id7004 127.0.0.1:7004@17004 master - 0 1 0 connected
+id7003 ::1:7003@17003 master - 0 1 3 connected 10923-16383 [80->-id7001]
+";
+        let want: BTreeSet<Node> = [node("127.0.0.1", 7004)].into();
+        assert_eq!(migration_targets(nodes), Some(want));
+        // Another node's migration is not shown as this one's.
+        let other = nodes.replace("myself,master", "master").replace(
+            "id7003 ::1:7003@17003 master",
+            "id7003 ::1:7003@17003 myself,master",
+        );
+        assert_eq!(
+            migration_targets(&other),
+            Some([node("127.0.0.1", 7001)].into())
+        );
+        let none = "id7001 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-16383\n";
+        assert_eq!(migration_targets(none), Some(BTreeSet::new()));
+        // A target it cannot place: no proof.
+        let unknown = "id7001 127.0.0.1:7001@17001 myself,master - 0 0 1 connected [1->-gone]\n";
+        assert_eq!(migration_targets(unknown), None);
     }
 }
