@@ -5,7 +5,9 @@
 //! release binary on the memory store and on Redis (when `redis-server` is installed). Each
 //! scenario runs once per round, rounds interleaved, and every figure printed is the median
 //! over the rounds with its range; throughput is given as a ratio to nginx in the same
-//! round. After each pass the upstream's effect count is checked: one per request, or one
+//! round. Beside it: the CPU time the serving process spent per request (nginx's master
+//! and workers; the gateway's threads), which a shared machine's noise moves less. A
+//! last scenario replays on Redis with the near-cache on (`redis-cached-replay`). After each pass the upstream's effect count is checked: one per request, or one
 //! in all for a replayed key.
 //!
 //! Environment: `BENCH_REQUESTS` (most requests per pass, default 20000), `BENCH_SECONDS`
@@ -260,6 +262,23 @@ async fn main() {
             });
             gateways.push(gw);
         }
+    }
+    if let Some(r) = &redis {
+        // Replays on Redis with the near-cache on (`store.near_cache`): served from the
+        // gateway's copy, proved fresh by Redis's invalidations.
+        let store = StoreCfg::redis(r.url())
+            .timeout("500ms")
+            .near_cache("64MiB");
+        let gw = GatewayChild::start(config(up.addr, store));
+        scenarios.push(Scenario {
+            name: "redis-cached-replay".into(),
+            addr: gw.addr,
+            path: DEDUPED,
+            kind: Kind::Replay,
+            gateway: Some(gateways.len()),
+            pid: Some(gw.pid()),
+        });
+        gateways.push(gw);
     }
     let idle: Vec<u64> = gateways.iter().map(GatewayChild::rss).collect();
     if let Ok(only) = std::env::var("BENCH_ONLY") {
