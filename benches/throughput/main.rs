@@ -65,6 +65,8 @@ struct Scenario {
     /// The serving process's id (nginx's master, or the gateway), for a profiler and for
     /// the CPU time it spends per request.
     pid: Option<u32>,
+    /// The `redis-server` the gateway stores in, for the CPU time it spends per request.
+    store_pid: Option<u32>,
 }
 
 /// One scenario's pass in one round.
@@ -77,6 +79,8 @@ struct Sample {
     /// CPU time the serving process spent per request, in microseconds: steadier than
     /// throughput on a shared machine, since it does not count time others took.
     cpu_us: Option<f64>,
+    /// CPU time `redis-server` spent per request, in microseconds (Redis scenarios).
+    redis_us: Option<f64>,
 }
 
 struct Settings {
@@ -125,7 +129,7 @@ async fn measure(
     conns: usize,
     round: usize,
     set: &Settings,
-) -> (Pass, Load, usize, Option<f64>) {
+) -> (Pass, Load, usize, [Option<f64>; 2]) {
     let mut load = Load::connect(s.addr, conns).await;
     let tag = format!("{}-{conns}-{round}", s.name);
     let keys = |pass: &str| match s.kind {
@@ -149,11 +153,18 @@ async fn measure(
             tokio::time::sleep(Duration::from_secs_f64(hold)).await;
         }
         let before = up.effects();
-        let cpu_before = s.pid.map(servers::cpu_ticks);
+        let pids = [s.pid, s.store_pid];
+        let cpu_before = pids.map(|p| p.map(servers::cpu_ticks));
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
-        let cpu = s.pid.map(servers::cpu_ticks).zip(cpu_before).map(|(a, b)| {
-            (a - b) as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
-        });
+        let per_request = |ticks: u64| {
+            ticks as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
+        };
+        let mut cpu = [None; 2];
+        for i in 0..2 {
+            if let (Some(pid), Some(before)) = (pids[i], cpu_before[i]) {
+                cpu[i] = Some(per_request(servers::cpu_ticks(pid) - before));
+            }
+        }
         let effects = up.effects() - before;
         let n = result.requests();
         let (want_effects, want_replayed) = match s.kind {
@@ -195,6 +206,7 @@ async fn main() {
     std::fs::write(&key, "42".repeat(32)).unwrap();
     let sealed = [format!("file:{}", key.display())];
 
+    let redis_pid = redis.as_ref().and_then(|r| servers::redis_pid(r.port));
     let mut stores = vec![("memory", StoreCfg::memory())];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
@@ -209,6 +221,7 @@ async fn main() {
             kind: Kind::Plain,
             gateway: None,
             pid: Some(n.pid()),
+            store_pid: None,
         });
     }
     scenarios.push(Scenario {
@@ -218,8 +231,10 @@ async fn main() {
         kind: Kind::Plain,
         gateway: None,
         pid: None,
+        store_pid: None,
     });
     for (name, store) in stores {
+        let store_pid = if name == "redis" { redis_pid } else { None };
         for encrypted in [false, true] {
             let (store, name) = match encrypted {
                 false => (store.clone(), name.to_owned()),
@@ -239,6 +254,7 @@ async fn main() {
                     kind: Kind::Plain,
                     gateway: Some(0),
                     pid: Some(gw.pid()),
+                    store_pid,
                 });
                 gateways.push(gw);
             }
@@ -251,6 +267,7 @@ async fn main() {
                 kind: Kind::Won,
                 gateway: Some(idx),
                 pid: Some(gw.pid()),
+                store_pid,
             });
             scenarios.push(Scenario {
                 name: format!("{name}-replay"),
@@ -259,6 +276,7 @@ async fn main() {
                 kind: Kind::Replay,
                 gateway: Some(idx),
                 pid: Some(gw.pid()),
+                store_pid,
             });
             gateways.push(gw);
         }
@@ -277,6 +295,7 @@ async fn main() {
             kind: Kind::Replay,
             gateway: Some(gateways.len()),
             pid: Some(gw.pid()),
+            store_pid: redis_pid,
         });
         gateways.push(gw);
     }
@@ -297,7 +316,8 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm, cpu_us) = measure(s, &up, conns, round, &set).await;
+                let (pass, load, warm, [cpu_us, redis_us]) =
+                    measure(s, &up, conns, round, &set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
                 }
@@ -315,6 +335,7 @@ async fn main() {
                     p99: pass.percentile(99.0),
                     rss,
                     cpu_us,
+                    redis_us,
                 });
             }
         }
@@ -375,6 +396,7 @@ mod report {
             "p99 ms",
             "RSS MiB",
             "CPU us/req",
+            "Redis us/req",
         ];
         let mut rows: Vec<Vec<String>> = Vec::new();
         for &conns in &set.connections {
@@ -393,6 +415,8 @@ mod report {
                 let rss = runs.iter().filter_map(|r| r.rss).max();
                 let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
                 let cpu = (!cpu.is_empty()).then(|| median(cpu));
+                let redis: Vec<f64> = runs.iter().filter_map(|r| r.redis_us).collect();
+                let redis = (!redis.is_empty()).then(|| median(redis));
                 rows.push(vec![
                     s.name.clone(),
                     conns.to_string(),
@@ -406,6 +430,7 @@ mod report {
                     cpu.map_or("-".into(), |(c, lo, hi)| {
                         format!("{c:.1} ({lo:.1}-{hi:.1})")
                     }),
+                    redis.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
                 ]);
             }
         }

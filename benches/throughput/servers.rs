@@ -67,6 +67,20 @@ pub fn cpu_ticks(root: u32) -> u64 {
     total
 }
 
+/// The process id of the `redis-server` on `port` (from `INFO server`), if `redis-cli`
+/// is installed.
+pub fn redis_pid(port: u16) -> Option<u32> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "info", "server"])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Clock ticks per second, as `/proc` counts CPU time.
 pub fn ticks_per_second() -> f64 {
     // `getconf` rather than a libc call; 100 on every Linux this runs on.
