@@ -144,3 +144,106 @@ async fn claims_succeed_on_a_slot_moved_to_a_new_master() {
     assert!(r.replayed(), "{}", r.text());
     assert_eq!(up.effects(), 2, "one execution per key");
 }
+
+/// An ordered route's scripts take two keys in one slot (the record and its entity's
+/// order record, under the entity's hash tag). Both moved to a new master mid-migration:
+/// a replay reads them there through `ASK` (`ASKING`, then the script with both keys); a
+/// new version, whose record exists on neither node, waits out the migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_route_follows_ask_with_both_keys() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let config = GatewayConfig::new(up.url())
+        .store(
+            StoreCfg::cluster(cluster.urls())
+                .timeout("2s")
+                .prefix(PREFIX),
+        )
+        .route(RouteCfg::header("events", "/events").order("json:/id", "json:/version", "integer"));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+    let event = |key: &'static str, version: u32| {
+        let (http, url) = (http.clone(), gw.url("/events"));
+        async move {
+            let body = format!(r#"{{"id":7,"version":{version}}}"#);
+            http.post(&url, &[("Idempotency-Key", key)], &body).await
+        }
+    };
+    let r = event("v1", 1).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let source = cluster
+        .nodes
+        .iter()
+        .find(|n| !n.cmd::<Vec<String>>(&["KEYS", "reshard:*"]).is_empty())
+        .expect("the records are stored");
+    let keys: Vec<String> = source.cmd(&["KEYS", "reshard:*"]);
+    assert_eq!(keys.len(), 2, "the record and the entity's: {keys:?}");
+    let slot = slot_of(&keys[0]);
+    assert_eq!(slot, slot_of(&keys[1]), "one slot");
+    let target = tokio::task::block_in_place(|| cluster.join_a_new_node(source));
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let slot_arg = slot.to_string();
+    tokio::task::block_in_place(|| start_moving_slot(&slot_arg, &keys, source, &target));
+
+    let r = event("v1", 1).await;
+    assert_eq!(r.status, 201, "a replay of two moved keys: {}", r.text());
+    assert!(r.replayed());
+    assert!(evals(&target) >= 1, "the target never lacked the script");
+    assert_eq!(up.effects(), 1);
+
+    // A new version: the entity's record is on the target, the new record on neither, so
+    // the target answers `TRYAGAIN` until the migration ends. The cluster client sends it
+    // again after at least 1.28s (twice at most), within `store.timeout` here; by then the
+    // slot is the target's and the claim runs there.
+    let finish = std::thread::spawn({
+        let (slot, target_id) = (slot_arg.clone(), target.cmd::<String>(&["CLUSTER", "MYID"]));
+        let ports: Vec<u16> = cluster
+            .nodes
+            .iter()
+            .map(|n| n.port)
+            .chain([target.port])
+            .collect();
+        move || {
+            std::thread::sleep(std::time::Duration::from_millis(600));
+            for port in ports {
+                let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(&slot)
+                    .arg("NODE")
+                    .arg(&target_id)
+                    .query(&mut c)
+                    .unwrap();
+            }
+        }
+    });
+    let r = event("v2", 2).await;
+    finish.join().unwrap();
+    assert_eq!(
+        r.status,
+        201,
+        "a new version during migration: {}",
+        r.text()
+    );
+    assert!(!r.replayed());
+    assert!(
+        try_again(&target) > 0,
+        "the claim never met TRYAGAIN (the migration ended first)"
+    );
+    assert_eq!(up.effects(), 2);
+    let r = event("v1", 1).await;
+    assert!(r.replayed(), "{}", r.text());
+    assert_eq!(up.effects(), 2);
+}
+
+/// `TRYAGAIN` errors `node` answered, from `INFO errorstats`.
+fn try_again(node: &RedisServer) -> u64 {
+    let info: String = node.cmd(&["INFO", "errorstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
