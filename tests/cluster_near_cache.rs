@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use dedupe_test_support::{
-    eventually, free_port, GatewayConfig, Http, RedisCluster, RedisServer, RouteCfg, StoreCfg,
-    TestGateway, Upstream,
+    eventually, move_slot, start_moving_slot, GatewayConfig, Http, RedisCluster, RedisServer,
+    RouteCfg, StoreCfg, TestGateway, Upstream,
 };
 
 /// What the gateway's tracking connections call themselves in `CLIENT LIST`.
@@ -219,86 +219,6 @@ async fn a_silent_tracking_connection_empties_the_cache() {
     assert_eq!(up.effects(), 1);
 }
 
-/// Waits (blocking) until `done`, or panics naming `what` after 20s.
-fn wait(what: &str, done: &dyn Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "never {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A fourth node, met through `master`, known to every node as a master with no slots.
-/// It stays a master when it gives its last slot away (no replica migration).
-fn join_a_new_node(cluster: &RedisCluster, master: &RedisServer) -> RedisServer {
-    let bus = free_port().to_string();
-    let node = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-port",
-        &bus,
-        "--cluster-node-timeout",
-        "2000",
-        "--cluster-allow-replica-migration",
-        "no",
-    ]);
-    // The bus port is not port + 10000 here: the master's own line names it (`ip:port@bus`).
-    let me: String = master.cmd(&["CLUSTER", "NODES"]);
-    let master_bus = me
-        .lines()
-        .find(|l| l.contains("myself"))
-        .and_then(|l| l.split(' ').nth(1)?.split('@').nth(1)?.split(',').next())
-        .expect("CLUSTER NODES names the bus port")
-        .to_owned();
-    let _: () = node.cmd(&[
-        "CLUSTER",
-        "MEET",
-        "127.0.0.1",
-        &master.port.to_string(),
-        &master_bus,
-    ]);
-    let id: String = node.cmd(&["CLUSTER", "MYID"]);
-    wait("known to every node", &|| {
-        cluster.nodes.iter().all(|n| {
-            let nodes: String = n.cmd(&["CLUSTER", "NODES"]);
-            nodes.lines().any(|l| l.starts_with(&id))
-        })
-    });
-    wait("sees every slot covered", &|| {
-        let info: String = node.cmd(&["CLUSTER", "INFO"]);
-        info.contains("cluster_state:ok")
-    });
-    node
-}
-
-/// A fourth node joins as a replica of `master` and takes its place by a manual
-/// failover: the slots it owned now belong to a node the gateway never tracked.
-fn fail_over_to_a_new_node(cluster: &RedisCluster, master: &RedisServer) -> RedisServer {
-    let replica = join_a_new_node(cluster, master);
-    let master_id: String = master.cmd(&["CLUSTER", "MYID"]);
-    let _: () = replica.cmd(&["CLUSTER", "REPLICATE", &master_id]);
-    wait("synced", &|| {
-        let info: String = replica.cmd(&["INFO", "replication"]);
-        info.contains("master_link_status:up")
-    });
-    let _: () = replica.cmd(&["CLUSTER", "FAILOVER"]);
-    wait("took over", &|| {
-        let role: Vec<redis::Value> = replica.cmd(&["ROLE"]);
-        matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
-    });
-    wait("every node agrees", &|| {
-        cluster.nodes.iter().all(|n| {
-            let nodes: String = n.cmd(&["CLUSTER", "NODES"]);
-            nodes
-                .lines()
-                .any(|l| l.starts_with(&master_id) && l.contains("slave"))
-        })
-    });
-    replica
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_empties_the_cache_and_the_new_master_is_tracked() {
     let cluster = RedisCluster::start();
@@ -311,7 +231,7 @@ async fn a_failover_empties_the_cache_and_the_new_master_is_tracked() {
     assert!(near_bytes(&http, &a).await > 0);
 
     let old = owner(&cluster);
-    let new = tokio::task::block_in_place(|| fail_over_to_a_new_node(&cluster, old));
+    let new = tokio::task::block_in_place(|| cluster.fail_over_to_a_new_node(old));
     let nodes: Vec<&RedisServer> = cluster.nodes.iter().chain([&new]).collect();
     // The master set changed: the copy goes, with no request to prompt it.
     assert!(
@@ -347,36 +267,6 @@ async fn a_failover_empties_the_cache_and_the_new_master_is_tracked() {
     );
 }
 
-/// Moves `slot`, holding `key`, from `from` to `to`: importing, migrating, the key
-/// moved, then every node told the new owner.
-fn move_slot(every: &[&RedisServer], slot: &str, key: &str, from: &RedisServer, to: &RedisServer) {
-    start_moving_slot(slot, key, from, to);
-    let to_id: String = to.cmd(&["CLUSTER", "MYID"]);
-    for n in [to, from].into_iter().chain(every.iter().copied()) {
-        let _: () = n.cmd(&["CLUSTER", "SETSLOT", slot, "NODE", &to_id]);
-    }
-}
-
-/// The first half of [`move_slot`]: `to` importing, `from` migrating, `key` moved; the
-/// slot still belongs to `from` in every node's `CLUSTER SLOTS`.
-fn start_moving_slot(slot: &str, key: &str, from: &RedisServer, to: &RedisServer) {
-    let from_id: String = from.cmd(&["CLUSTER", "MYID"]);
-    let to_id: String = to.cmd(&["CLUSTER", "MYID"]);
-    let _: () = to.cmd(&["CLUSTER", "SETSLOT", slot, "IMPORTING", &from_id]);
-    let _: () = from.cmd(&["CLUSTER", "SETSLOT", slot, "MIGRATING", &to_id]);
-    let moved: String = from.cmd(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &to.port.to_string(),
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        key,
-    ]);
-    assert_eq!(moved, "OK");
-}
-
 /// A slot in migration to a master that owns no slots (here one emptied earlier, as a
 /// rebalance does): `CLUSTER SLOTS` names the source only, but a key already moved lives
 /// on the target (reached by `ASK`), and writes to it happen there. The target must be
@@ -397,14 +287,14 @@ async fn a_slot_migrating_to_a_master_with_no_slots_is_tracked() {
     let key = keys[0].clone();
     let slot: i64 = source.cmd(&["CLUSTER", "KEYSLOT", &key]);
     let slot = slot.to_string();
-    let target = tokio::task::block_in_place(|| join_a_new_node(&cluster, source));
+    let target = tokio::task::block_in_place(|| cluster.join_a_new_node(source));
     let nodes: Vec<&RedisServer> = cluster.nodes.iter().chain([&target]).collect();
-    // The target owns the slot for a while (the gateways load their scripts there), then
-    // gives it back and owns no slots: the gateways stop tracking it.
-    tokio::task::block_in_place(|| move_slot(&nodes, &slot, &key, source, &target));
+    // The target owns the slot for a while, then gives it back and owns no slots: the
+    // gateways stop tracking it.
+    tokio::task::block_in_place(|| move_slot(&nodes, &slot, &[&key], source, &target));
     assert!(served_locally(&http, &a, &nodes, "g").await);
     assert_eq!(order(&http, &b, "g").await, 201);
-    tokio::task::block_in_place(|| move_slot(&nodes, &slot, &key, &target, source));
+    tokio::task::block_in_place(|| move_slot(&nodes, &slot, &[&key], &target, source));
     assert!(
         eventually(Duration::from_secs(10), || async {
             tracking_ids(&target).is_empty()
@@ -415,7 +305,7 @@ async fn a_slot_migrating_to_a_master_with_no_slots_is_tracked() {
     assert!(served_locally(&http, &a, &nodes, "g").await);
 
     // The slot starts moving to the target again, and the key is moved there.
-    tokio::task::block_in_place(|| start_moving_slot(&slot, &key, source, &target));
+    tokio::task::block_in_place(|| start_moving_slot(&slot, &[&key], source, &target));
     // A reads the record on the target (ASK) and serves it from its copy again.
     assert!(served_locally(&http, &a, &nodes, "g").await);
     assert_eq!(up.effects(), 1);

@@ -8,9 +8,9 @@
 //! On an ordered route (`order`), claim, renew and finish also take the entity's record
 //! (`c` highest version completed, `i`/`g`/`e` the version in flight, its fence and lease
 //! end) as a second key: one script, so the order check is in the same atomic step. (Two
-//! keys need one slot, so ordered routes are refused on a cluster for now.) Each step
-//! (claim, complete, release) is one `EVALSHA` round
-//! trip: the scripts are the only place a record is read and written, and Redis runs a
+//! keys need one slot: on a cluster both take the entity's hash tag.) Each step (claim,
+//! complete, release) is one `EVALSHA` round trip (plus one `EVAL` on a node that lacks
+//! the script, see [`scripts`]): the scripts are the only place a record is read and written, and Redis runs a
 //! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
 //! skewed clocks agree on when a lease has expired.
 //!
@@ -116,7 +116,7 @@ macro_rules! redis_backend {
                 let mark = near.map(|near| (near.mark(), std::time::Instant::now()));
                 let inv = &claim_invocation(&self.scripts, req);
                 let v = self
-                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 let ttl = replay_ttl(&v);
                 let claim = parse_claim(v)?;
@@ -157,7 +157,7 @@ macro_rules! redis_backend {
                     order,
                 );
                 let v = self
-                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 parse_finish(v)
             }
@@ -174,7 +174,7 @@ macro_rules! redis_backend {
                 let inv =
                     &finish_invocation(&self.scripts, key, fence, None, window, strict, order);
                 let v = self
-                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 parse_finish(v)
             }
@@ -188,7 +188,7 @@ macro_rules! redis_backend {
             ) -> Result<bool, StoreError> {
                 let inv = &renew_invocation(&self.scripts, key, fence, lease, order);
                 let v = self
-                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 parse_renew(v)
             }
@@ -199,7 +199,7 @@ macro_rules! redis_backend {
             ) -> Result<Option<RecordInfo>, StoreError> {
                 let inv = &self.scripts.inspect.key(key);
                 let v = self
-                    .query(move |mut con| async move { inv.invoke_async(&mut con).await })
+                    .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 parse_inspect(v)
             }

@@ -1,7 +1,17 @@
 //! The Lua scripts: the only place a record is read and written. Redis runs each one
-//! atomically, on one key, so they run unchanged on a cluster.
+//! atomically, on one key (or two in one slot), so they run unchanged on a cluster.
+//!
+//! Each call is sent as `EVALSHA`; a node that answers `NOSCRIPT` gets that one call again
+//! as `EVAL` with the body, which also caches the script there. redis-rs's own
+//! `ScriptInvocation::invoke_async` answers `NOSCRIPT` with `SCRIPT LOAD` and a second
+//! `EVALSHA` instead, and on a cluster that `SCRIPT LOAD` goes to the nodes of the
+//! client's slot map: a master that just joined, reached through an `ASK` redirect (or a
+//! `MOVED` one before the map is refreshed), is not among them, so the second `EVALSHA`
+//! met `NOSCRIPT` again and the claim failed as "store unavailable". `EVAL` follows the
+//! key, redirects included, so any node that serves the key runs the script.
 
-use redis::{Script, ScriptInvocation};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisResult, Value};
 use std::time::Duration;
 
 use super::millis;
@@ -195,6 +205,81 @@ return {s, tonumber(r[2]), left, redis.call('PTTL', KEYS[1]), r[4] or '', r[5] o
   tonumber(r[6] or 0), tonumber(r[7] or -1), tonumber(r[8] or -1), r[9] or ''}
 "#;
 
+/// A script's body and the SHA1 that names it in a node's script cache.
+pub(super) struct Script {
+    body: String,
+    sha: String,
+}
+
+impl Script {
+    fn new(body: String) -> Self {
+        // redis-rs computes the same SHA1 Redis does; only the hash is taken from it.
+        let sha = redis::Script::new(&body).get_hash().to_owned();
+        Self { body, sha }
+    }
+
+    /// A call of this script on `key` (`KEYS[1]`).
+    pub(super) fn key(&self, key: &str) -> Call<'_> {
+        Call {
+            script: self,
+            keys: vec![key.as_bytes().to_vec()],
+            args: Vec::new(),
+        }
+    }
+}
+
+/// One call of a script: its keys and arguments, sent by [`Call::invoke`].
+pub(super) struct Call<'a> {
+    script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call<'_> {
+    fn key(&mut self, key: &str) -> &mut Self {
+        self.keys.push(key.as_bytes().to_vec());
+        self
+    }
+
+    fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// `EVALSHA`, or `EVAL` where the node lacks the script (see the module's comment).
+    /// Either way the script runs at most once: `NOSCRIPT` means it did not run.
+    pub(super) async fn invoke(&self, con: &mut impl ConnectionLike) -> RedisResult<Value> {
+        match self
+            .command("EVALSHA", &self.script.sha)
+            .query_async(con)
+            .await
+        {
+            Err(e) if no_script(&e) => {
+                tracing::debug!("a Redis node lacks the script; sending it with EVAL");
+                self.command("EVAL", &self.script.body)
+                    .query_async(con)
+                    .await
+            }
+            reply => reply,
+        }
+    }
+
+    fn command(&self, verb: &str, script: &str) -> Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script)
+            .arg(self.keys.len())
+            .arg(&self.keys[..])
+            .arg(&self.args[..]);
+        cmd
+    }
+}
+
+/// The node does not hold the script: a master that joined the cluster since, a restart,
+/// `SCRIPT FLUSH`.
+fn no_script(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOSCRIPT")
+}
+
 pub(super) struct Scripts {
     pub(super) claim: Script,
     pub(super) renew: Script,
@@ -205,18 +290,15 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
-            claim: Script::new(&format!("{ORDER_LIB}{CLAIM}")),
-            renew: Script::new(&format!("{ORDER_LIB}{RENEW}")),
-            finish: Script::new(&format!("{ORDER_LIB}{FINISH}")),
-            inspect: Script::new(INSPECT),
+            claim: Script::new(format!("{ORDER_LIB}{CLAIM}")),
+            renew: Script::new(format!("{ORDER_LIB}{RENEW}")),
+            finish: Script::new(format!("{ORDER_LIB}{FINISH}")),
+            inspect: Script::new(INSPECT.to_owned()),
         }
     }
 }
 
-pub(super) fn claim_invocation<'a>(
-    scripts: &'a Scripts,
-    req: ClaimRequest<'_>,
-) -> ScriptInvocation<'a> {
+pub(super) fn claim_invocation<'a>(scripts: &'a Scripts, req: ClaimRequest<'_>) -> Call<'a> {
     let mut inv = scripts.claim.key(req.key.as_str());
     inv.arg(&req.request_hash.as_bytes()[..])
         .arg(millis(req.lease))
@@ -235,7 +317,7 @@ pub(super) fn renew_invocation<'a>(
     fence: u64,
     lease: Duration,
     order: Option<Order<'_>>,
-) -> ScriptInvocation<'a> {
+) -> Call<'a> {
     let mut inv = scripts.renew.key(key);
     inv.arg(fence).arg(millis(lease));
     if let Some(order) = order {
@@ -252,7 +334,7 @@ pub(super) fn finish_invocation<'a>(
     window: Duration,
     strict: bool,
     order: Option<Order<'_>>,
-) -> ScriptInvocation<'a> {
+) -> Call<'a> {
     let mut inv = scripts.finish.key(key);
     inv.arg(fence)
         .arg(if response.is_some() { "c" } else { "r" })

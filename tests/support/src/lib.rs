@@ -17,7 +17,7 @@ pub mod upstream;
 use std::time::{Duration, Instant};
 
 pub use client::{Http, Reply};
-pub use cluster::RedisCluster;
+pub use cluster::{move_slot, slot_of, start_moving_slot, RedisCluster};
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
 pub use redis_server::{free_port, RedisServer, RedisTls};
