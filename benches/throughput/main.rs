@@ -65,8 +65,9 @@ struct Scenario {
     /// The serving process's id (nginx's master, or the gateway), for a profiler and for
     /// the CPU time it spends per request.
     pid: Option<u32>,
-    /// The `redis-server` the gateway stores in, for the CPU time it spends per request.
-    store_pid: Option<u32>,
+    /// The `redis-server` the gateway stores in (process id, port), for the CPU time it
+    /// spends per request and how many commands it gets per read.
+    store_pid: Option<(u32, u16)>,
 }
 
 /// One scenario's pass in one round.
@@ -81,6 +82,8 @@ struct Sample {
     cpu_us: Option<f64>,
     /// CPU time `redis-server` spent per request, in microseconds (Redis scenarios).
     redis_us: Option<f64>,
+    /// Commands `redis-server` processed per read from a socket (Redis scenarios).
+    depth: Option<f64>,
 }
 
 struct Settings {
@@ -129,7 +132,7 @@ async fn measure(
     conns: usize,
     round: usize,
     set: &Settings,
-) -> (Pass, Load, usize, [Option<f64>; 2]) {
+) -> (Pass, Load, usize, [Option<f64>; 3]) {
     let mut load = Load::connect(s.addr, conns).await;
     let tag = format!("{}-{conns}-{round}", s.name);
     let keys = |pass: &str| match s.kind {
@@ -153,17 +156,23 @@ async fn measure(
             tokio::time::sleep(Duration::from_secs_f64(hold)).await;
         }
         let before = up.effects();
-        let pids = [s.pid, s.store_pid];
+        let pids = [s.pid, s.store_pid.map(|(pid, _)| pid)];
         let cpu_before = pids.map(|p| p.map(servers::cpu_ticks));
+        let io_before = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
         let per_request = |ticks: u64| {
             ticks as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
         };
-        let mut cpu = [None; 2];
+        let mut cpu = [None; 3];
         for i in 0..2 {
             if let (Some(pid), Some(before)) = (pids[i], cpu_before[i]) {
                 cpu[i] = Some(per_request(servers::cpu_ticks(pid) - before));
             }
+        }
+        let io_after = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
+        if let (Some((c0, r0)), Some((c1, r1))) = (io_before, io_after) {
+            // The INFO call itself is one read: left out.
+            cpu[2] = Some((c1 - c0) as f64 / (r1 - r0).saturating_sub(1).max(1) as f64);
         }
         let effects = up.effects() - before;
         let n = result.requests();
@@ -206,7 +215,9 @@ async fn main() {
     std::fs::write(&key, "42".repeat(32)).unwrap();
     let sealed = [format!("file:{}", key.display())];
 
-    let redis_pid = redis.as_ref().and_then(|r| servers::redis_pid(r.port));
+    let redis_pid = redis
+        .as_ref()
+        .and_then(|r| Some((servers::redis_pid(r.port)?, r.port)));
     let mut stores = vec![("memory", StoreCfg::memory())];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
@@ -316,7 +327,7 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm, [cpu_us, redis_us]) =
+                let (pass, load, warm, [cpu_us, redis_us, depth]) =
                     measure(s, &up, conns, round, &set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
@@ -336,6 +347,7 @@ async fn main() {
                     rss,
                     cpu_us,
                     redis_us,
+                    depth,
                 });
             }
         }
@@ -397,6 +409,7 @@ mod report {
             "RSS MiB",
             "CPU us/req",
             "Redis us/req",
+            "Redis cmds/read",
         ];
         let mut rows: Vec<Vec<String>> = Vec::new();
         for &conns in &set.connections {
@@ -417,6 +430,8 @@ mod report {
                 let cpu = (!cpu.is_empty()).then(|| median(cpu));
                 let redis: Vec<f64> = runs.iter().filter_map(|r| r.redis_us).collect();
                 let redis = (!redis.is_empty()).then(|| median(redis));
+                let depth: Vec<f64> = runs.iter().filter_map(|r| r.depth).collect();
+                let depth = (!depth.is_empty()).then(|| median(depth));
                 rows.push(vec![
                     s.name.clone(),
                     conns.to_string(),
@@ -431,6 +446,7 @@ mod report {
                         format!("{c:.1} ({lo:.1}-{hi:.1})")
                     }),
                     redis.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
+                    depth.map_or("-".into(), |(d, _, _)| format!("{d:.2}")),
                 ]);
             }
         }

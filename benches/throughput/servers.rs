@@ -81,6 +81,32 @@ pub fn redis_pid(port: u16) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// `redis-server`'s counts so far: the gateway's commands (its scripts: `EVALSHA` and
+/// `EVAL` calls in `INFO commandstats`; `total_commands_processed` would also count the
+/// commands the scripts run), and reads from client sockets (`total_reads_processed`).
+/// Commands per read over a pass is how deep the gateway's connection pipelines under
+/// load (1.0: every command took a read of its own).
+pub fn redis_io(port: u16) -> Option<(u64, u64)> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "info", "all"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let calls = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.strip_prefix("calls="))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let reads = text
+        .lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())?;
+    Some((calls("cmdstat_evalsha:") + calls("cmdstat_eval:"), reads))
+}
+
 /// Clock ticks per second, as `/proc` counts CPU time.
 pub fn ticks_per_second() -> f64 {
     // `getconf` rather than a libc call; 100 on every Linux this runs on.
