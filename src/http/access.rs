@@ -7,7 +7,7 @@ use http::StatusCode;
 use tracing::info;
 
 use crate::dedupe::{Finish, Outcome, Would};
-use crate::metrics::Metrics;
+use crate::metrics::{millis, Metrics};
 use crate::store::Fence;
 
 /// What one request did, for its access-log line and metrics.
@@ -71,11 +71,4 @@ impl Access {
             )
         });
     }
-}
-
-/// Milliseconds with microsecond precision. Whole microseconds over 1000.0 give the double
-/// nearest a three-decimal number, which prints without float noise (`1.058`, never
-/// `1.0576780000000001`).
-fn millis(d: Duration) -> f64 {
-    d.as_micros() as f64 / 1000.0
 }
