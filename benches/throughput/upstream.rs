@@ -24,7 +24,13 @@ pub struct Counting {
 
 impl Counting {
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A deep accept queue: at 1,000 client connections nginx and the gateway open
+        // upstream connections beyond the ones they keep idle, in bursts. With tokio's
+        // default backlog (1024) the queue overflowed, SYNs were dropped, and the
+        // retransmit after 1s stalled whole rounds (seen as `ListenOverflows` in `nstat`).
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener: TcpListener = socket.listen(4096).unwrap();
         let addr = listener.local_addr().unwrap();
         let effects = Arc::new(AtomicU64::new(0));
         let counter = effects.clone();
