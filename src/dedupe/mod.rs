@@ -204,7 +204,10 @@ where
     F: FnOnce(Forward) -> Fut,
     Fut: Future<Output = Attempt<R>>,
 {
-    let claimed = claim::claim(env, key, request_hash, policy, order).await;
+    // The claim and the forwarder's call are boxed: each is a large future (a store round
+    // trip; an upstream call with its body capture), and held inline they made every
+    // request's task several KiB, copied whole on each move and on spawn.
+    let claimed = Box::pin(claim::claim(env, key, request_hash, policy, order)).await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
             Ok(Claim::Replay(_)) => Some(Would::Replay),
@@ -259,12 +262,15 @@ where
     }
     let _held = env.metrics.claim_held();
     let lease = Lease::new(env.store, env.metrics, key, fence, policy, order);
-    let (finish, response) = match lease.renewing(forward(Forward::Owned(fence))).await {
+    let (finish, response) = match lease
+        .renewing(Box::pin(forward(Forward::Owned(fence))))
+        .await
+    {
         Attempt::Final { record, response } => (
-            lease.complete(env.keyring.seal(key, record)).await,
+            Box::pin(lease.complete(env.keyring.seal(key, record))).await,
             response,
         ),
-        Attempt::NotExecuted(response) => (lease.release().await, response),
+        Attempt::NotExecuted(response) => (Box::pin(lease.release()).await, response),
         Attempt::Unknown(response) => (lease.keep(), response),
     };
     Settled {
@@ -288,7 +294,7 @@ where
     Fut: Future<Output = Attempt<R>>,
 {
     debug!(store_key = %key, would = would.as_str(), "shadow mode: forwarding a request enforcement would have answered");
-    let response = forward(Forward::Unguarded).await.into_response();
+    let response = Box::pin(forward(Forward::Unguarded)).await.into_response();
     let mut settled = Settled::answered(Answer::Forwarded(response), Outcome::Shadowed);
     settled.would = Some(would);
     settled
@@ -322,7 +328,7 @@ where
         OnError::FailOpen => {
             warn!(error = %e, store_key = %key,
                 "{what}; failing open: forwarding without dedupe");
-            let response = forward(Forward::Unguarded).await.into_response();
+            let response = Box::pin(forward(Forward::Unguarded)).await.into_response();
             Settled::answered(Answer::Forwarded(response), Outcome::FailOpen)
         }
     }

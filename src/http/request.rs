@@ -329,8 +329,8 @@ impl Claimed {
         } = self;
         let gateway = gateway.clone();
         let span = tracing::Span::current();
-        gateway.tasks.clone().spawn(
-        async move {
+        let tasks = gateway.tasks.clone();
+        let task = async move {
             let _task = TaskSide(tether);
             let env = gateway.env();
             let order = ordered.as_ref().map(|(entity, o)| Order {
@@ -392,9 +392,8 @@ impl Claimed {
                 would: settled.would,
             };
             gateway.conclude(Handled { response, access }, &span)
-        }
-        .in_current_span(),
-        )
+        };
+        tasks.spawn(task.in_current_span())
     }
 }
 
