@@ -14,7 +14,8 @@
 //! (longest pass, default 4), `BENCH_ROUNDS` (default 3), `BENCH_CONNECTIONS` (default
 //! `32,1000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
 //! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
-//! pass, printing the gateway's pid, to attach a profiler). Run with
+//! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
+//! another build's `dedupe-gateway`, run beside this one: `*@compare` rows). Run with
 //! `cargo bench --bench throughput`.
 
 mod load;
@@ -23,6 +24,7 @@ mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use dedupe_test_support::{GatewayConfig, RedisServer, RouteCfg, StoreCfg};
@@ -244,77 +246,90 @@ async fn main() {
         pid: None,
         store_pid: None,
     });
-    for (name, store) in stores {
-        let store_pid = if name == "redis" { redis_pid } else { None };
-        for encrypted in [false, true] {
-            let (store, name) = match encrypted {
-                false => (store.clone(), name.to_owned()),
-                true => (
-                    store.clone().encryption_keys(&sealed),
-                    format!("{name}-sealed"),
-                ),
-            };
-            if gateways.is_empty() {
-                // A gateway of its own, so its memory is that of streaming with nothing
-                // stored.
-                let gw = GatewayChild::start(config(up.addr, store.clone()));
+    // This build's gateway, and with `BENCH_COMPARE` another build's binary beside it: the
+    // same scenarios, suffixed `@compare`, interleaved in the same rounds, so a change is
+    // measured against what it changed on the same machine at the same moments.
+    let mut binaries = vec![(
+        PathBuf::from(env!("CARGO_BIN_EXE_dedupe-gateway")),
+        String::new(),
+    )];
+    if let Ok(other) = std::env::var("BENCH_COMPARE") {
+        binaries.push((PathBuf::from(other), "@compare".into()));
+    }
+    for (bin, suffix) in &binaries {
+        let first = gateways.len();
+        for (name, store) in &stores {
+            let store_pid = if *name == "redis" { redis_pid } else { None };
+            for encrypted in [false, true] {
+                let (store, name) = match encrypted {
+                    false => (store.clone(), (*name).to_owned()),
+                    true => (
+                        store.clone().encryption_keys(&sealed),
+                        format!("{name}-sealed"),
+                    ),
+                };
+                if gateways.len() == first {
+                    // A gateway of its own, so its memory is that of streaming with nothing
+                    // stored.
+                    let gw = GatewayChild::start(bin, config(up.addr, store.clone()));
+                    scenarios.push(Scenario {
+                        name: format!("passthrough{suffix}"),
+                        addr: gw.addr,
+                        path: "/other",
+                        kind: Kind::Plain,
+                        gateway: Some(first),
+                        pid: Some(gw.pid()),
+                        store_pid,
+                    });
+                    gateways.push(gw);
+                }
+                let gw = GatewayChild::start(bin, config(up.addr, store));
+                let idx = gateways.len();
                 scenarios.push(Scenario {
-                    name: "passthrough".into(),
+                    name: format!("{name}-won{suffix}"),
                     addr: gw.addr,
-                    path: "/other",
-                    kind: Kind::Plain,
-                    gateway: Some(0),
+                    path: DEDUPED,
+                    kind: Kind::Won,
+                    gateway: Some(idx),
+                    pid: Some(gw.pid()),
+                    store_pid,
+                });
+                scenarios.push(Scenario {
+                    name: format!("{name}-replay{suffix}"),
+                    addr: gw.addr,
+                    path: DEDUPED,
+                    kind: Kind::Replay,
+                    gateway: Some(idx),
                     pid: Some(gw.pid()),
                     store_pid,
                 });
                 gateways.push(gw);
             }
-            let gw = GatewayChild::start(config(up.addr, store));
-            let idx = gateways.len();
+        }
+        if let Some(r) = &redis {
+            // Replays on Redis with the near-cache on (`store.near_cache`): served from the
+            // gateway's copy, proved fresh by Redis's invalidations.
+            let store = StoreCfg::redis(r.url())
+                .timeout("500ms")
+                .near_cache("64MiB");
+            let gw = GatewayChild::start(bin, config(up.addr, store));
             scenarios.push(Scenario {
-                name: format!("{name}-won"),
-                addr: gw.addr,
-                path: DEDUPED,
-                kind: Kind::Won,
-                gateway: Some(idx),
-                pid: Some(gw.pid()),
-                store_pid,
-            });
-            scenarios.push(Scenario {
-                name: format!("{name}-replay"),
+                name: format!("redis-cached-replay{suffix}"),
                 addr: gw.addr,
                 path: DEDUPED,
                 kind: Kind::Replay,
-                gateway: Some(idx),
+                gateway: Some(gateways.len()),
                 pid: Some(gw.pid()),
-                store_pid,
+                store_pid: redis_pid,
             });
             gateways.push(gw);
         }
-    }
-    if let Some(r) = &redis {
-        // Replays on Redis with the near-cache on (`store.near_cache`): served from the
-        // gateway's copy, proved fresh by Redis's invalidations.
-        let store = StoreCfg::redis(r.url())
-            .timeout("500ms")
-            .near_cache("64MiB");
-        let gw = GatewayChild::start(config(up.addr, store));
-        scenarios.push(Scenario {
-            name: "redis-cached-replay".into(),
-            addr: gw.addr,
-            path: DEDUPED,
-            kind: Kind::Replay,
-            gateway: Some(gateways.len()),
-            pid: Some(gw.pid()),
-            store_pid: redis_pid,
-        });
-        gateways.push(gw);
     }
     let idle: Vec<u64> = gateways.iter().map(GatewayChild::rss).collect();
     if let Ok(only) = std::env::var("BENCH_ONLY") {
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
         let base = scenarios[0].name.clone();
-        scenarios.retain(|s| s.name == base || only.contains(&s.name.as_str()));
+        scenarios.retain(|s| s.name == base || only.contains(&s.name.trim_end_matches("@compare")));
     }
 
     println!(

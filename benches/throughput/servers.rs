@@ -221,13 +221,14 @@ pub struct GatewayChild {
 }
 
 impl GatewayChild {
-    pub fn start(config: GatewayConfig) -> Self {
+    /// Starts `binary` (this build's, or another's to compare) with `config`.
+    pub fn start(binary: &Path, config: GatewayConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr = free_addr();
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, config.listen(&addr.to_string()).to_toml()).unwrap();
         let log = dir.path().join("gateway.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        let mut child = Command::new(binary)
             .args(["run", "--log-format", "json", "--config"])
             .arg(&config_path)
             .env_remove("RUST_LOG")
