@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use dedupe_test_support::near_cache::{self, evalsha, near, near_bytes, order, served_locally};
 use dedupe_test_support::{
     eventually, move_slot, start_moving_slot, GatewayConfig, Http, RedisCluster, RedisServer,
     RouteCfg, StoreCfg, TestGateway, Upstream,
@@ -23,58 +24,8 @@ fn config(up: &Upstream, cluster: &RedisCluster, window: &str) -> GatewayConfig 
         .route(RouteCfg::header("orders", "/orders/*").window(window))
 }
 
-async fn metrics(http: &Http, gw: &TestGateway) -> String {
-    http.get(&gw.admin_url("/metrics"), &[]).await.text()
-}
-
-/// `dedupe_near_cache_total{result}` on `gw`.
-async fn near(http: &Http, gw: &TestGateway, result: &str) -> u64 {
-    let prefix = format!("dedupe_near_cache_total{{result=\"{result}\"}} ");
-    metrics(http, gw)
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// `dedupe_near_cache_bytes` on `gw`.
-async fn near_bytes(http: &Http, gw: &TestGateway) -> u64 {
-    metrics(http, gw)
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix("dedupe_near_cache_bytes "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("the bytes gauge is exported")
-}
-
-/// Claim scripts run on any of `nodes`.
-fn evalsha(nodes: &[&RedisServer]) -> u64 {
-    nodes
-        .iter()
-        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
-        .sum()
-}
-
 fn masters(cluster: &RedisCluster) -> Vec<&RedisServer> {
     cluster.nodes.iter().collect()
-}
-
-async fn order(http: &Http, gw: &TestGateway, key: &str) -> u16 {
-    http.post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
-        .await
-        .status
-        .as_u16()
-}
-
-/// Replays on `gw` until one is answered from the near-cache without reaching any node.
-async fn served_locally(http: &Http, gw: &TestGateway, nodes: &[&RedisServer], key: &str) -> bool {
-    eventually(Duration::from_secs(10), || async {
-        let (hits, calls) = (near(http, gw, "hit").await, evalsha(nodes));
-        assert_eq!(order(http, gw, key).await, 201);
-        near(http, gw, "hit").await == hits + 1 && evalsha(nodes) == calls
-    })
-    .await
 }
 
 /// The one node holding records (each test stores one key).
@@ -104,36 +55,18 @@ async fn a_delete_through_another_gateway_reaches_the_cache_on_a_cluster() {
     let up = Upstream::start().await;
     let a = TestGateway::start(&config(&up, &cluster, "1h")).await;
     let b = TestGateway::start(&config(&up, &cluster, "1h")).await;
-    let http = Http::new();
-    let nodes = masters(&cluster);
-    assert_eq!(order(&http, &a, "k1").await, 201);
-    assert_eq!(up.effects(), 1);
-    assert!(served_locally(&http, &a, &nodes, "k1").await);
-    assert_eq!(up.effects(), 1, "replays only");
     // Every master reports writes to each gateway: one tracking connection per gateway.
     for n in &cluster.nodes {
-        assert_eq!(tracking_ids(n).len(), 2, "node {}", n.port);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                tracking_ids(n).len() == 2
+            })
+            .await,
+            "node {}",
+            n.port
+        );
     }
-
-    let deleted = http
-        .send("DELETE", &b.admin_url("/keys/orders/k1"), &[], "")
-        .await
-        .unwrap();
-    assert!(deleted.status.is_success(), "{}", deleted.status);
-    // The invalidation travels to A beside B's reply: the next requests on A replay from
-    // the cache at most until it lands, then one executes.
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            assert_eq!(order(&http, &a, "k1").await, 201);
-            up.effects() == 2
-        })
-        .await,
-        "the delete through B never reached A's cache"
-    );
-    assert!(near(&http, &a, "invalidated").await >= 1);
-    // And the new record is replayed again, once more from the cache.
-    assert!(served_locally(&http, &a, &nodes, "k1").await);
-    assert_eq!(up.effects(), 2);
+    near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &masters(&cluster)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,17 +74,7 @@ async fn a_copy_never_outlives_its_window_on_a_cluster() {
     let cluster = RedisCluster::start();
     let up = Upstream::start().await;
     let a = TestGateway::start(&config(&up, &cluster, "2s")).await;
-    let http = Http::new();
-    assert_eq!(order(&http, &a, "w").await, 201);
-    assert!(served_locally(&http, &a, &masters(&cluster), "w").await);
-    assert_eq!(up.effects(), 1);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(order(&http, &a, "w").await, 201);
-    assert_eq!(
-        up.effects(),
-        2,
-        "past the window the request executes again"
-    );
+    near_cache::a_copy_never_outlives_its_window(&up, &a, &masters(&cluster)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use dedupe_test_support::fault_proxy::FaultProxy;
+use dedupe_test_support::near_cache::{self, evalsha, near, order, served_locally};
 use dedupe_test_support::{
     eventually, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway, Upstream,
 };
@@ -19,68 +20,13 @@ fn config(up: &Upstream, redis: &RedisServer, window: &str) -> GatewayConfig {
         .route(RouteCfg::header("orders", "/orders/*").window(window))
 }
 
-/// `dedupe_near_cache_total{result}` on `gw`.
-async fn near(http: &Http, gw: &TestGateway, result: &str) -> u64 {
-    let text = http.get(&gw.admin_url("/metrics"), &[]).await.text();
-    let prefix = format!("dedupe_near_cache_total{{result=\"{result}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn evalsha(redis: &RedisServer) -> u64 {
-    redis.command_calls().get("evalsha").copied().unwrap_or(0)
-}
-
-async fn order(http: &Http, gw: &TestGateway, key: &str) -> u16 {
-    http.post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
-        .await
-        .status
-        .as_u16()
-}
-
-/// Replays on `gw` until one is answered from the near-cache without reaching Redis.
-async fn served_locally(http: &Http, gw: &TestGateway, redis: &RedisServer, key: &str) -> bool {
-    eventually(Duration::from_secs(10), || async {
-        let (hits, calls) = (near(http, gw, "hit").await, evalsha(redis));
-        assert_eq!(order(http, gw, key).await, 201);
-        near(http, gw, "hit").await == hits + 1 && evalsha(redis) == calls
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_through_another_gateway_reaches_the_cache() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
     let a = TestGateway::start(&config(&up, &redis, "1h")).await;
     let b = TestGateway::start(&config(&up, &redis, "1h")).await;
-    let http = Http::new();
-    assert_eq!(order(&http, &a, "k1").await, 201);
-    assert_eq!(up.effects(), 1);
-    assert!(served_locally(&http, &a, &redis, "k1").await);
-    assert_eq!(up.effects(), 1, "replays only");
-
-    let deleted = http
-        .send("DELETE", &b.admin_url("/keys/orders/k1"), &[], "")
-        .await
-        .unwrap();
-    assert!(deleted.status.is_success(), "{}", deleted.status);
-    // The invalidation travels to A beside B's reply: the next requests on A replay from
-    // the cache at most until it lands, then one executes.
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            assert_eq!(order(&http, &a, "k1").await, 201);
-            up.effects() == 2
-        })
-        .await,
-        "the delete through B never reached A's cache"
-    );
-    assert!(near(&http, &a, "invalidated").await >= 1);
-    // And the new record is replayed again, once more from the cache.
-    assert!(served_locally(&http, &a, &redis, "k1").await);
-    assert_eq!(up.effects(), 2);
+    near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &[&redis]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,17 +34,7 @@ async fn a_copy_never_outlives_its_window() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
     let a = TestGateway::start(&config(&up, &redis, "2s")).await;
-    let http = Http::new();
-    assert_eq!(order(&http, &a, "w").await, 201);
-    assert!(served_locally(&http, &a, &redis, "w").await);
-    assert_eq!(up.effects(), 1);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(order(&http, &a, "w").await, 201);
-    assert_eq!(
-        up.effects(),
-        2,
-        "past the window the request executes again"
-    );
+    near_cache::a_copy_never_outlives_its_window(&up, &a, &[&redis]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +44,7 @@ async fn a_killed_connection_empties_the_cache() {
     let a = TestGateway::start(&config(&up, &redis, "1h")).await;
     let http = Http::new();
     assert_eq!(order(&http, &a, "c").await, 201);
-    assert!(served_locally(&http, &a, &redis, "c").await);
+    assert!(served_locally(&http, &a, &[&redis], "c").await);
     let bytes_before = {
         let text = http.get(&a.admin_url("/metrics"), &[]).await.text();
         assert!(text.contains("dedupe_near_cache_bytes "), "{text}");
@@ -121,17 +57,17 @@ async fn a_killed_connection_empties_the_cache() {
     // Redis (the claim script runs), and it is a replay still.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            let calls = evalsha(&redis);
+            let calls = evalsha(&[&redis]);
             let hits = near(&http, &a, "hit").await;
             assert_eq!(order(&http, &a, "c").await, 201);
-            near(&http, &a, "hit").await == hits && evalsha(&redis) > calls
+            near(&http, &a, "hit").await == hits && evalsha(&[&redis]) > calls
         })
         .await,
         "the cache kept serving after its connection was killed"
     );
     assert_eq!(up.effects(), 1);
     // Tracking is on again on the new connection: copies are served once more.
-    assert!(served_locally(&http, &a, &redis, "c").await);
+    assert!(served_locally(&http, &a, &[&redis], "c").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +77,7 @@ async fn a_flushall_by_another_client_empties_the_cache() {
     let a = TestGateway::start(&config(&up, &redis, "1h")).await;
     let http = Http::new();
     assert_eq!(order(&http, &a, "f").await, 201);
-    assert!(served_locally(&http, &a, &redis, "f").await);
+    assert!(served_locally(&http, &a, &[&redis], "f").await);
     // Redis pushes a null invalidation (every key) to each tracking client.
     let _: () = redis.cmd(&["FLUSHALL"]);
     assert!(
@@ -174,7 +110,7 @@ async fn a_silent_connection_stops_the_cache_serving() {
     let b = TestGateway::start(&config(&up, &redis, "1h")).await;
     let http = Http::new();
     assert_eq!(order(&http, &a, "s").await, 201);
-    assert!(served_locally(&http, &a, &redis, "s").await);
+    assert!(served_locally(&http, &a, &[&redis], "s").await);
 
     proxy.hold_new();
     proxy.lose_flows();

@@ -315,36 +315,34 @@ impl Claimed {
         gateway: &Arc<Gateway>,
         tether: Tether,
     ) -> tokio::task::JoinHandle<Response<Body>> {
-        let Claimed {
-            winner,
-            policy,
-            store_key,
-            request_hash,
-            ordered,
-            key,
-            scope,
-            route_name,
-            advertise_expiry,
-            started,
-        } = self;
+        let this = self;
         let gateway = gateway.clone();
         let span = tracing::Span::current();
         let tasks = gateway.tasks.clone();
         let task = async move {
             let _task = TaskSide(tether);
             let env = gateway.env();
-            let order = ordered.as_ref().map(|(entity, o)| Order {
+            let order = this.ordered.as_ref().map(|(entity, o)| Order {
                 entity,
                 version: &o.version,
             });
-            let settled =
-                dedupe::run_ordered(&env, &store_key, &request_hash, &policy, order, |forward| {
-                    winner.execute(&gateway.metrics, &store_key, forward)
-                })
-                .await;
+            let (key, scope, route_name): (&str, &str, &str) =
+                (&this.key, &this.scope, &this.route_name);
+            let settled = dedupe::run_ordered(
+                &env,
+                &this.store_key,
+                &this.request_hash,
+                &this.policy,
+                order,
+                |forward| {
+                    this.winner
+                        .execute(&gateway.metrics, &this.store_key, forward)
+                },
+            )
+            .await;
             if settled.outcome == Outcome::Stale {
-                if let Some((_, o)) = &ordered {
-                    warn!(route = &*route_name, key = %key, scope = %scope, version = %o.shown,
+                if let Some((_, o)) = &this.ordered {
+                    warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
                         "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
                 }
             }
@@ -356,14 +354,15 @@ impl Claimed {
                     expires,
                 }) => {
                     // Only a stored record has an expiry to advertise.
-                    if let (Ok(r), true) = (&mut response, stored && advertise_expiry) {
+                    if let (Ok(r), true) = (&mut response, stored && this.advertise_expiry) {
                         replay::advertise(r.headers_mut(), expires);
                     }
                     (response, upstream)
                 }
-                Answer::Replay(record) => {
-                    (replay::respond(&record, &store_key, advertise_expiry), None)
-                }
+                Answer::Replay(record) => (
+                    replay::respond(&record, &this.store_key, this.advertise_expiry),
+                    None,
+                ),
                 Answer::Conflict { retry_after } => {
                     (Err(GatewayError::Conflict { retry_after }), None)
                 }
@@ -372,7 +371,7 @@ impl Claimed {
                     // Once per held key (the store tells the first claim to see it):
                     // a person must look at it.
                     if first {
-                        error!(route = &*route_name, key = %key, scope = %scope, fence = fence.get(),
+                        error!(route = route_name, key = %key, scope = %scope, fence = fence.get(),
                             "outcome unknown and held: the first request's lease ended without an outcome; \
                              resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
                     }
@@ -382,13 +381,13 @@ impl Claimed {
                 Answer::Stale => (Err(GatewayError::Stale), None),
             };
             let access = Access {
-                started,
-                route: route_name,
+                started: this.started,
+                route: this.route_name,
                 outcome: settled.outcome,
                 finish: settled.finish,
                 fence: settled.fence,
                 upstream,
-                key: Some((key, scope)),
+                key: Some((this.key, this.scope)),
                 would: settled.would,
             };
             gateway.conclude(Handled { response, access }, &span)

@@ -9,6 +9,7 @@ pub mod config;
 pub mod contract;
 pub mod fault_proxy;
 pub mod gateway;
+pub mod near_cache;
 pub mod redis_server;
 pub mod sentinel;
 pub mod tls;
