@@ -32,19 +32,8 @@ impl RedisCluster {
     fn start_inner(tls: Option<&RedisTls>) -> Self {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                // The bus port is set explicitly: port + 10000 may not exist for high
-                // ephemeral ports.
                 let bus = free_port().to_string();
-                let mut args = vec![
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-node-timeout",
-                    "2000",
-                ];
+                let mut args = node_args(&bus);
                 match tls {
                     Some(tls) => {
                         args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
@@ -116,24 +105,30 @@ impl RedisCluster {
     }
 }
 
+/// A cluster node's arguments, with its bus port set explicitly: port + 10000 may not
+/// exist for high ephemeral ports.
+fn node_args(bus: &str) -> Vec<&str> {
+    vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        bus,
+        "--cluster-node-timeout",
+        "2000",
+    ]
+}
+
 impl RedisCluster {
     /// A fourth node, met through `master`, known to every node as a master with no slots.
     /// It stays a master when it gives its last slot away (no replica migration). It has
     /// never run a script.
     pub fn join_a_new_node(&self, master: &RedisServer) -> RedisServer {
         let bus = free_port().to_string();
-        let node = RedisServer::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-port",
-            &bus,
-            "--cluster-node-timeout",
-            "2000",
-            "--cluster-allow-replica-migration",
-            "no",
-        ]);
+        let mut args = node_args(&bus);
+        args.extend(["--cluster-allow-replica-migration", "no"]);
+        let node = RedisServer::start_with(&args);
         // The bus port is not port + 10000 here: the master's own line names it
         // (`ip:port@bus`).
         let me: String = master.cmd(&["CLUSTER", "NODES"]);
