@@ -6,6 +6,7 @@
 //! - [`gateway`]: the gateway's state (the live configuration as an atomic snapshot, the
 //!   store, the metrics, the request tasks).
 //! - `request`: the pipeline from a request to its response.
+//! - `claimed`: a keyed request's own task, from the claim to its accounted response.
 //! - `passthrough`: streaming a request without dedupe.
 //! - `winner`: the won claim's upstream call, classified for the protocol.
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
@@ -16,6 +17,7 @@
 
 mod access;
 mod capture;
+mod claimed;
 mod detach;
 pub mod gateway;
 mod passthrough;

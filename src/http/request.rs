@@ -15,23 +15,23 @@ use tracing::{error, warn, Instrument};
 
 use super::access::Access;
 use super::capture::Gathered;
-use super::detach::{TaskSide, Tether};
-use super::passthrough::{self, Forwarded};
+use super::claimed::Claimed;
+use super::detach::Tether;
+use super::passthrough;
 use super::winner::Winner;
-use super::{replay, ConnInfo, Gateway, Live};
+use super::{ConnInfo, Gateway, Live};
 use crate::config::Config;
-use crate::dedupe::{self, Answer, Finish, Outcome, Policy, Would};
+use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{self, KeyError, KeyRule, RequestView};
 use crate::path::{self, PathError};
 use crate::problem::GatewayError;
 use crate::route::{self, Mode, Route};
-use crate::store::Order;
 use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
-struct Handled {
-    response: Result<Response<Body>, GatewayError>,
-    access: Access,
+pub(super) struct Handled {
+    pub response: Result<Response<Body>, GatewayError>,
+    pub access: Access,
 }
 
 /// How `dispatch` ended.
@@ -64,7 +64,7 @@ impl Gateway {
     }
 
     /// Turns an error into its response and accounts for the request: once per request.
-    fn conclude(&self, handled: Handled, span: &tracing::Span) -> Response<Body> {
+    pub(super) fn conclude(&self, handled: Handled, span: &tracing::Span) -> Response<Body> {
         let response = handled.response.unwrap_or_else(|e| e.to_response());
         handled
             .access
@@ -288,111 +288,6 @@ impl Gateway {
             response: fwd.response,
             access,
         }
-    }
-}
-
-/// A request past its claim's inputs: everything its task needs.
-struct Claimed {
-    winner: Winner,
-    policy: Policy,
-    store_key: crate::tokens::StoreKey,
-    request_hash: crate::tokens::RequestHash,
-    ordered: Option<(crate::tokens::StoreKey, key::order::Ordered)>,
-    key: String,
-    scope: String,
-    route_name: Arc<str>,
-    advertise_expiry: bool,
-    started: Instant,
-}
-
-impl Claimed {
-    /// Runs the protocol in a task tracked for shutdown, which accounts for the request.
-    ///
-    /// A plain function, not part of `dispatch`'s state: built there, the task's future
-    /// (several KiB) was kept in the request future too and copied with it on every move.
-    fn spawn(
-        self,
-        gateway: &Arc<Gateway>,
-        tether: Tether,
-    ) -> tokio::task::JoinHandle<Response<Body>> {
-        let this = self;
-        let gateway = gateway.clone();
-        let span = tracing::Span::current();
-        let tasks = gateway.tasks.clone();
-        let task = async move {
-            let _task = TaskSide(tether);
-            let env = gateway.env();
-            let order = this.ordered.as_ref().map(|(entity, o)| Order {
-                entity,
-                version: &o.version,
-            });
-            let (key, scope, route_name): (&str, &str, &str) =
-                (&this.key, &this.scope, &this.route_name);
-            let settled = dedupe::run_ordered(
-                &env,
-                &this.store_key,
-                &this.request_hash,
-                &this.policy,
-                order,
-                |forward| {
-                    this.winner
-                        .execute(&gateway.metrics, &this.store_key, forward)
-                },
-            )
-            .await;
-            if settled.outcome == Outcome::Stale {
-                if let Some((_, o)) = &this.ordered {
-                    warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
-                        "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
-                }
-            }
-            let stored = settled.finish == Some(Finish::Completed);
-            let (response, upstream) = match settled.answer {
-                Answer::Forwarded(Forwarded {
-                    mut response,
-                    upstream,
-                    expires,
-                }) => {
-                    // Only a stored record has an expiry to advertise.
-                    if let (Ok(r), true) = (&mut response, stored && this.advertise_expiry) {
-                        replay::advertise(r.headers_mut(), expires);
-                    }
-                    (response, upstream)
-                }
-                Answer::Replay(record) => (
-                    replay::respond(&record, &this.store_key, this.advertise_expiry),
-                    None,
-                ),
-                Answer::Conflict { retry_after } => {
-                    (Err(GatewayError::Conflict { retry_after }), None)
-                }
-                Answer::Mismatch => (Err(GatewayError::Mismatch), None),
-                Answer::OutcomeUnknown { fence, first } => {
-                    // Once per held key (the store tells the first claim to see it):
-                    // a person must look at it.
-                    if first {
-                        error!(route = route_name, key = %key, scope = %scope, fence = fence.get(),
-                            "outcome unknown and held: the first request's lease ended without an outcome; \
-                             resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
-                    }
-                    (Err(GatewayError::OutcomeUnknown), None)
-                }
-                Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
-                Answer::Stale => (Err(GatewayError::Stale), None),
-            };
-            let access = Access {
-                started: this.started,
-                route: this.route_name,
-                outcome: settled.outcome,
-                finish: settled.finish,
-                fence: settled.fence,
-                upstream,
-                key: Some((this.key, this.scope)),
-                would: settled.would,
-            };
-            gateway.conclude(Handled { response, access }, &span)
-        };
-        tasks.spawn(task.in_current_span())
     }
 }
 

@@ -28,6 +28,7 @@ mod access;
 mod link;
 mod reply;
 mod scripts;
+mod topology;
 mod tracking;
 
 use std::future::Future;

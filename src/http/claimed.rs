@@ -1,0 +1,126 @@
+//! A request past its claim's inputs, run to its end in a task of its own: tracked for
+//! shutdown, so a client that hangs up never abandons a claim or an upstream call under
+//! way; the task settles the protocol, builds the response and accounts for the request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::Response;
+use tracing::{error, warn, Instrument};
+
+use super::access::Access;
+use super::detach::{TaskSide, Tether};
+use super::passthrough::Forwarded;
+use super::request::Handled;
+use super::winner::Winner;
+use super::{replay, Gateway};
+use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
+use crate::key;
+use crate::problem::GatewayError;
+use crate::store::Order;
+use crate::Body;
+
+/// A request past its claim's inputs: everything its task needs.
+pub(super) struct Claimed {
+    pub(super) winner: Winner,
+    pub(super) policy: Policy,
+    pub(super) store_key: crate::tokens::StoreKey,
+    pub(super) request_hash: crate::tokens::RequestHash,
+    pub(super) ordered: Option<(crate::tokens::StoreKey, key::order::Ordered)>,
+    pub(super) key: String,
+    pub(super) scope: String,
+    pub(super) route_name: Arc<str>,
+    pub(super) advertise_expiry: bool,
+    pub(super) started: Instant,
+}
+
+impl Claimed {
+    /// Runs the protocol in a task tracked for shutdown, which accounts for the request.
+    ///
+    /// A plain function, not part of `dispatch`'s state: built there, the task's future
+    /// (several KiB) was kept in the request future too and copied with it on every move.
+    pub(super) fn spawn(
+        self,
+        gateway: &Arc<Gateway>,
+        tether: Tether,
+    ) -> tokio::task::JoinHandle<Response<Body>> {
+        let this = self;
+        let gateway = gateway.clone();
+        let span = tracing::Span::current();
+        let tasks = gateway.tasks.clone();
+        let task = async move {
+            let _task = TaskSide(tether);
+            let env = gateway.env();
+            let order = this.ordered.as_ref().map(|(entity, o)| Order {
+                entity,
+                version: &o.version,
+            });
+            let (key, scope, route_name): (&str, &str, &str) =
+                (&this.key, &this.scope, &this.route_name);
+            let settled = dedupe::run_ordered(
+                &env,
+                &this.store_key,
+                &this.request_hash,
+                &this.policy,
+                order,
+                |forward| {
+                    this.winner
+                        .execute(&gateway.metrics, &this.store_key, forward)
+                },
+            )
+            .await;
+            if settled.outcome == Outcome::Stale {
+                if let Some((_, o)) = &this.ordered {
+                    warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
+                        "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
+                }
+            }
+            let stored = settled.finish == Some(Finish::Completed);
+            let (response, upstream) = match settled.answer {
+                Answer::Forwarded(Forwarded {
+                    mut response,
+                    upstream,
+                    expires,
+                }) => {
+                    // Only a stored record has an expiry to advertise.
+                    if let (Ok(r), true) = (&mut response, stored && this.advertise_expiry) {
+                        replay::advertise(r.headers_mut(), expires);
+                    }
+                    (response, upstream)
+                }
+                Answer::Replay(record) => (
+                    replay::respond(&record, &this.store_key, this.advertise_expiry),
+                    None,
+                ),
+                Answer::Conflict { retry_after } => {
+                    (Err(GatewayError::Conflict { retry_after }), None)
+                }
+                Answer::Mismatch => (Err(GatewayError::Mismatch), None),
+                Answer::OutcomeUnknown { fence, first } => {
+                    // Once per held key (the store tells the first claim to see it):
+                    // a person must look at it.
+                    if first {
+                        error!(route = route_name, key = %key, scope = %scope, fence = fence.get(),
+                            "outcome unknown and held: the first request's lease ended without an outcome; \
+                             resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
+                    }
+                    (Err(GatewayError::OutcomeUnknown), None)
+                }
+                Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+                Answer::Stale => (Err(GatewayError::Stale), None),
+            };
+            let access = Access {
+                started: this.started,
+                route: this.route_name,
+                outcome: settled.outcome,
+                finish: settled.finish,
+                fence: settled.fence,
+                upstream,
+                key: Some((this.key, this.scope)),
+                would: settled.would,
+            };
+            gateway.conclude(Handled { response, access }, &span)
+        };
+        tasks.spawn(task.in_current_span())
+    }
+}
