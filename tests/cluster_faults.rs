@@ -108,11 +108,7 @@ async fn a_paused_master_fails_its_slots_within_the_deadline_and_recovers() {
         "no new record reached the master that was paused"
     );
     // Every key executed at most once.
-    let mut seen = std::collections::HashMap::<String, usize>::new();
-    for s in up.seen() {
-        let key = s.headers["idempotency-key"].to_str().unwrap().to_owned();
-        *seen.entry(key).or_default() += 1;
-    }
+    let seen = up.effects_per_key();
     assert!(seen.values().all(|&n| n == 1), "{seen:?}");
 }
 
@@ -183,10 +179,7 @@ async fn a_lost_flow_to_one_master_is_replaced_without_a_restart() {
         records_on(through) > before,
         "no new record reached that master"
     );
-    let mut seen = std::collections::HashMap::<String, usize>::new();
-    for s in up.seen() {
-        let key = s.headers["idempotency-key"].to_str().unwrap().to_owned();
-        *seen.entry(key).or_default() += 1;
-    }
+    // Every key executed at most once.
+    let seen = up.effects_per_key();
     assert!(seen.values().all(|&n| n == 1), "{seen:?}");
 }

@@ -2,7 +2,6 @@
 //! contract on the primary the sentinel names, and a gateway that follows a failover
 //! without a restart.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -40,19 +39,16 @@ async fn post(http: &Http, gw: &TestGateway, key: &str) -> Reply {
         .await
 }
 
-/// How many times the upstream executed each key.
-fn effects_per_key(up: &Upstream) -> HashMap<String, usize> {
-    let mut n = HashMap::new();
-    for seen in up.seen() {
-        let key = seen
-            .headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("<none>")
-            .to_owned();
-        *n.entry(key).or_default() += 1;
-    }
-    n
+/// New keys until one is won (201) through the new primary, without restarting `gw`.
+async fn wins_again(http: &Http, gw: &TestGateway) {
+    let mut n = 0;
+    let recovered = eventually(Duration::from_secs(15), || {
+        n += 1;
+        let key = format!("after-{n}");
+        async move { post(http, gw, &key).await.status == StatusCode::CREATED }
+    })
+    .await;
+    assert!(recovered, "no request won through the new primary");
 }
 
 /// A key is won once and replayed after, with one side effect.
@@ -62,7 +58,7 @@ async fn dedupes(http: &Http, gw: &TestGateway, up: &Upstream, key: &str) {
     let again = post(http, gw, key).await;
     assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
     assert!(again.replayed(), "the retry of {key} was not a replay");
-    assert_eq!(effects_per_key(up).get(key), Some(&1), "{key}");
+    assert_eq!(up.effects_per_key().get(key), Some(&1), "{key}");
 }
 
 /// The node a store check reports on, and whether any check is about its role.
@@ -103,15 +99,7 @@ async fn the_gateway_follows_a_failover_without_a_restart() {
 
     // Requests during and after the failover: each key executes at most once, and a new
     // key is won again through the new primary, without restarting the gateway.
-    let mut n = 0;
-    let recovered = eventually(Duration::from_secs(15), || {
-        n += 1;
-        let key = format!("after-{n}");
-        let (http, gw) = (&http, &gw);
-        async move { post(http, gw, &key).await.status == StatusCode::CREATED }
-    })
-    .await;
-    assert!(recovered, "no request won through the new primary");
+    wins_again(&http, &gw).await;
     let started = Instant::now();
     dedupes(&http, &gw, &up, "after-failover").await;
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -123,7 +111,7 @@ async fn the_gateway_follows_a_failover_without_a_restart() {
     // (replication is asynchronous): whatever it answers, it is one of a replay or one
     // more execution, never more than two in all.
     let _ = post(&http, &gw, "before-1").await;
-    for (key, times) in effects_per_key(&up) {
+    for (key, times) in up.effects_per_key() {
         let most = if key.starts_with("before-") { 2 } else { 1 };
         assert!(times <= most, "{key} executed {times} times");
     }
@@ -159,20 +147,12 @@ async fn a_demoted_primary_is_left_for_the_promoted_one() {
     .await;
     assert!(demoted, "the old primary was never demoted");
 
-    let mut n = 0;
-    let recovered = eventually(Duration::from_secs(15), || {
-        n += 1;
-        let key = format!("after-{n}");
-        let (http, gw) = (&http, &gw);
-        async move { post(http, gw, &key).await.status == StatusCode::CREATED }
-    })
-    .await;
-    assert!(recovered, "no request won through the new primary");
+    wins_again(&http, &gw).await;
     dedupes(&http, &gw, &up, "after-failover").await;
     // Acknowledged by the replica before the failover: the earlier key replays.
     let r = post(&http, &gw, "before").await;
     assert!(r.replayed(), "{}", r.text());
-    for (key, times) in effects_per_key(&up) {
+    for (key, times) in up.effects_per_key() {
         assert_eq!(times, 1, "{key}");
     }
 }

@@ -152,6 +152,21 @@ impl Upstream {
         self.state.seen.lock().unwrap().clone()
     }
 
+    /// How many times each `Idempotency-Key` was executed (`<none>` for requests without).
+    pub fn effects_per_key(&self) -> std::collections::HashMap<String, usize> {
+        let mut n = std::collections::HashMap::new();
+        for seen in self.seen() {
+            let key = seen
+                .headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("<none>")
+                .to_owned();
+            *n.entry(key).or_default() += 1;
+        }
+        n
+    }
+
     /// The fences the upstream received, in order; each must be present and above the
     /// one before.
     pub fn increasing_fences(&self) -> Vec<u64> {
