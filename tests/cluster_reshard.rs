@@ -63,6 +63,21 @@ fn owner_of<'a>(cluster: &'a RedisCluster, record: &str) -> (&'a RedisServer, u1
     (owner, slot)
 }
 
+/// Stores the key `old` through `gw`, then joins a fourth master that has never run a
+/// script: `old`'s record, the master holding it and its slot, and the new node.
+async fn old_key_and_a_new_node<'a>(
+    cluster: &'a RedisCluster,
+    http: &Http,
+    gw: &TestGateway,
+) -> (String, &'a RedisServer, u16, RedisServer) {
+    let first = order(http, gw, "old").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let old = record_of("old");
+    let (source, slot) = owner_of(cluster, &old);
+    let target = tokio::task::block_in_place(|| cluster.join_a_new_node(source));
+    (old, source, slot, target)
+}
+
 /// A new key and a replay, each on a node with no script cached, while the slot migrates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_succeed_on_a_slot_migrating_to_a_new_master() {
@@ -70,11 +85,7 @@ async fn claims_succeed_on_a_slot_migrating_to_a_new_master() {
     let up = Upstream::start().await;
     let gw = TestGateway::start(&config(&up, &cluster)).await;
     let http = Http::new();
-    let first = order(&http, &gw, "old").await;
-    assert_eq!(first.status, 201, "{}", first.text());
-    let old = record_of("old");
-    let (source, slot) = owner_of(&cluster, &old);
-    let target = tokio::task::block_in_place(|| cluster.join_a_new_node(source));
+    let (old, source, slot, target) = old_key_and_a_new_node(&cluster, &http, &gw).await;
 
     // Migrating, no key moved yet: a new key in the slot is missing on the source, so the
     // source answers `ASK` and the record is created on the target.
@@ -116,11 +127,7 @@ async fn claims_succeed_on_a_slot_moved_to_a_new_master() {
     let up = Upstream::start().await;
     let gw = TestGateway::start(&config(&up, &cluster)).await;
     let http = Http::new();
-    let first = order(&http, &gw, "old").await;
-    assert_eq!(first.status, 201, "{}", first.text());
-    let old = record_of("old");
-    let (source, slot) = owner_of(&cluster, &old);
-    let target = tokio::task::block_in_place(|| cluster.join_a_new_node(source));
+    let (old, source, slot, target) = old_key_and_a_new_node(&cluster, &http, &gw).await;
     let every: Vec<&RedisServer> = cluster.nodes.iter().chain([&target]).collect();
     let slot_arg = slot.to_string();
     tokio::task::block_in_place(|| move_slot(&every, &slot_arg, &[&old], source, &target));
