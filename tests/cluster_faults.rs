@@ -21,19 +21,23 @@ fn records_on(node: &dedupe_test_support::RedisServer) -> usize {
     node.cmd::<Vec<String>>(&["KEYS", "stall:*"]).len()
 }
 
+/// A gateway on the cluster reached through `seeds`, with the tests' store deadline.
+fn config(up: &Upstream, seeds: Vec<String>) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(
+            StoreCfg::cluster(seeds)
+                .timeout(&format!("{TIMEOUT_MS}ms"))
+                .prefix("stall"),
+        )
+        .route(RouteCfg::header("orders", "/orders"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_master_fails_its_slots_within_the_deadline_and_recovers() {
     // A cluster of this test's own: the pause must not reach other tests.
     let cluster = RedisCluster::start();
     let up = Upstream::start().await;
-    let config = GatewayConfig::new(up.url())
-        .store(
-            StoreCfg::cluster(cluster.urls())
-                .timeout(&format!("{TIMEOUT_MS}ms"))
-                .prefix("stall"),
-        )
-        .route(RouteCfg::header("orders", "/orders"));
-    let gw = TestGateway::start(&config).await;
+    let gw = TestGateway::start(&config(&up, cluster.urls())).await;
     let http = Http::new();
     let post = |key: String| {
         let (http, url) = (http.clone(), gw.url("/orders"));
@@ -131,14 +135,8 @@ async fn a_lost_flow_to_one_master_is_replaced_without_a_restart() {
     assert!(announced, "the proxy's port never spread over the bus");
 
     let up = Upstream::start().await;
-    let config = GatewayConfig::new(up.url())
-        .store(
-            StoreCfg::cluster(cluster.nodes[1..].iter().map(|n| n.url()).collect())
-                .timeout(&format!("{TIMEOUT_MS}ms"))
-                .prefix("stall"),
-        )
-        .route(RouteCfg::header("orders", "/orders"));
-    let gw = TestGateway::start(&config).await;
+    let seeds = cluster.nodes[1..].iter().map(|n| n.url()).collect();
+    let gw = TestGateway::start(&config(&up, seeds)).await;
     let http = Http::new();
     let post = |key: String| {
         let (http, url) = (http.clone(), gw.url("/orders"));

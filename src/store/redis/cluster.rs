@@ -122,15 +122,6 @@ impl RedisClusterStore {
         })
     }
 
-    fn near_cache(&self) -> Option<&NearCache> {
-        self.near.as_deref()
-    }
-
-    /// The near-cache's counters, when it has one.
-    pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
-        self.near.as_ref().map(|n| n.stats())
-    }
-
     async fn con(&self) -> Result<ClusterConnection, StoreError> {
         let mut rx = self.con.clone();
         let con = rx

@@ -100,6 +100,15 @@ macro_rules! redis_backend {
                 self.timeout
             }
 
+            fn near_cache(&self) -> Option<&NearCache> {
+                self.near.as_deref()
+            }
+
+            /// The near-cache's counters, when it has one.
+            pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
+                self.near.as_ref().map(|n| n.stats())
+            }
+
             pub(in crate::store) async fn claim(
                 &self,
                 req: ClaimRequest<'_>,
@@ -311,15 +320,6 @@ impl RedisStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
         })
-    }
-
-    fn near_cache(&self) -> Option<&NearCache> {
-        self.near.as_deref()
-    }
-
-    /// The near-cache's counters, when it has one.
-    pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
-        self.near.as_ref().map(|n| n.stats())
     }
 
     /// Whether the primary is found through Sentinel.
