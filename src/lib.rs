@@ -32,6 +32,8 @@
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
 //! - [`headers`]: every header name the gateway reads or writes.
+//! - [`log`]: one writer thread for every log line; the access line, formatted without
+//!   `tracing`'s layers.
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
 //! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
@@ -58,6 +60,7 @@ pub mod framing;
 pub mod headers;
 pub mod http;
 pub mod key;
+pub mod log;
 pub mod metrics;
 pub mod path;
 pub mod problem;

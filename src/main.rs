@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::explain::{explain, Probe};
 use dedupe_gateway::key::KeyRule;
+use dedupe_gateway::log::Format;
 use dedupe_gateway::route::OnConflict;
 
 /// mimalloc instead of glibc's malloc: under load glibc's arenas showed up in profiles as
@@ -179,8 +180,14 @@ fn main() -> ExitCode {
         }
         Command::Drill(args) => drill(args),
         Command::Run { config: path } => {
-            // Held to the end: dropping it writes out the lines still queued.
-            let _log = init_tracing(cli.log_format);
+            // Held to the end: dropping it writes out the lines still buffered.
+            let _log = match init_tracing(cli.log_format) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    report(&format!("cannot start the log's writer thread: {e}"));
+                    return ExitCode::from(EXIT_RUNTIME);
+                }
+            };
             let config = match load(&path) {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
@@ -359,36 +366,15 @@ fn drill(args: DrillArgs) -> ExitCode {
 /// one write. Never lossy: past 8,192 queued lines a worker waits for the writer, as it
 /// waited on a slow stderr before (the queue is allocated up front: 128,000 lines, the
 /// library's default, cost 4 MiB of idle RSS).
-fn init_tracing(format: Option<LogFormat>) -> tracing_appender::non_blocking::WorkerGuard {
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(8192)
-        .thread_name("log-writer")
-        .finish(std::io::BufWriter::with_capacity(
-            64 * 1024,
-            std::io::stderr(),
-        ));
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let format = format.unwrap_or(if std::io::stderr().is_terminal() {
-        LogFormat::Text
-    } else {
-        LogFormat::Json
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(writer);
-    match format {
-        LogFormat::Text => builder.init(),
-        // One copy of the span's fields per line: the current span, not also the list.
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_span_list(false)
-            .init(),
-    }
-    guard
+fn init_tracing(format: Option<LogFormat>) -> std::io::Result<dedupe_gateway::log::sink::Guard> {
+    let terminal = std::io::stderr().is_terminal();
+    let format = match format {
+        Some(LogFormat::Text) => Format::Text,
+        Some(LogFormat::Json) => Format::Json,
+        None if terminal => Format::Text,
+        None => Format::Json,
+    };
+    dedupe_gateway::log::install(format, terminal)
 }
 
 fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {

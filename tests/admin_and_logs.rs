@@ -2,6 +2,7 @@
 //! codes.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use dedupe_test_support::{GatewayConfig, GatewayProcess, Http, RouteCfg, TestGateway, Upstream};
 
@@ -115,4 +116,97 @@ fn a_taken_port_exits_69_and_says_so_once() {
         .output()
         .unwrap();
     assert_eq!(usage.status.code(), Some(64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_lines_keep_their_place_among_other_lines_and_turn_off_by_target() {
+    let upstream = Upstream::start().await;
+    let config = GatewayConfig::new(upstream.url()).route(RouteCfg::header("orders", "/orders"));
+    let http = Http::new();
+    for (rust_log, want) in [("info", 1), ("info,dedupe_gateway::access=warn", 0)] {
+        let mut gw = GatewayProcess::start_with_env(&config, &[("RUST_LOG", rust_log)]);
+        let r = http
+            .post(&gw.url("/orders"), &[("Idempotency-Key", rust_log)], "{}")
+            .await;
+        assert_eq!(r.status, 201);
+        // An access line waits for its batch; the drain's lines are written at once, after it.
+        gw.signal("TERM");
+        assert_eq!(gw.wait_exit(Duration::from_secs(10)), Some(0));
+        gw.wait_logged("drained").await;
+        let logs = gw.logs.lock().unwrap().clone();
+        let at = |pred: &dyn Fn(&serde_json::Value) -> bool| logs.iter().position(pred);
+        let access = at(&|l| l["target"] == "dedupe_gateway::access");
+        let draining = at(&|l| l["message"] == "SIGTERM: draining").unwrap();
+        assert_eq!(
+            access.is_some() as usize,
+            want,
+            "RUST_LOG={rust_log}: {logs:#?}"
+        );
+        if let Some(access) = access {
+            assert!(access < draining, "{logs:#?}");
+            assert_eq!(logs[access]["key"], rust_log);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_access_lines_read_like_every_other_text_line() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let config = GatewayConfig::new(upstream.url())
+        .listen("127.0.0.1:0")
+        .route(RouteCfg::header("orders", "/orders"));
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let log = dir.path().join("gateway.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        .args(["run", "--log-format", "text", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let addr = loop {
+        let text = read();
+        if let Some(addr) = text
+            .lines()
+            .find(|l| l.contains("public listener ready"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+        {
+            break addr.to_owned();
+        }
+        assert!(Instant::now() < deadline, "never ready: {text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let r = Http::new()
+        .post(
+            &format!("http://{addr}/orders"),
+            &[("Idempotency-Key", "t\"1")],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let text = read();
+    let line = text
+        .lines()
+        .find(|l| l.contains("dedupe_gateway::access"))
+        .unwrap_or_else(|| panic!("no access line: {text}"));
+    // `2026-11-30T18:36:27.509289Z  INFO request{...}: target: message fields`
+    let (stamp, rest) = line.split_once("  ").unwrap();
+    assert!(stamp.len() == 27 && stamp.ends_with('Z'), "{line}");
+    assert!(
+        rest.starts_with(
+            "INFO request{method=POST path=/orders}: dedupe_gateway::access: request \
+             route=\"orders\" outcome=\"won\" finish=\"completed\" status=201 fence="
+        ),
+        "{line}"
+    );
+    assert!(rest.contains(r#" key="t\"1" scope="-""#), "{line}");
 }

@@ -1,14 +1,37 @@
 //! The access record: built once from what a request ended as, then counted and logged.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use http::StatusCode;
-use tracing::info;
+use http::{Method, StatusCode, Uri};
 
 use crate::dedupe::{Finish, Outcome, Would};
+use crate::log::{self, AccessLine};
 use crate::metrics::{millis, Metrics};
 use crate::store::Fence;
+
+/// The request as it arrived, for its access line; and its span, for every other event.
+#[derive(Clone)]
+pub(super) struct Origin {
+    pub span: tracing::Span,
+    pub method: Method,
+    /// The target as sent, before normalisation: the line shows what the client asked.
+    pub uri: Uri,
+}
+
+impl Origin {
+    pub fn of<B>(req: &http::Request<B>) -> Self {
+        // Method and path only: route, outcome and status are the access line's own
+        // fields. Recording them into the span too cost a parse and a re-serialisation of
+        // the span's JSON per field per request (tracing-subscriber's JSON fields).
+        let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+        Self {
+            span,
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+        }
+    }
+}
 
 /// What one request did, for its access-log line and metrics.
 pub(super) struct Access {
@@ -40,7 +63,7 @@ impl Access {
     }
 
     /// Counts the request and writes its access-log line: once per request.
-    pub fn account(&self, metrics: &Metrics, status: StatusCode, span: &tracing::Span) {
+    pub fn account(&self, metrics: &Metrics, status: StatusCode, origin: &Origin) {
         metrics.outcome(&self.route, self.outcome.as_str());
         if let Some(finish) = self.finish.filter(|f| *f != Finish::Completed) {
             metrics.outcome(&self.route, finish.as_str());
@@ -48,27 +71,20 @@ impl Access {
         if let Some(would) = self.would {
             metrics.shadow(&self.route, would.as_str());
         }
-        let route: &str = &self.route;
-        let outcome = self.outcome.as_str();
-        let (key, scope) = match &self.key {
-            Some((key, scope)) => (Some(key.as_str()), Some(scope.as_str())),
-            None => (None, None),
-        };
-        span.in_scope(|| {
-            info!(
-                target: "dedupe_gateway::access",
-                route,
-                outcome,
-                finish = self.finish.map(Finish::as_str),
-                would = self.would.map(Would::as_str),
-                status = status.as_u16(),
-                fence = self.fence.map(Fence::get),
-                upstream_ms = self.upstream.map(millis),
-                total_ms = millis(self.started.elapsed()),
-                key,
-                scope,
-                "request"
-            )
+        log::access(|| AccessLine {
+            at: SystemTime::now(),
+            method: origin.method.as_str(),
+            path: origin.uri.path(),
+            route: &self.route,
+            outcome: self.outcome.as_str(),
+            finish: self.finish.map(Finish::as_str),
+            would: self.would.map(Would::as_str),
+            status: status.as_u16(),
+            fence: self.fence.map(Fence::get),
+            upstream_ms: self.upstream.map(millis),
+            total_ms: millis(self.started.elapsed()),
+            key: self.key.as_ref().map(|(key, _)| key.as_str()),
+            scope: self.key.as_ref().map(|(_, scope)| scope.as_str()),
         });
     }
 }

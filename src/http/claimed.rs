@@ -8,7 +8,7 @@ use std::time::Instant;
 use http::Response;
 use tracing::{error, warn, Instrument};
 
-use super::access::Access;
+use super::access::{Access, Origin};
 use super::detach::{TaskSide, Tether};
 use super::passthrough::Forwarded;
 use super::request::Handled;
@@ -32,6 +32,7 @@ pub(super) struct Claimed {
     pub(super) route_name: Arc<str>,
     pub(super) advertise_expiry: bool,
     pub(super) started: Instant,
+    pub(super) origin: Origin,
 }
 
 impl Claimed {
@@ -46,7 +47,6 @@ impl Claimed {
     ) -> tokio::task::JoinHandle<Response<Body>> {
         let this = self;
         let gateway = gateway.clone();
-        let span = tracing::Span::current();
         let tasks = gateway.tasks.clone();
         let task = async move {
             let _task = TaskSide(tether);
@@ -119,7 +119,7 @@ impl Claimed {
                 key: Some((this.key, this.scope)),
                 would: settled.would,
             };
-            gateway.conclude(Handled { response, access }, &span)
+            gateway.conclude(Handled { response, access }, &this.origin)
         };
         tasks.spawn(task.in_current_span())
     }

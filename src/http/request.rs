@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::{error, warn, Instrument};
 
-use super::access::Access;
+use super::access::{Access, Origin};
 use super::capture::Gathered;
 use super::claimed::Claimed;
 use super::detach::Tether;
@@ -45,30 +45,26 @@ enum Dispatched {
 impl Gateway {
     /// Handles one client request. Never fails: errors become problem+json responses.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
-        // Method and path only: route, outcome and status are the access line's own fields.
-        // Recording them into the span too cost a parse and a re-serialisation of the
-        // span's JSON per field per request (tracing-subscriber's JSON fields), about a
-        // tenth of a streamed request's CPU.
-        let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+        let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();
         let handled = self
-            .dispatch(live, req, &conn, started)
-            .instrument(span.clone())
+            .dispatch(live, req, &conn, &origin, started)
+            .instrument(origin.span.clone())
             .await;
         match handled {
-            Dispatched::Handled(handled) => self.conclude(handled, &span),
+            Dispatched::Handled(handled) => self.conclude(handled, &origin),
             // Counted and logged by its task, which finishes even if the client left.
             Dispatched::Settled(response) => response,
         }
     }
 
     /// Turns an error into its response and accounts for the request: once per request.
-    pub(super) fn conclude(&self, handled: Handled, span: &tracing::Span) -> Response<Body> {
+    pub(super) fn conclude(&self, handled: Handled, origin: &Origin) -> Response<Body> {
         let response = handled.response.unwrap_or_else(|e| e.to_response());
         handled
             .access
-            .account(&self.metrics, response.status(), span);
+            .account(&self.metrics, response.status(), origin);
         response
     }
 
@@ -79,6 +75,7 @@ impl Gateway {
         live: Arc<Live>,
         req: Request<Incoming>,
         conn: &ConnInfo,
+        origin: &Origin,
         started: Instant,
     ) -> Dispatched {
         let early = |route: &Arc<str>, outcome, response| {
@@ -232,6 +229,7 @@ impl Gateway {
             route_name,
             advertise_expiry,
             started,
+            origin: origin.clone(),
         };
         let task = claimed.spawn(self, tether);
         Dispatched::Settled(match task.await {
