@@ -210,3 +210,27 @@ async fn text_access_lines_read_like_every_other_text_line() {
     );
     assert!(rest.contains(r#" key="t\"1" scope="-""#), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_inside_a_request_carry_its_span_when_asked_for() {
+    // Nothing listens on port 9: every request is a 502 with a warning logged inside it.
+    let config = GatewayConfig::new("http://127.0.0.1:9");
+    let http = Http::new();
+    for (rust_log, spanned) in [("info", false), ("info,dedupe_gateway::http=debug", true)] {
+        let gw = GatewayProcess::start_with_env(&config, &[("RUST_LOG", rust_log)]);
+        let r = http.get(&gw.url("/where"), &[]).await;
+        assert_eq!(r.status, 502);
+        gw.wait_logged("upstream request failed").await;
+        let logs = gw.logs.lock().unwrap().clone();
+        let warned = logs
+            .iter()
+            .find(|l| l["message"] == "upstream request failed")
+            .unwrap();
+        assert_eq!(warned["route"], "-", "{warned}");
+        if spanned {
+            assert_eq!(warned["span"]["path"], "/where", "{warned}");
+        } else {
+            assert!(warned.get("span").is_none(), "{warned}");
+        }
+    }
+}
