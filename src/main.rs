@@ -361,11 +361,8 @@ fn drill(args: DrillArgs) -> ExitCode {
     }
 }
 
-/// Logs to stderr through a writer thread: a request's access line is queued, not written
-/// by the worker that served it, and lines that queue up under load go out together in
-/// one write. Never lossy: past 8,192 queued lines a worker waits for the writer, as it
-/// waited on a slow stderr before (the queue is allocated up front: 128,000 lines, the
-/// library's default, cost 4 MiB of idle RSS).
+/// Logs to stderr in `format` (text on a terminal, JSON otherwise) through the library's
+/// one writer thread.
 fn init_tracing(format: Option<LogFormat>) -> std::io::Result<dedupe_gateway::log::sink::Guard> {
     let terminal = std::io::stderr().is_terminal();
     let format = match format {

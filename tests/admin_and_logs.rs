@@ -149,8 +149,18 @@ async fn access_lines_keep_their_place_among_other_lines_and_turn_off_by_target(
     }
 }
 
+/// A child process killed when dropped, so a failed assertion leaves nothing running.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn text_access_lines_read_like_every_other_text_line() {
+async fn text_access_lines_have_tracings_text_shape() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.toml");
@@ -159,13 +169,15 @@ async fn text_access_lines_read_like_every_other_text_line() {
         .route(RouteCfg::header("orders", "/orders"));
     std::fs::write(&path, config.to_toml()).unwrap();
     let log = dir.path().join("gateway.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
-        .args(["run", "--log-format", "text", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+            .args(["run", "--log-format", "text", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(10);
     let addr = loop {
@@ -190,15 +202,24 @@ async fn text_access_lines_read_like_every_other_text_line() {
         .await;
     assert_eq!(r.status, 201);
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.0.id().to_string()])
         .status();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(status.code(), Some(0));
     let text = read();
     let line = text
         .lines()
         .find(|l| l.contains("dedupe_gateway::access"))
         .unwrap_or_else(|| panic!("no access line: {text}"));
-    // `2026-11-30T18:36:27.509289Z  INFO request{...}: target: message fields`
+    // `2026-11-30T18:36:27.509289Z  INFO request{...}: target: message fields`, as the
+    // `tracing` lines beside it.
     let (stamp, rest) = line.split_once("  ").unwrap();
     assert!(stamp.len() == 27 && stamp.ends_with('Z'), "{line}");
     assert!(
@@ -209,6 +230,15 @@ async fn text_access_lines_read_like_every_other_text_line() {
         "{line}"
     );
     assert!(rest.contains(r#" key="t\"1" scope="-""#), "{line}");
+    let ready = text
+        .lines()
+        .find(|l| l.contains("public listener ready"))
+        .unwrap();
+    assert!(
+        ready.starts_with(&stamp[..11])
+            && ready[27..].starts_with("  INFO dedupe_gateway::server: "),
+        "{ready}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,14 +96,16 @@ impl AccessLine<'_> {
     pub fn write_text(&self, out: &mut Vec<u8>) {
         use std::io::Write;
         write_rfc3339(out, self.at);
-        // Writing to a Vec cannot fail. The span's values as `%` shows them, but one line
-        // per request whatever a path holds.
-        let _ = write!(
-            out,
-            "  INFO request{{method={} path={}}}: {TARGET}: request",
-            self.method.escape_debug(),
-            self.path.escape_debug()
-        );
+        // The span's values as `%` shows them: a URI's method and path hold no control
+        // characters, but should one come, it is escaped and the line stays one line.
+        out.extend_from_slice(b"  INFO request{method=");
+        push_shown(out, self.method);
+        out.extend_from_slice(b" path=");
+        push_shown(out, self.path);
+        out.extend_from_slice(b"}: ");
+        out.extend_from_slice(TARGET.as_bytes());
+        out.extend_from_slice(b": request");
+        // Writing to a Vec cannot fail.
         for (name, value) in self.fields() {
             let _ = match value {
                 None => continue,
@@ -116,6 +118,42 @@ impl AccessLine<'_> {
     }
 }
 
+impl AccessLine<'_> {
+    /// The line as a `tracing` event, the way it was logged before the gateway formatted
+    /// it: for a subscriber the gateway did not set up, and to hold the formats to
+    /// `tracing-subscriber`'s in the tests. Span and time are the caller's.
+    pub fn emit(&self) {
+        tracing::info!(
+            target: TARGET,
+            route = self.route,
+            outcome = self.outcome,
+            finish = self.finish,
+            would = self.would,
+            status = self.status,
+            fence = self.fence,
+            upstream_ms = self.upstream_ms,
+            total_ms = self.total_ms,
+            key = self.key,
+            scope = self.scope,
+            "request"
+        );
+    }
+}
+
+/// Appends `text` as it is, but with control characters escaped.
+fn push_shown(out: &mut Vec<u8>, text: &str) {
+    use std::io::Write;
+    for part in text.split_inclusive(char::is_control) {
+        match part.char_indices().last() {
+            Some((at, c)) if c.is_control() => {
+                out.extend_from_slice(&part.as_bytes()[..at]);
+                let _ = write!(out, "{}", c.escape_debug());
+            }
+            _ => out.extend_from_slice(part.as_bytes()),
+        }
+    }
+}
+
 /// Appends `value` as JSON (strings escaped as serde_json escapes them).
 fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Strings and numbers always serialise, and a Vec takes every byte.
@@ -125,6 +163,7 @@ fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn line() -> AccessLine<'static> {
@@ -145,21 +184,102 @@ mod tests {
         }
     }
 
-    #[test]
-    fn json_is_what_tracing_subscriber_wrote() {
-        // Captured from the gateway when the line went through tracing's JSON layer.
-        let before = r#"{"timestamp":"2026-11-30T18:36:27.509289Z","level":"INFO","message":"request","route":"orders","outcome":"won","finish":"completed","status":201,"fence":1796063787507808,"upstream_ms":1.362,"total_ms":1.616,"key":"a1","scope":"-","target":"dedupe_gateway::access","span":{"method":"POST","path":"/orders","name":"request"}}"#;
+    /// What `tracing-subscriber` writes for the line's event inside the request span, at
+    /// the line's time, in the gateway's JSON or text set-up.
+    fn through_tracing_subscriber(line: &AccessLine<'_>, json: bool) -> String {
+        use tracing_subscriber::fmt::format::Writer;
+        use tracing_subscriber::fmt::time::FormatTime;
+
+        struct At(String);
+        impl FormatTime for At {
+            fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+                w.write_str(&self.0)
+            }
+        }
+        #[derive(Clone, Default)]
+        struct Out(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Out {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let mut stamp = Vec::new();
+        write_rfc3339(&mut stamp, line.at);
+        let out = Out::default();
+        let writer = out.clone();
+        let builder = tracing_subscriber::fmt()
+            .with_timer(At(String::from_utf8(stamp).unwrap()))
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let emit = || {
+            let span = tracing::info_span!("request", method = %line.method, path = %line.path);
+            span.in_scope(|| line.emit());
+        };
+        if json {
+            let subscriber = builder
+                .json()
+                .flatten_event(true)
+                .with_span_list(false)
+                .finish();
+            tracing::subscriber::with_default(subscriber, emit);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), emit);
+        }
+        let bytes = out.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    fn ours(line: &AccessLine<'_>, json: bool) -> String {
         let mut out = Vec::new();
-        line().write_json(&mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{before}\n"));
+        if json {
+            line.write_json(&mut out);
+        } else {
+            line.write_text(&mut out);
+        }
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
-    fn text_is_what_tracing_subscriber_wrote() {
-        let before = r#"2026-11-30T18:36:27.509289Z  INFO request{method=POST path=/orders}: dedupe_gateway::access: request route="orders" outcome="won" finish="completed" status=201 fence=1796063787507808 upstream_ms=1.362 total_ms=1.616 key="a1" scope="-""#;
-        let mut out = Vec::new();
-        line().write_text(&mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{before}\n"));
+    fn both_formats_are_byte_for_byte_tracing_subscribers() {
+        let lines = [
+            line(),
+            AccessLine {
+                route: "-",
+                outcome: "passthrough",
+                finish: None,
+                fence: None,
+                key: None,
+                scope: None,
+                upstream_ms: Some(2.0),
+                total_ms: 0.07,
+                path: "/a'b\"c\\d/%7E?",
+                ..line()
+            },
+            AccessLine {
+                outcome: "shadowed",
+                would: Some("replay"),
+                key: Some("k \"quoted\" \u{e9}\u{1f600}\u{7f}"),
+                upstream_ms: None,
+                ..line()
+            },
+        ];
+        for line in &lines {
+            for json in [true, false] {
+                assert_eq!(ours(line, json), through_tracing_subscriber(line, json));
+            }
+        }
+    }
+
+    #[test]
+    fn json_is_what_the_gateway_logged_before() {
+        // Captured from the gateway when the line went through tracing's JSON layer.
+        let before = r#"{"timestamp":"2026-11-30T18:36:27.509289Z","level":"INFO","message":"request","route":"orders","outcome":"won","finish":"completed","status":201,"fence":1796063787507808,"upstream_ms":1.362,"total_ms":1.616,"key":"a1","scope":"-","target":"dedupe_gateway::access","span":{"method":"POST","path":"/orders","name":"request"}}"#;
+        assert_eq!(ours(&line(), true), format!("{before}\n"));
     }
 
     #[test]

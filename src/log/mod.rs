@@ -35,15 +35,14 @@ static ACCESS: OnceLock<AccessLog> = OnceLock::new();
 /// colours text lines from `tracing`. Keep the guard to the end: dropping it writes out
 /// every line still buffered.
 pub fn install(format: Format, ansi: bool) -> std::io::Result<sink::Guard> {
-    let (sink, guard) = sink::Sink::start(Box::new(std::io::stderr()))?;
+    let (sink, guard) = sink::Sink::start(Box::new(std::io::stderr()), sink::FLUSH_EVERY)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(sink.clone());
-    // A subscriber already set (by an embedding program) keeps its place.
-    let _ = match format {
+    let installed = match format {
         Format::Text => builder.try_init(),
         // One copy of the span's fields per line: the current span, not also the list.
         Format::Json => builder
@@ -52,21 +51,28 @@ pub fn install(format: Format, ansi: bool) -> std::io::Result<sink::Guard> {
             .with_span_list(false)
             .try_init(),
     };
-    let _ = ACCESS.set(AccessLog { sink, format });
+    // A subscriber set before (by a program embedding the gateway) keeps its place and
+    // gets the access lines as events too.
+    if installed.is_ok() {
+        let _ = ACCESS.set(AccessLog { sink, format });
+    }
     Ok(guard)
 }
 
-/// Writes one access line, if [`install`] ran and the filter lets `dedupe_gateway::access`
-/// through at info. `line` is called only then.
+/// Writes one access line, if the filter lets `dedupe_gateway::access` through at info:
+/// formatted here when [`install`] set up the log; otherwise as a `tracing` event, for a
+/// subscriber of the embedding program's own. `line` is called only then.
 pub fn access<'a>(line: impl FnOnce() -> AccessLine<'a>) {
     thread_local! {
         static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
-    let Some(log) = ACCESS.get() else { return };
     if !tracing::enabled!(target: line::TARGET, tracing::Level::INFO) {
         return;
     }
     let line = line();
+    let Some(log) = ACCESS.get() else {
+        return line.emit();
+    };
     BUF.with_borrow_mut(|buf| {
         buf.clear();
         match log.format {
@@ -74,5 +80,62 @@ pub fn access<'a>(line: impl FnOnce() -> AccessLine<'a>) {
             Format::Text => line.write_text(buf),
         }
         log.sink.append(buf, false);
+        // One long key must not keep its buffer for good.
+        if buf.capacity() > 64 * 1024 {
+            *buf = Vec::new();
+        }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    #[derive(Clone, Default)]
+    struct Out(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Out {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn without_install_access_lines_reach_the_programs_own_subscriber_and_its_filter() {
+        // No test in this crate calls `install`: access lines take the `tracing` path.
+        assert!(ACCESS.get().is_none());
+        let line = || AccessLine {
+            at: SystemTime::now(),
+            method: "POST",
+            path: "/orders",
+            route: "orders",
+            outcome: "won",
+            finish: None,
+            would: None,
+            status: 201,
+            fence: Some(7),
+            upstream_ms: None,
+            total_ms: 1.5,
+            key: Some("k1"),
+            scope: None,
+        };
+        for (filter, logged) in [("info", true), ("info,dedupe_gateway::access=warn", false)] {
+            let out = Out::default();
+            let writer = out.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(move || writer.clone())
+                .finish();
+            tracing::subscriber::with_default(subscriber, || access(line));
+            let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+            assert_eq!(text.contains(r#""key":"k1""#), logged, "{filter}: {text}");
+        }
+    }
 }

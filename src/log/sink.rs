@@ -4,7 +4,9 @@
 //! wakes the writer at once. A worker thread never makes a system call to log, and one
 //! wake-up carries hundreds of lines.
 //!
-//! Never lossy: past [`CAP`] bytes not yet written (stderr blocked), writers wait.
+//! Never lossy while the writer runs: past [`CAP`] bytes waiting (stderr blocked), writers
+//! wait. Closing writes out every line buffered, waiting at most [`CLOSE_WAIT`] for a
+//! blocked output; lines logged after the writer finished go straight to the output.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -13,6 +15,9 @@ use std::time::Duration;
 
 /// The longest a buffered line waits before it is written out.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How long closing waits for the writer to write out what is buffered: a blocked stderr
+/// must not keep a stopping process alive.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Buffered bytes that wake the writer before its timer.
 const WAKE_AT: usize = 64 * 1024;
 /// Buffered bytes past which writers wait for the writer to catch up.
@@ -28,6 +33,9 @@ struct Shared {
     wake: Condvar,
     /// Signals writers waiting for room.
     room: Condvar,
+    /// Signals the closing guard that the writer wrote its last batch.
+    finished: Condvar,
+    flush_every: Duration,
     out: Mutex<Box<dyn Write + Send>>,
 }
 
@@ -36,7 +44,10 @@ struct State {
     buf: Vec<u8>,
     wake_asked: bool,
     waiting_for_room: usize,
+    /// The guard asked the writer to write out everything and stop.
     closed: bool,
+    /// The writer wrote its last batch: lines go straight to the output from now on.
+    done: bool,
 }
 
 /// Stops the writer when dropped, after it wrote out every line buffered; lines written
@@ -53,12 +64,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Sink {
-    /// Starts the writer thread (`log-writer`) writing to `out`.
-    pub fn start(out: Box<dyn Write + Send>) -> std::io::Result<(Sink, Guard)> {
+    /// Starts the writer thread (`log-writer`) writing to `out`; a buffered line waits at
+    /// most `flush_every` ([`FLUSH_EVERY`] for the process's log).
+    pub fn start(
+        out: Box<dyn Write + Send>,
+        flush_every: Duration,
+    ) -> std::io::Result<(Sink, Guard)> {
         let sink = Sink(Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             room: Condvar::new(),
+            finished: Condvar::new(),
+            flush_every,
             out: Mutex::new(out),
         }));
         let shared = sink.0.clone();
@@ -77,7 +94,7 @@ impl Sink {
     pub fn append(&self, bytes: &[u8], now: bool) {
         let shared = &*self.0;
         let mut state = lock(&shared.state);
-        while state.buf.len() >= CAP && !state.closed {
+        while state.buf.len() >= CAP && !state.done {
             state.waiting_for_room += 1;
             state = shared
                 .room
@@ -85,30 +102,42 @@ impl Sink {
                 .unwrap_or_else(PoisonError::into_inner);
             state.waiting_for_room -= 1;
         }
-        if state.closed {
-            // Held across the write, so a late line follows the writer's last batch.
+        if state.done {
+            // After the writer's last batch, and in order: the state lock is held across.
             let _ = lock(&shared.out).write_all(bytes);
             return;
         }
+        let was_empty = state.buf.is_empty();
         state.buf.extend_from_slice(bytes);
-        if (now || state.buf.len() >= WAKE_AT) && !state.wake_asked {
-            // Once per batch: a notify is a system call even when nobody waits.
+        if state.wake_asked {
+            return;
+        }
+        if now || state.buf.len() >= WAKE_AT {
             state.wake_asked = true;
+            shared.wake.notify_one();
+        } else if was_empty {
+            // Starts the writer's timer; an idle writer sleeps until a line comes.
             shared.wake.notify_one();
         }
     }
 }
 
-/// The writer thread: waits for a wake-up or its timer, takes the whole buffer, writes it.
+/// The writer thread: sleeps until a line comes, gives it company until its timer or a
+/// wake-up, takes the whole buffer, writes it out; after closing, until nothing is left.
 fn write_out(shared: &Shared) {
     let mut batch = Vec::with_capacity(WAKE_AT);
     loop {
         let mut state = lock(&shared.state);
-        if !state.wake_asked && !state.closed {
-            // A spurious wake-up only writes a batch early.
+        while state.buf.is_empty() && !state.wake_asked && !state.closed {
             state = shared
                 .wake
-                .wait_timeout(state, FLUSH_EVERY)
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if !state.wake_asked && !state.closed {
+            state = shared
+                .wake
+                .wait_timeout_while(state, shared.flush_every, |s| !s.wake_asked && !s.closed)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -117,33 +146,39 @@ fn write_out(shared: &Shared) {
         if state.waiting_for_room > 0 {
             shared.room.notify_all();
         }
-        if state.closed {
-            // The last batch, written under the state lock: no later line overtakes it.
-            let mut out = lock(&shared.out);
-            let _ = out.write_all(&batch);
-            let _ = out.flush();
+        if state.closed && batch.is_empty() {
+            state.done = true;
+            shared.room.notify_all();
+            shared.finished.notify_all();
             return;
         }
         drop(state);
-        if !batch.is_empty() {
-            // Output errors (a closed stderr) have nowhere to be reported.
-            let mut out = lock(&shared.out);
-            let _ = out.write_all(&batch);
-            let _ = out.flush();
-        }
+        // Output errors (a closed stderr) have nowhere to be reported.
+        let mut out = lock(&shared.out);
+        let _ = out.write_all(&batch);
+        let _ = out.flush();
+        drop(out);
         batch.clear();
+        // A burst's buffers are not kept: the two buffers take turns here.
+        if batch.capacity() > 4 * WAKE_AT {
+            batch = Vec::with_capacity(WAKE_AT);
+        }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        {
-            let mut state = lock(&self.sink.0.state);
-            state.closed = true;
-            self.sink.0.wake.notify_one();
-            self.sink.0.room.notify_all();
-        }
-        if let Some(writer) = self.writer.take() {
+        let shared = &*self.sink.0;
+        let mut state = lock(&shared.state);
+        state.closed = true;
+        shared.wake.notify_one();
+        let (state, _) = shared
+            .finished
+            .wait_timeout_while(state, CLOSE_WAIT, |s| !s.done)
+            .unwrap_or_else(PoisonError::into_inner);
+        let done = state.done;
+        drop(state);
+        if let Some(writer) = self.writer.take().filter(|_| done) {
             let _ = writer.join();
         }
     }
@@ -212,38 +247,46 @@ mod tests {
     }
 
     #[test]
-    fn buffered_lines_are_written_by_the_timer_and_urgent_ones_at_once() {
+    fn a_buffered_line_waits_for_the_timer_and_an_urgent_one_takes_it_along() {
         let out = Out::default();
-        let (sink, _guard) = Sink::start(Box::new(out.clone())).unwrap();
+        let (sink, _guard) = Sink::start(Box::new(out.clone()), Duration::from_secs(3600)).unwrap();
         sink.append(b"buffered\n", false);
-        out.wait_for("buffered\n");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(out.text(), "", "written before its timer or a wake-up");
         sink.append(b"urgent\n", true);
-        out.wait_for("urgent\n");
+        out.wait_for("buffered\nurgent\n");
+
+        let out = Out::default();
+        let (sink, _guard) = Sink::start(Box::new(out.clone()), Duration::from_millis(10)).unwrap();
+        sink.append(b"by the timer\n", false);
+        out.wait_for("by the timer\n");
     }
 
     #[test]
-    fn dropping_the_guard_writes_out_everything_in_order() {
+    fn closing_while_threads_log_keeps_every_line_in_order() {
         let out = Out::default();
-        let (sink, guard) = Sink::start(Box::new(out.clone())).unwrap();
+        let (sink, guard) = Sink::start(Box::new(out.clone()), FLUSH_EVERY).unwrap();
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let sink = sink.clone();
                 std::thread::spawn(move || {
-                    for i in 0..2000 {
-                        sink.append(format!("{t} {i}\n").as_bytes(), i % 500 == 0);
+                    for i in 0..20_000 {
+                        sink.append(format!("{t} {i}\n").as_bytes(), i % 5000 == 0);
                     }
                 })
             })
             .collect();
+        // Closed while the threads are still logging: their later lines go straight out.
+        while out.text().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(guard);
         for t in threads {
             t.join().unwrap();
         }
-        drop(guard);
-        sink.append(b"after\n", false);
         let text = out.text();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 8001);
-        assert_eq!(lines.last(), Some(&"after"));
+        assert_eq!(lines.len(), 80_000);
         // Each thread's lines arrive whole and in its order.
         for t in 0..4 {
             let mine: Vec<usize> = lines
@@ -251,15 +294,28 @@ mod tests {
                 .filter_map(|l| l.strip_prefix(&format!("{t} ")))
                 .map(|i| i.parse().unwrap())
                 .collect();
-            assert_eq!(mine, (0..2000).collect::<Vec<_>>());
+            assert_eq!(mine, (0..20_000).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn closing_gives_up_on_an_output_that_never_takes_the_lines() {
+        let out = Out::default();
+        out.blocked.store(true, Ordering::SeqCst);
+        let (sink, guard) = Sink::start(Box::new(out.clone()), FLUSH_EVERY).unwrap();
+        sink.append(b"stuck\n", true);
+        // Returns (after CLOSE_WAIT) instead of waiting for the output forever.
+        drop(guard);
+        assert!(!lock(&sink.0.state).done);
+        out.blocked.store(false, Ordering::SeqCst);
+        out.wait_for("stuck\n");
     }
 
     #[test]
     fn a_blocked_output_makes_writers_wait_and_loses_nothing() {
         let out = Out::default();
         out.blocked.store(true, Ordering::SeqCst);
-        let (sink, guard) = Sink::start(Box::new(out.clone())).unwrap();
+        let (sink, guard) = Sink::start(Box::new(out.clone()), FLUSH_EVERY).unwrap();
         let line = vec![b'x'; 1023];
         let writer = {
             let sink = sink.clone();
