@@ -162,8 +162,8 @@ fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::captured::Out;
     use super::*;
-    use std::sync::{Arc, Mutex};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn line() -> AccessLine<'static> {
@@ -196,17 +196,6 @@ mod tests {
                 w.write_str(&self.0)
             }
         }
-        #[derive(Clone, Default)]
-        struct Out(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Out {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
 
         let mut stamp = Vec::new();
         write_rfc3339(&mut stamp, line.at);
@@ -230,8 +219,7 @@ mod tests {
         } else {
             tracing::subscriber::with_default(builder.finish(), emit);
         }
-        let bytes = out.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
+        out.text()
     }
 
     fn ours(line: &AccessLine<'_>, json: bool) -> String {

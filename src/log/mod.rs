@@ -5,6 +5,8 @@
 //! never tear or reorder. Access lines wait up to [`sink::FLUSH_EVERY`] to be written in a
 //! batch; other lines are written at once.
 
+#[cfg(test)]
+mod captured;
 pub mod clock;
 pub mod line;
 pub mod sink;
@@ -89,22 +91,9 @@ pub fn access<'a>(line: impl FnOnce() -> AccessLine<'a>) {
 
 #[cfg(test)]
 mod tests {
+    use super::captured::Out;
     use super::*;
-    use std::sync::{Arc, Mutex};
     use std::time::SystemTime;
-
-    #[derive(Clone, Default)]
-    struct Out(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Out {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn without_install_access_lines_reach_the_programs_own_subscriber_and_its_filter() {
@@ -134,7 +123,7 @@ mod tests {
                 .with_writer(move || writer.clone())
                 .finish();
             tracing::subscriber::with_default(subscriber, || access(line));
-            let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+            let text = out.text();
             assert_eq!(text.contains(r#""key":"k1""#), logged, "{filter}: {text}");
         }
     }

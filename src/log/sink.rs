@@ -209,42 +209,10 @@ impl Write for LineWriter<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::captured::Out;
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     use std::time::Instant;
-
-    /// An output the test can read, and hold shut to play a blocked stderr.
-    #[derive(Clone, Default)]
-    struct Out {
-        bytes: Arc<Mutex<Vec<u8>>>,
-        blocked: Arc<AtomicBool>,
-    }
-
-    impl Write for Out {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            while self.blocked.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            self.bytes.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Out {
-        fn text(&self) -> String {
-            String::from_utf8(self.bytes.lock().unwrap().clone()).unwrap()
-        }
-        fn wait_for(&self, want: &str) {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !self.text().contains(want) {
-                assert!(Instant::now() < deadline, "never written: {want:?}");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    }
 
     #[test]
     fn a_buffered_line_waits_for_the_timer_and_an_urgent_one_takes_it_along() {
