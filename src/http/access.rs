@@ -24,9 +24,9 @@ impl Origin {
         // At debug: a span at info cost 1-2 µs per request (the registry's slot and the
         // fields formatted as JSON when it opens, whether or not any line is logged in it),
         // 4-8% of a streamed request (`benches/throughput`, same rounds). Lines logged
-        // inside a request carry their route and key, and the request's access line
-        // follows with method and path; `RUST_LOG=info,dedupe_gateway::http=debug` puts the
-        // span back on them.
+        // inside a request say what they are about (route, store key, fence), and the
+        // request's access line follows with method and path;
+        // `RUST_LOG=info,dedupe_gateway::http=debug` puts the span back on them.
         let span =
             tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
         Self {
