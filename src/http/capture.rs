@@ -5,14 +5,16 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
-use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+
+use crate::upstream::UpstreamBody;
 
 /// What reading the body came to.
 pub(super) enum Captured {
     /// The whole body.
     Whole(Bytes),
     /// Past the limit: what was read, and the rest still to stream.
-    TooLarge(Bytes, Incoming),
+    TooLarge(Bytes, UpstreamBody),
     /// The body broke off or the deadline passed.
     Broken(String),
 }
@@ -20,7 +22,7 @@ pub(super) enum Captured {
 /// Reads the upstream body until it ends, passes `limit`, breaks, or the deadline passes.
 /// A body that arrives in one frame (the common case) is kept without a copy.
 pub(super) async fn capture(
-    mut body: Incoming,
+    mut body: UpstreamBody,
     limit: u64,
     deadline: tokio::time::Instant,
 ) -> Captured {
@@ -78,7 +80,7 @@ impl Gathered {
 /// A body that yields an already-read prefix, then the rest of the upstream's stream.
 pub(super) struct Prefixed {
     pub prefix: Option<Bytes>,
-    pub rest: Incoming,
+    pub rest: UpstreamBody,
 }
 
 impl HttpBody for Prefixed {

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+
 use tracing::warn;
 
 use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
-use crate::upstream::{strip_hop_by_hop, UpstreamError};
+use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamError};
 use crate::{Body, BoxError};
 
 /// An upstream call's result and how long its head took.
@@ -72,7 +72,7 @@ pub(super) async fn forward(
 }
 
 /// The upstream's response, streamed, without its hop-by-hop headers.
-pub(super) fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+pub(super) fn stream_response(resp: Response<UpstreamBody>) -> Response<Body> {
     let (mut head, body) = resp.into_parts();
     strip_hop_by_hop(&mut head.headers);
     Response::from_parts(head, body.map_err(BoxError::from).boxed())

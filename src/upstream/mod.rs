@@ -1,11 +1,12 @@
 //! The one pooled upstream client, and the header rules of a proxy hop.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -13,6 +14,17 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::config::{ServerConfig, UpstreamTarget};
 use crate::Body;
+
+mod body;
+mod pool;
+
+pub use self::body::UpstreamBody;
+use self::pool::{Limits, Pool};
+
+/// How long an unused upstream connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// At most this many unused upstream connections are kept.
+const MAX_IDLE: usize = 256;
 
 /// Why a request to the upstream failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,14 +39,22 @@ pub enum UpstreamError {
 
 /// The upstream: target URL and a connection pool, built once at start-up.
 ///
-/// An `https` upstream is reached through rustls: its certificate is checked against the
-/// platform's roots plus `server.upstream_ca_file`, for the host named in the URL (SNI and
-/// `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream that speaks
-/// HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are pooled.
+/// An `http` upstream gets kept-alive HTTP/1.1 connections from a pool of our own
+/// ([`pool`]). An `https` upstream is reached through rustls: its certificate is checked
+/// against the platform's roots plus `server.upstream_ca_file`, for the host named in the
+/// URL (SNI and `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream
+/// that speaks HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are
+/// pooled.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    transport: Transport,
     target: UpstreamTarget,
+}
+
+#[derive(Clone)]
+enum Transport {
+    Plain(Arc<Pool>),
+    Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
 /// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy.
@@ -72,33 +92,21 @@ impl Upstream {
     /// so "could not connect" (nothing sent, the claim is released) is told apart from
     /// "no answer" (outcome unknown, the claim is kept).
     pub fn new(cfg: &ServerConfig) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(cfg.connect_timeout.min(cfg.upstream_timeout)));
-        connector.set_nodelay(true);
-        // The TLS layer below takes https; the URL's scheme is fixed by config anyway.
-        connector.enforce_http(false);
-        // Roots only for an https upstream: reading the platform's store is not free, and a
-        // reload builds a new client.
-        let roots = if cfg.upstream.scheme == http::uri::Scheme::HTTPS {
-            let (roots, problems) = crate::tls::upstream_roots(cfg.upstream_ca.as_ref());
-            for p in &problems {
-                tracing::warn!(problem = %p, "a platform root certificate could not be loaded");
-            }
-            roots
+        let connect_timeout = cfg.connect_timeout.min(cfg.upstream_timeout);
+        let transport = if cfg.upstream.scheme == http::uri::Scheme::HTTPS {
+            Transport::Tls(Box::new(tls_client(cfg, connect_timeout)))
         } else {
-            rustls::RootCertStore::empty()
+            Transport::Plain(Pool::new(
+                cfg.upstream.authority.clone(),
+                Limits {
+                    connect_timeout,
+                    idle_timeout: IDLE_TIMEOUT,
+                    max_idle: MAX_IDLE,
+                },
+            ))
         };
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(crate::tls::upstream_client_config(roots))
-            .https_or_http()
-            .enable_all_versions()
-            .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(std::time::Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build(connector);
         Self {
-            client,
+            transport,
             target: cfg.upstream.clone(),
         }
     }
@@ -159,16 +167,43 @@ impl Upstream {
     }
 
     /// Sends a prepared request and returns the response head with a streaming body.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        self.client.request(req).await.map_err(|e| {
-            let msg = error_chain(&e);
-            if e.is_connect() {
-                UpstreamError::Connect(msg)
-            } else {
-                UpstreamError::Broken(msg)
-            }
-        })
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
+        match &self.transport {
+            Transport::Plain(pool) => pool.send(req).await,
+            Transport::Tls(client) => match client.request(req).await {
+                Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
+                Err(e) if e.is_connect() => Err(UpstreamError::Connect(error_chain(&e))),
+                Err(e) => Err(UpstreamError::Broken(error_chain(&e))),
+            },
+        }
     }
+}
+
+/// The client of an `https` upstream. The connect timeout never exceeds the upstream
+/// timeout, so "could not connect" (nothing sent, the claim is released) is told apart from
+/// "no answer" (outcome unknown, the claim is kept).
+fn tls_client(
+    cfg: &ServerConfig,
+    connect_timeout: Duration,
+) -> Client<HttpsConnector<HttpConnector>, Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    // The TLS layer below takes https; the URL's scheme is fixed by config anyway.
+    connector.enforce_http(false);
+    let (roots, problems) = crate::tls::upstream_roots(cfg.upstream_ca.as_ref());
+    for p in &problems {
+        tracing::warn!(problem = %p, "a platform root certificate could not be loaded");
+    }
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(crate::tls::upstream_client_config(roots))
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(connector);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .pool_max_idle_per_host(MAX_IDLE)
+        .build(connector)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

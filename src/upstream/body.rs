@@ -1,0 +1,86 @@
+//! The upstream's response body, which takes its connection back to the pool at its end.
+
+use std::pin::Pin;
+use std::sync::Weak;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+
+use super::pool::Pool;
+use crate::Body;
+
+/// A response body from the upstream, streamed as it arrives.
+///
+/// When it came over a pooled connection, the connection goes back to the pool once the
+/// body has been read to its end; a body dropped before its end takes the connection with
+/// it (hyper closes a connection whose response was not read out).
+pub struct UpstreamBody {
+    inner: Incoming,
+    home: Option<(SendRequest<Body>, Weak<Pool>)>,
+}
+
+impl UpstreamBody {
+    /// A body that owns no connection (the TLS/HTTP/2 client pools its own).
+    pub(super) fn plain(inner: Incoming) -> Self {
+        Self { inner, home: None }
+    }
+
+    /// A body that returns `sender` to `pool` at its end; one already at its end (no body,
+    /// `Content-Length: 0`) returns it at once.
+    pub(super) fn pooled(inner: Incoming, sender: SendRequest<Body>, pool: Weak<Pool>) -> Self {
+        let mut body = Self {
+            inner,
+            home: Some((sender, pool)),
+        };
+        if body.inner.is_end_stream() {
+            body.go_home();
+        }
+        body
+    }
+
+    fn go_home(&mut self) {
+        if let Some((sender, pool)) = self.home.take() {
+            if let Some(pool) = pool.upgrade() {
+                pool.checkin(sender);
+            }
+        }
+    }
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            None => this.go_home(),
+            Some(Ok(_)) if this.inner.is_end_stream() => this.go_home(),
+            Some(Ok(_)) => {}
+            Some(Err(_)) => this.home = None,
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody")
+            .field("pooled", &self.home.is_some())
+            .finish()
+    }
+}

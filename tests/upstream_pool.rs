@@ -1,0 +1,145 @@
+//! The kept-alive connections to a plain-`http` upstream: reused when a response was read
+//! out, never reused when it was not, and replaced when the upstream or the network
+//! closed them. A TCP proxy between gateway and upstream counts the connections and cuts
+//! them; the upstream counts the side effects.
+
+use std::time::Duration;
+
+use dedupe_test_support::fault_proxy::FaultProxy;
+use dedupe_test_support::{eventually, GatewayConfig, Http, RouteCfg, TestGateway, Upstream};
+use http::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Env {
+    up: Upstream,
+    hop: FaultProxy,
+    gw: TestGateway,
+    http: Http,
+}
+
+async fn env() -> Env {
+    let up = Upstream::start().await;
+    let hop = FaultProxy::start(([127, 0, 0, 1], up.port()).into()).await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{}", hop.addr))
+            .upstream_timeout("5s")
+            .route(RouteCfg::header("payments", "/pay/*").required(true)),
+    )
+    .await;
+    Env {
+        up,
+        hop,
+        gw,
+        http: Http::new(),
+    }
+}
+
+#[tokio::test]
+async fn one_connection_carries_every_request_in_turn_streamed_or_stored() {
+    let e = env().await;
+    for i in 0..20 {
+        let r = e.http.post(&e.gw.url("/stream"), &[], "x").await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        let key = format!("k-{i}");
+        let r = e
+            .http
+            .post(&e.gw.url("/pay/1"), &[("Idempotency-Key", &key)], "x")
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        // An empty body ends with its head: the connection goes back at once.
+        let r = e
+            .http
+            .post(&e.gw.url("/stream"), &[("x-test-status", "204")], "")
+            .await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    }
+    assert_eq!(e.up.effects(), 60);
+    assert_eq!(
+        e.hop.accepted(),
+        1,
+        "every request reused the one connection"
+    );
+    let host = e.hop.addr.to_string();
+    assert!(
+        e.up.seen()
+            .iter()
+            .all(|s| s.host.as_deref() == Some(host.as_str())),
+        "every request named the upstream's host and port"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_the_upstream_closes_is_replaced_without_losing_a_request() {
+    let e = env().await;
+    for _ in 0..5 {
+        let r = e
+            .http
+            .post(
+                &e.gw.url("/stream"),
+                &[("x-test-respond-header", "connection=close")],
+                "x",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        assert!(r.headers.get("connection").is_none(), "hop-by-hop stripped");
+    }
+    assert_eq!(e.up.effects(), 5);
+    assert_eq!(
+        e.hop.accepted(),
+        5,
+        "a closed connection is never taken again"
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_cut_by_the_network_are_replaced() {
+    let e = env().await;
+    let r = e.http.post(&e.gw.url("/stream"), &[], "x").await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    // A load balancer's idle cut: the pooled connection is closed from the far side.
+    e.hop.cut();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..3 {
+        let key = format!("after-cut-{i}");
+        let r = e
+            .http
+            .post(&e.gw.url("/pay/1"), &[("Idempotency-Key", &key)], "x")
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    }
+    assert_eq!(e.up.effects(), 4, "each request reached the upstream once");
+    assert_eq!(e.hop.accepted(), 2, "one new connection after the cut");
+}
+
+#[tokio::test]
+async fn a_response_the_client_stopped_reading_never_lends_its_connection() {
+    let e = env().await;
+    // A client takes the head of a large streamed answer and goes away.
+    let mut raw = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    raw.write_all(b"GET /big HTTP/1.1\r\nhost: gw\r\nx-test-body-bytes: 8000000\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 1024];
+    let n = raw.read(&mut head).await.unwrap();
+    assert!(head[..n].starts_with(b"HTTP/1.1 201"), "{:?}", &head[..n]);
+    drop(raw);
+    assert!(eventually(Duration::from_secs(5), || async { e.up.effects() == 1 }).await);
+
+    // The next requests get whole, correct answers: a half-read connection would hand
+    // them the rest of the old body.
+    for i in 0..3 {
+        let body = format!("next-{i}");
+        let r = e
+            .http
+            .post(&e.gw.url("/echo"), &[("x-test-body-bytes", "5")], &body)
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        assert_eq!(r.body.len(), 5, "{}", r.text());
+    }
+    assert_eq!(e.up.effects(), 4);
+    assert_eq!(
+        e.hop.accepted(),
+        2,
+        "the abandoned connection was closed, its successor reused"
+    );
+}
