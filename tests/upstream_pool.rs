@@ -3,6 +3,8 @@
 //! closed them. A TCP proxy between gateway and upstream counts the connections and cuts
 //! them; the upstream counts the side effects.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dedupe_test_support::fault_proxy::FaultProxy;
@@ -142,4 +144,119 @@ async fn a_response_the_client_stopped_reading_never_lends_its_connection() {
         2,
         "the abandoned connection was closed, its successor reused"
     );
+}
+
+/// An upstream that answers `/early` as soon as it has the head, then goes on reading the
+/// (chunked) request body; anything else once its `Content-Length` body is in. Keeps connections
+/// alive and counts them.
+async fn early_answering_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                            _ => return,
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    if head.contains(" /early ") {
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly";
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                        // Read the rest of the upload (chunked), however long it takes.
+                        buf.drain(..end + 4);
+                        while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                            match s.read(&mut chunk).await {
+                                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                                _ => return,
+                            }
+                        }
+                        buf.clear();
+                        continue;
+                    }
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + len {
+                        match s.read(&mut chunk).await {
+                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                            _ => return,
+                        }
+                    }
+                    buf.drain(..end + 4 + len);
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn a_connection_still_uploading_after_an_early_answer_keeps_no_one_waiting() {
+    let (upstream, conns) = early_answering_upstream().await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
+    )
+    .await;
+    let http = Http::new();
+    let r = http.post(&gw.url("/warm"), &[], "x").await;
+    assert_eq!(r.body, "ok");
+
+    // A slow client's upload: the upstream answers after its first chunk; the rest has not
+    // been sent, so the connection cannot take another request yet.
+    let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    raw.write_all(
+        b"POST /early HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !got.ends_with(b"early") {
+        let n = raw.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+
+    // Other requests are not held behind that upload (the upstream timeout is 60s).
+    for _ in 0..3 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            http.post(&gw.url("/next"), &[], "x"),
+        )
+        .await
+        .expect("a request waited on another's upload");
+        assert_eq!(r.body, "ok");
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "the uploading connection was not lent"
+    );
+
+    // The upload ends: the early answer's connection goes back to the pool, and with
+    // two requests at once both kept-alive connections are used, no third.
+    raw.write_all(b"0\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (url_a, url_b) = (gw.url("/after"), gw.url("/after"));
+    let (a, b) = tokio::join!(http.post(&url_a, &[], "x"), http.post(&url_b, &[], "x"));
+    assert_eq!((a.body.as_ref(), b.body.as_ref()), (&b"ok"[..], &b"ok"[..]));
+    assert_eq!(conns.load(Ordering::SeqCst), 2, "no third connection");
 }

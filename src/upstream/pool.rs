@@ -5,6 +5,7 @@
 //! carries it home, see [`UpstreamBody`]), and the most recently used one is taken first,
 //! so a quiet pool's spare connections age out. Nothing is spawned per request.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -15,9 +16,12 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::body::UpstreamBody;
+use super::body::{Outgoing, UpstreamBody};
 use super::UpstreamError;
 use crate::Body;
+
+/// The sending half of a pooled connection.
+pub(super) type Sender = SendRequest<Outgoing>;
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy)]
@@ -32,7 +36,7 @@ pub(super) struct Limits {
 
 /// One idle connection.
 struct Idle {
-    sender: SendRequest<Body>,
+    sender: Sender,
     since: Instant,
 }
 
@@ -72,22 +76,25 @@ impl Pool {
     /// upstream closed it as it was taken) is sent again on another.
     pub(super) async fn send(
         self: &Arc<Self>,
-        mut req: Request<Body>,
+        req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let path = req
-            .uri()
+        let (mut parts, body) = req.into_parts();
+        let path = parts
+            .uri
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        *req.uri_mut() = Uri::from(path);
-        req.headers_mut().insert(header::HOST, self.host.clone());
+        parts.uri = Uri::from(path);
+        parts.headers.insert(header::HOST, self.host.clone());
+        let (body, sent) = Outgoing::new(body);
+        let mut req = Request::from_parts(parts, body);
         loop {
             let (mut sender, reused) = match self.checkout().await {
                 Some(s) => (s, true),
                 None => (self.connect().await?, false),
             };
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.carry_home(resp, sender)),
+                Ok(resp) => return Ok(self.carry_home(resp, sender, sent)),
                 Err(mut e) => match e.take_message() {
                     Some(back) if reused => req = back,
                     _ => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
@@ -100,14 +107,15 @@ impl Pool {
     fn carry_home(
         self: &Arc<Self>,
         resp: Response<hyper::body::Incoming>,
-        sender: SendRequest<Body>,
+        sender: Sender,
+        sent: Arc<AtomicBool>,
     ) -> Response<UpstreamBody> {
         let home = Arc::downgrade(self);
-        resp.map(|body| UpstreamBody::pooled(body, sender, home))
+        resp.map(|body| UpstreamBody::pooled(body, sender, sent, home))
     }
 
     /// The most recently returned live connection, once it can take a request.
-    async fn checkout(&self) -> Option<SendRequest<Body>> {
+    async fn checkout(&self) -> Option<Sender> {
         loop {
             let mut sender = {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -127,7 +135,7 @@ impl Pool {
     }
 
     /// Returns a connection whose response has been read to the end.
-    pub(super) fn checkin(&self, sender: SendRequest<Body>) {
+    pub(super) fn checkin(&self, sender: Sender) {
         if sender.is_closed() {
             return;
         }
@@ -141,7 +149,7 @@ impl Pool {
     }
 
     /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+    async fn connect(&self) -> Result<Sender, UpstreamError> {
         let addr = self.authority.as_str();
         let addr = match self.authority.port_u16() {
             Some(_) => std::borrow::Cow::Borrowed(addr),
