@@ -97,7 +97,7 @@ impl Upstream {
             Transport::Tls(Box::new(tls_client(cfg, connect_timeout)))
         } else {
             Transport::Plain(Pool::new(
-                cfg.upstream.authority.clone(),
+                &cfg.upstream.authority,
                 Limits {
                     connect_timeout,
                     idle_timeout: IDLE_TIMEOUT,

@@ -1,11 +1,12 @@
 //! Kept-alive HTTP/1.1 connections to a plain-`http` upstream, and sending on them.
 //!
-//! Lighter than a general-purpose client: one address, no TLS, no HTTP/2. A connection
-//! goes back to the pool when its response body has been read to the end (the body
-//! carries it home, see [`UpstreamBody`]), and the most recently used one is taken first,
-//! so a quiet pool's spare connections age out. Nothing is spawned per request.
+//! Lighter than a general-purpose client: one upstream, no TLS, no HTTP/2. A connection
+//! goes back to the pool when its response body has been read to the end and it can take
+//! the next request (the body carries it home, see [`UpstreamBody`]); the most recently
+//! used one is taken first, so a quiet pool's spare connections age out. Only a connection
+//! ready for a request is ever lent, so no request waits on another's exchange. Nothing is
+//! spawned per request in the common case.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -13,15 +14,15 @@ use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use http::{Request, Response, Uri};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tower_service::Service;
 
-use super::body::{Outgoing, UpstreamBody};
+use super::body::UpstreamBody;
 use super::UpstreamError;
 use crate::Body;
 
 /// The sending half of a pooled connection.
-pub(super) type Sender = SendRequest<Outgoing>;
+pub(super) type Sender = SendRequest<Body>;
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy)]
@@ -42,8 +43,11 @@ struct Idle {
 
 /// The pool of one plain-`http` upstream.
 pub(super) struct Pool {
-    /// `host:port` to connect to.
-    authority: Authority,
+    /// Dials the upstream's host: every address it resolves to, each within its share of
+    /// the connect timeout, IPv6 and IPv4 raced (hyper-util's connector).
+    dialer: HttpConnector,
+    /// `http://host:port/`, what the dialer is given.
+    target: Uri,
     /// The `Host` header every request carries (the port only when not 80).
     host: HeaderValue,
     limits: Limits,
@@ -54,14 +58,22 @@ pub(super) struct Pool {
 impl Pool {
     /// A pool for `authority`; idle connections are closed after `limits.idle_timeout`
     /// by a sweeper task (when a runtime is running) and on every check-in.
-    pub(super) fn new(authority: Authority, limits: Limits) -> Arc<Self> {
-        let host = match authority.port_u16() {
-            Some(80) | None => authority.host().to_owned(),
-            Some(_) => authority.as_str().to_owned(),
+    pub(super) fn new(authority: &Authority, limits: Limits) -> Arc<Self> {
+        // Host and port only: never a userinfo part, and no port when it is the default.
+        let host_port = match authority.port_u16() {
+            Some(port) if port != 80 => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_owned(),
         };
+        let target = Uri::try_from(format!("http://{host_port}/"))
+            .unwrap_or_else(|_| Uri::from_static("http://localhost/"));
+        let mut dialer = HttpConnector::new();
+        dialer.set_connect_timeout(Some(limits.connect_timeout));
+        dialer.set_nodelay(true);
         let pool = Arc::new(Self {
-            host: HeaderValue::from_str(&host).unwrap_or(HeaderValue::from_static("localhost")),
-            authority,
+            host: HeaderValue::from_str(&host_port)
+                .unwrap_or(HeaderValue::from_static("localhost")),
+            dialer,
+            target,
             limits,
             idle: Mutex::new(Vec::new()),
         });
@@ -73,7 +85,8 @@ impl Pool {
 
     /// Sends `req` (its URI's path and query are used) on a kept-alive connection, or on
     /// a new one. A request a reused connection refused before writing a byte (the
-    /// upstream closed it as it was taken) is sent again on another.
+    /// upstream closed it as it was taken) is sent again on another; one a new connection
+    /// refused so is a connect error: the upstream never saw it.
     pub(super) async fn send(
         self: &Arc<Self>,
         req: Request<Body>,
@@ -86,18 +99,23 @@ impl Pool {
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         parts.uri = Uri::from(path);
         parts.headers.insert(header::HOST, self.host.clone());
-        let (body, sent) = Outgoing::new(body);
         let mut req = Request::from_parts(parts, body);
         loop {
-            let (mut sender, reused) = match self.checkout().await {
+            let (mut sender, reused) = match self.checkout() {
                 Some(s) => (s, true),
                 None => (self.connect().await?, false),
             };
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.carry_home(resp, sender, sent)),
+                Ok(resp) => return Ok(self.carry_home(resp, sender)),
                 Err(mut e) => match e.take_message() {
                     Some(back) if reused => req = back,
-                    _ => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
+                    Some(_) => {
+                        return Err(UpstreamError::Connect(format!(
+                            "the new connection closed before the request was sent: {}",
+                            super::error_chain(e.error())
+                        )))
+                    }
+                    None => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
                 },
             }
         }
@@ -108,35 +126,27 @@ impl Pool {
         self: &Arc<Self>,
         resp: Response<hyper::body::Incoming>,
         sender: Sender,
-        sent: Arc<AtomicBool>,
     ) -> Response<UpstreamBody> {
         let home = Arc::downgrade(self);
-        resp.map(|body| UpstreamBody::pooled(body, sender, sent, home))
+        resp.map(|body| UpstreamBody::pooled(body, sender, home))
     }
 
-    /// The most recently returned live connection, once it can take a request.
-    async fn checkout(&self) -> Option<Sender> {
-        loop {
-            let mut sender = {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                let now = Instant::now();
-                expire(&mut idle, now, self.limits.idle_timeout);
-                idle.pop()?.sender
-            };
-            if sender.is_closed() {
-                continue;
-            }
-            // Returned when its body ended: ready at once or as soon as the connection's
-            // task has seen the end; an error means the upstream closed it.
-            if sender.ready().await.is_ok() {
+    /// The most recently returned connection that can take a request now.
+    fn checkout(&self) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        expire(&mut idle, Instant::now(), self.limits.idle_timeout);
+        while let Some(Idle { sender, .. }) = idle.pop() {
+            // Only ready ones are checked in; one the upstream closed since is dropped.
+            if sender.is_ready() {
                 return Some(sender);
             }
         }
+        None
     }
 
-    /// Returns a connection whose response has been read to the end.
+    /// Returns a connection whose exchange is over; only one ready for a request is kept.
     pub(super) fn checkin(&self, sender: Sender) {
-        if sender.is_closed() {
+        if !sender.is_ready() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -150,28 +160,16 @@ impl Pool {
 
     /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
     async fn connect(&self) -> Result<Sender, UpstreamError> {
-        let addr = self.authority.as_str();
-        let addr = match self.authority.port_u16() {
-            Some(_) => std::borrow::Cow::Borrowed(addr),
-            None => std::borrow::Cow::Owned(format!("{addr}:80")),
-        };
-        let stream = match tokio::time::timeout(
-            self.limits.connect_timeout,
-            TcpStream::connect(addr.as_ref()),
-        )
-        .await
-        {
-            Err(_) => {
-                return Err(UpstreamError::Connect(format!(
-                    "connect to {addr}: timed out"
-                )))
-            }
-            Ok(Err(e)) => return Err(UpstreamError::Connect(format!("connect to {addr}: {e}"))),
-            Ok(Ok(s)) => s,
-        };
-        let _ = stream.set_nodelay(true);
+        let mut dialer = self.dialer.clone();
+        let stream = dialer.call(self.target.clone()).await.map_err(|e| {
+            UpstreamError::Connect(format!(
+                "connect to {}: {}",
+                self.host_str(),
+                super::error_chain(&e)
+            ))
+        })?;
         let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
+            .handshake(stream)
             .await
             .map_err(|e| UpstreamError::Connect(super::error_chain(&e)))?;
         tokio::spawn(async move {
@@ -180,6 +178,12 @@ impl Pool {
             }
         });
         Ok(sender)
+    }
+}
+
+impl Pool {
+    fn host_str(&self) -> &str {
+        self.host.to_str().unwrap_or("upstream")
     }
 }
 
@@ -205,7 +209,7 @@ async fn sweep(pool: Weak<Pool>) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), pool.limits.idle_timeout);
-        idle.retain(|i| !i.sender.is_closed());
+        idle.retain(|i| i.sender.is_ready());
     }
 }
 
@@ -255,9 +259,10 @@ mod tests {
     #[tokio::test]
     async fn idle_connections_are_closed_after_the_idle_timeout_with_no_traffic() {
         let (authority, closed) = counting_listener().await;
-        let pool = Pool::new(authority, limits(Duration::from_millis(100), 8));
+        let pool = Pool::new(&authority, limits(Duration::from_millis(100), 8));
         for _ in 0..3 {
-            let sender = pool.connect().await.unwrap();
+            let mut sender = pool.connect().await.unwrap();
+            sender.ready().await.unwrap();
             pool.checkin(sender);
         }
         assert_eq!(pool.idle.lock().unwrap().len(), 3);
@@ -269,25 +274,42 @@ mod tests {
     #[tokio::test]
     async fn past_the_idle_limit_the_oldest_connection_is_closed() {
         let (authority, closed) = counting_listener().await;
-        let pool = Pool::new(authority, limits(Duration::from_secs(60), 2));
+        let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
         for _ in 0..3 {
-            let sender = pool.connect().await.unwrap();
+            let mut sender = pool.connect().await.unwrap();
+            sender.ready().await.unwrap();
             pool.checkin(sender);
         }
         until(|| closed.load(Ordering::SeqCst) == 1).await;
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
         // The newest is taken first.
-        assert!(pool.checkout().await.is_some());
-        assert!(pool.checkout().await.is_some());
-        assert!(pool.checkout().await.is_none());
+        assert!(pool.checkout().is_some());
+        assert!(pool.checkout().is_some());
+        assert!(pool.checkout().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_connection_not_ready_for_a_request_is_never_pooled() {
+        let (authority, closed) = counting_listener().await;
+        let pool = Pool::new(&authority, limits(Duration::from_secs(60), 8));
+        let mut busy = pool.connect().await.unwrap();
+        busy.ready().await.unwrap();
+        // Its request is under way (the listener never answers): not ready.
+        let _pending = busy.send_request(Request::new(crate::full("x")));
+        assert!(!busy.is_ready());
+        pool.checkin(busy);
+        assert!(pool.checkout().is_none(), "a busy connection was lent");
+        assert!(pool.idle.lock().unwrap().is_empty());
+        assert_eq!(closed.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
     async fn a_connection_refused_by_the_upstream_is_a_connect_error() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let authority: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
-        drop(listener);
-        let pool = Pool::new(authority, limits(Duration::from_secs(60), 2));
+        // Bound, never listening: the port is refused and no other test can take it.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let authority: Authority = socket.local_addr().unwrap().to_string().parse().unwrap();
+        let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
         let req = Request::new(crate::full(""));
         match pool.send(req).await {
             Err(UpstreamError::Connect(m)) => assert!(m.contains("connect to"), "{m}"),
