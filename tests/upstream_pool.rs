@@ -321,3 +321,118 @@ async fn the_upstream_url_s_userinfo_is_neither_dialled_nor_sent() {
     let host = format!("127.0.0.1:{}", up.port());
     assert_eq!(up.seen()[0].host.as_deref(), Some(host.as_str()));
 }
+
+/// An upstream that answers as soon as it has a request's head (`early`, then `extra`
+/// more bytes) while it goes on reading the upload; counts the body bytes it received.
+async fn answering_while_reading(extra: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let g = g.clone();
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.into_split();
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                let end = loop {
+                    if let Some(end) = buf.windows(4).position(|x| x == b"\r\n\r\n") {
+                        break end;
+                    }
+                    match r.read(&mut chunk).await {
+                        Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                };
+                g.fetch_add(buf.len() - (end + 4), Ordering::SeqCst);
+                let writer = tokio::spawn(async move {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\nearly",
+                        5 + extra
+                    );
+                    let _ = w.write_all(head.as_bytes()).await;
+                    let block = vec![b'r'; 65536];
+                    let mut left = extra;
+                    while left > 0 {
+                        let n = left.min(block.len());
+                        if w.write_all(&block[..n]).await.is_err() {
+                            return;
+                        }
+                        left -= n;
+                    }
+                    std::future::pending::<()>().await;
+                });
+                while let Ok(n @ 1..) = r.read(&mut chunk).await {
+                    g.fetch_add(n, Ordering::SeqCst);
+                }
+                writer.abort();
+            });
+        }
+    });
+    (addr, got)
+}
+
+/// Sends `len` body bytes on `raw` before reading anything, as many HTTP clients do.
+async fn upload(raw: &mut tokio::net::TcpStream, len: usize) {
+    let head = format!("POST /up HTTP/1.1\r\nhost: gw\r\ncontent-length: {len}\r\n\r\n");
+    raw.write_all(head.as_bytes()).await.unwrap();
+    let block = vec![b'u'; 65536];
+    let mut sent = 0;
+    while sent < len {
+        let n = (len - sent).min(block.len());
+        tokio::time::timeout(Duration::from_secs(20), raw.write_all(&block[..n]))
+            .await
+            .unwrap_or_else(|_| panic!("the upload stalled after {sent} bytes"))
+            .unwrap_or_else(|e| panic!("the upload was cut after {sent} bytes: {e}"));
+        sent += n;
+    }
+}
+
+#[tokio::test]
+async fn an_upload_answered_early_reaches_the_upstream_whole_and_the_client_its_answer() {
+    let (upstream, got) = answering_while_reading(0).await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
+    )
+    .await;
+    const LEN: usize = 8 << 20;
+    let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    upload(&mut raw, LEN).await;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !reply.ends_with(b"early") {
+        let n = raw.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    assert!(reply.starts_with(b"HTTP/1.1 200"));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            got.load(Ordering::SeqCst) == LEN
+        })
+        .await,
+        "the upstream got {} of {LEN} bytes",
+        got.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test]
+async fn an_upload_goes_on_while_its_client_does_not_yet_read_the_answer() {
+    // Full duplex: the upstream streams 32 MiB back while it reads 32 MiB; the client
+    // sends everything before it reads.
+    let (upstream, got) = answering_while_reading(32 << 20).await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
+    )
+    .await;
+    const LEN: usize = 32 << 20;
+    let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    upload(&mut raw, LEN).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            got.load(Ordering::SeqCst) == LEN
+        })
+        .await
+    );
+}

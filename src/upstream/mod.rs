@@ -16,6 +16,7 @@ use crate::config::{ServerConfig, UpstreamTarget};
 use crate::Body;
 
 mod body;
+mod link;
 mod pool;
 
 pub use self::body::UpstreamBody;

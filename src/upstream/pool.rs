@@ -5,7 +5,8 @@
 //! the next request (the body carries it home, see [`UpstreamBody`]); the most recently
 //! used one is taken first, so a quiet pool's spare connections age out. Only a connection
 //! ready for a request is ever lent, so no request waits on another's exchange. Nothing is
-//! spawned per request in the common case.
+//! spawned, per request or per connection: the request's task drives its connection
+//! ([`Link`]).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -13,16 +14,14 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use http::{Request, Response, Uri};
-use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http1;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
+use super::link::{self, Link};
 use super::UpstreamError;
 use crate::Body;
-
-/// The sending half of a pooled connection.
-pub(super) type Sender = SendRequest<Body>;
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +36,7 @@ pub(super) struct Limits {
 
 /// One idle connection.
 struct Idle {
-    sender: Sender,
+    link: Link,
     since: Instant,
 }
 
@@ -101,21 +100,21 @@ impl Pool {
         parts.headers.insert(header::HOST, self.host.clone());
         let mut req = Request::from_parts(parts, body);
         loop {
-            let (mut sender, reused) = match self.checkout() {
-                Some(s) => (s, true),
+            let (mut link, reused) = match self.checkout() {
+                Some(l) => (l, true),
                 None => (self.connect().await?, false),
             };
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.carry_home(resp, sender)),
-                Err(mut e) => match e.take_message() {
+            match link.exchange(req).await {
+                Ok(resp) => return Ok(self.carry_home(resp, link)),
+                Err(refused) => match refused.unsent {
                     Some(back) if reused => req = back,
                     Some(_) => {
                         return Err(UpstreamError::Connect(format!(
                             "the new connection closed before the request was sent: {}",
-                            super::error_chain(e.error())
+                            super::error_chain(&refused.error)
                         )))
                     }
-                    None => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
+                    None => return Err(UpstreamError::Broken(super::error_chain(&refused.error))),
                 },
             }
         }
@@ -125,28 +124,37 @@ impl Pool {
     fn carry_home(
         self: &Arc<Self>,
         resp: Response<hyper::body::Incoming>,
-        sender: Sender,
+        link: Link,
     ) -> Response<UpstreamBody> {
+        if !link.uploaded() {
+            // An early answer while the client is still sending: the upload must go on
+            // whether or not the answer is read.
+            link::finish(link, None);
+            return resp.map(UpstreamBody::plain);
+        }
         let home = Arc::downgrade(self);
-        resp.map(|body| UpstreamBody::pooled(body, sender, home))
+        resp.map(|body| UpstreamBody::pooled(body, link, home))
     }
 
     /// The most recently returned connection that can take a request now.
-    fn checkout(&self) -> Option<Sender> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut idle, Instant::now(), self.limits.idle_timeout);
-        while let Some(Idle { sender, .. }) = idle.pop() {
-            // Only ready ones are checked in; one the upstream closed since is dropped.
-            if sender.is_ready() {
-                return Some(sender);
+    fn checkout(&self) -> Option<Link> {
+        loop {
+            let mut link = {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                expire(&mut idle, Instant::now(), self.limits.idle_timeout);
+                idle.pop()?.link
+            };
+            // One the upstream closed while it sat idle is dropped (outside the lock).
+            if link.ready_now() {
+                return Some(link);
             }
         }
-        None
     }
 
     /// Returns a connection whose exchange is over; only one ready for a request is kept.
-    pub(super) fn checkin(&self, sender: Sender) {
-        if !sender.is_ready() {
+    pub(super) fn checkin(&self, mut link: Link) {
+        // Moved on with a no-op waker, so an idle connection holds no task's waker.
+        if !link.ready_now() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,11 +163,16 @@ impl Pool {
         if idle.len() >= self.limits.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { sender, since: now });
+        idle.push(Idle { link, since: now });
+    }
+
+    /// How long a connection whose answer was read may take to finish its upload.
+    pub(super) fn upload_wait(&self) -> Duration {
+        self.limits.idle_timeout
     }
 
     /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<Sender, UpstreamError> {
+    async fn connect(&self) -> Result<Link, UpstreamError> {
         let mut dialer = self.dialer.clone();
         let stream = dialer.call(self.target.clone()).await.map_err(|e| {
             UpstreamError::Connect(format!(
@@ -168,16 +181,11 @@ impl Pool {
                 super::error_chain(&e)
             ))
         })?;
-        let (sender, conn) = http1::Builder::new()
+        let (sender, io) = http1::Builder::new()
             .handshake(stream)
             .await
             .map_err(|e| UpstreamError::Connect(super::error_chain(&e)))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
-        Ok(sender)
+        Ok(Link::new(sender, io))
     }
 }
 
@@ -209,7 +217,8 @@ async fn sweep(pool: Weak<Pool>) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), pool.limits.idle_timeout);
-        idle.retain(|i| i.sender.is_ready());
+        // Moving each on once finds the ones the upstream closed while idle.
+        idle.retain_mut(|i| i.link.ready_now());
     }
 }
 
@@ -261,9 +270,9 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_millis(100), 8));
         for _ in 0..3 {
-            let mut sender = pool.connect().await.unwrap();
-            sender.ready().await.unwrap();
-            pool.checkin(sender);
+            let mut link = pool.connect().await.unwrap();
+            assert!(link.ready_now());
+            pool.checkin(link);
         }
         assert_eq!(pool.idle.lock().unwrap().len(), 3);
         // No checkout, no checkin: only the sweeper can close them.
@@ -276,9 +285,9 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
         for _ in 0..3 {
-            let mut sender = pool.connect().await.unwrap();
-            sender.ready().await.unwrap();
-            pool.checkin(sender);
+            let mut link = pool.connect().await.unwrap();
+            assert!(link.ready_now());
+            pool.checkin(link);
         }
         until(|| closed.load(Ordering::SeqCst) == 1).await;
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
@@ -293,10 +302,14 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 8));
         let mut busy = pool.connect().await.unwrap();
-        busy.ready().await.unwrap();
+        assert!(busy.ready_now());
         // Its request is under way (the listener never answers): not ready.
-        let _pending = busy.send_request(Request::new(crate::full("x")));
-        assert!(!busy.is_ready());
+        {
+            let exchange = std::pin::pin!(busy.exchange(Request::new(crate::full("x"))));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(std::future::Future::poll(exchange, &mut cx).is_pending());
+        }
+        assert!(!busy.ready_now());
         pool.checkin(busy);
         assert!(pool.checkout().is_none(), "a busy connection was lent");
         assert!(pool.idle.lock().unwrap().is_empty());
