@@ -7,12 +7,11 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 
-use super::link::{self, Link};
-use super::pool::Pool;
+use super::pool::{Pool, Sender};
 
 /// Where a pooled connection goes when its exchange is over.
 struct Home {
-    link: Link,
+    sender: Sender,
     pool: Weak<Pool>,
 }
 
@@ -32,37 +31,34 @@ impl UpstreamBody {
         Self { inner, home: None }
     }
 
-    /// A body that returns `link` to `pool` at its end; one already at its end (no body,
+    /// A body that returns `sender` to `pool` at its end; one already at its end (no body,
     /// `Content-Length: 0`) returns it at once.
-    pub(super) fn pooled(inner: Incoming, link: Link, pool: Weak<Pool>) -> Self {
+    pub(super) fn pooled(inner: Incoming, sender: Sender, pool: Weak<Pool>) -> Self {
         let mut body = Self {
             inner,
-            home: Some(Home { link, pool }),
+            home: Some(Home { sender, pool }),
         };
         if body.inner.is_end_stream() {
-            let mut cx = Context::from_waker(std::task::Waker::noop());
-            body.go_home(&mut cx);
+            body.go_home();
         }
         body
     }
 
-    /// The exchange is over on the response's side. The connection is moved on once more
-    /// (to see the end itself), and if it can take the next request it goes back. One that
-    /// cannot (hyper still writing out a request body the upstream answered early) is
-    /// finished by a task of its own, at most the pool's idle timeout, and closed: a
-    /// request is never given a connection that is not idle.
-    fn go_home(&mut self, cx: &mut Context<'_>) {
-        let Some(Home { mut link, pool }) = self.home.take() else {
+    /// The exchange is over on the response's side. A connection ready for the next
+    /// request goes back (the common case: its task has seen the end before this body
+    /// does). One that is not is never lent: it may still be sending an upload the
+    /// upstream answered early, and hyper does not reliably make such a connection ready
+    /// again, so a request given it could wait until its timeout. Its sender is dropped:
+    /// the connection's task finishes the exchange under way (the upload goes out whole,
+    /// whether or not the client reads the answer) and then closes it.
+    fn go_home(&mut self) {
+        let Some(Home { sender, pool }) = self.home.take() else {
             return;
         };
-        if !link.drive(cx) {
-            return;
-        }
-        let Some(home) = pool.upgrade() else { return };
-        if link.is_ready() {
-            home.checkin(link);
-        } else {
-            link::finish(link, Some(home.upload_wait()));
+        if sender.is_ready() {
+            if let Some(pool) = pool.upgrade() {
+                pool.checkin(sender);
+            }
         }
     }
 }
@@ -76,15 +72,11 @@ impl HttpBody for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        // The response's bytes come in through its connection, which this body drives.
-        if let Some(home) = this.home.as_mut() {
-            home.link.drive(cx);
-        }
         let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &frame {
-            None => this.go_home(cx),
+            None => this.go_home(),
             // Trailers come last; a server may not poll for the end after them.
-            Some(Ok(f)) if f.is_trailers() || this.inner.is_end_stream() => this.go_home(cx),
+            Some(Ok(f)) if f.is_trailers() || this.inner.is_end_stream() => this.go_home(),
             Some(Ok(_)) => {}
             Some(Err(_)) => this.home = None,
         }

@@ -16,7 +16,6 @@ use crate::config::{ServerConfig, UpstreamTarget};
 use crate::Body;
 
 mod body;
-mod link;
 mod pool;
 
 pub use self::body::UpstreamBody;

@@ -5,8 +5,7 @@
 //! the next request (the body carries it home, see [`UpstreamBody`]); the most recently
 //! used one is taken first, so a quiet pool's spare connections age out. Only a connection
 //! ready for a request is ever lent, so no request waits on another's exchange. Nothing is
-//! spawned, per request or per connection: the request's task drives its connection
-//! ([`Link`]).
+//! spawned per request in the common case.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -14,14 +13,16 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use http::{Request, Response, Uri};
-use hyper::client::conn::http1;
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
-use super::link::{self, Link};
 use super::UpstreamError;
 use crate::Body;
+
+/// The sending half of a pooled connection.
+pub(super) type Sender = SendRequest<Body>;
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy)]
@@ -36,7 +37,7 @@ pub(super) struct Limits {
 
 /// One idle connection.
 struct Idle {
-    link: Link,
+    sender: Sender,
     since: Instant,
 }
 
@@ -100,21 +101,21 @@ impl Pool {
         parts.headers.insert(header::HOST, self.host.clone());
         let mut req = Request::from_parts(parts, body);
         loop {
-            let (mut link, reused) = match self.checkout() {
-                Some(l) => (l, true),
+            let (mut sender, reused) = match self.checkout() {
+                Some(s) => (s, true),
                 None => (self.connect().await?, false),
             };
-            match link.exchange(req).await {
-                Ok(resp) => return Ok(self.carry_home(resp, link)),
-                Err(refused) => match refused.unsent {
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok(self.carry_home(resp, sender)),
+                Err(mut e) => match e.take_message() {
                     Some(back) if reused => req = back,
                     Some(_) => {
                         return Err(UpstreamError::Connect(format!(
                             "the new connection closed before the request was sent: {}",
-                            super::error_chain(&refused.error)
+                            super::error_chain(e.error())
                         )))
                     }
-                    None => return Err(UpstreamError::Broken(super::error_chain(&refused.error))),
+                    None => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
                 },
             }
         }
@@ -124,37 +125,28 @@ impl Pool {
     fn carry_home(
         self: &Arc<Self>,
         resp: Response<hyper::body::Incoming>,
-        link: Link,
+        sender: Sender,
     ) -> Response<UpstreamBody> {
-        if !link.uploaded() {
-            // An early answer while the client is still sending: the upload must go on
-            // whether or not the answer is read.
-            link::finish(link, None);
-            return resp.map(UpstreamBody::plain);
-        }
         let home = Arc::downgrade(self);
-        resp.map(|body| UpstreamBody::pooled(body, link, home))
+        resp.map(|body| UpstreamBody::pooled(body, sender, home))
     }
 
     /// The most recently returned connection that can take a request now.
-    fn checkout(&self) -> Option<Link> {
-        loop {
-            let mut link = {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                expire(&mut idle, Instant::now(), self.limits.idle_timeout);
-                idle.pop()?.link
-            };
-            // One the upstream closed while it sat idle is dropped (outside the lock).
-            if link.ready_now() {
-                return Some(link);
+    fn checkout(&self) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        expire(&mut idle, Instant::now(), self.limits.idle_timeout);
+        while let Some(Idle { sender, .. }) = idle.pop() {
+            // Only ready ones are checked in; one the upstream closed since is dropped.
+            if sender.is_ready() {
+                return Some(sender);
             }
         }
+        None
     }
 
     /// Returns a connection whose exchange is over; only one ready for a request is kept.
-    pub(super) fn checkin(&self, mut link: Link) {
-        // Moved on with a no-op waker, so an idle connection holds no task's waker.
-        if !link.ready_now() {
+    pub(super) fn checkin(&self, sender: Sender) {
+        if !sender.is_ready() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -163,16 +155,11 @@ impl Pool {
         if idle.len() >= self.limits.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { link, since: now });
-    }
-
-    /// How long a connection whose answer was read may take to finish its upload.
-    pub(super) fn upload_wait(&self) -> Duration {
-        self.limits.idle_timeout
+        idle.push(Idle { sender, since: now });
     }
 
     /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<Link, UpstreamError> {
+    async fn connect(&self) -> Result<Sender, UpstreamError> {
         let mut dialer = self.dialer.clone();
         let stream = dialer.call(self.target.clone()).await.map_err(|e| {
             UpstreamError::Connect(format!(
@@ -181,11 +168,16 @@ impl Pool {
                 super::error_chain(&e)
             ))
         })?;
-        let (sender, io) = http1::Builder::new()
+        let (sender, conn) = http1::Builder::new()
             .handshake(stream)
             .await
             .map_err(|e| UpstreamError::Connect(super::error_chain(&e)))?;
-        Ok(Link::new(sender, io))
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
     }
 }
 
@@ -217,8 +209,7 @@ async fn sweep(pool: Weak<Pool>) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), pool.limits.idle_timeout);
-        // Moving each on once finds the ones the upstream closed while idle.
-        idle.retain_mut(|i| i.link.ready_now());
+        idle.retain(|i| i.sender.is_ready());
     }
 }
 
@@ -270,9 +261,9 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_millis(100), 8));
         for _ in 0..3 {
-            let mut link = pool.connect().await.unwrap();
-            assert!(link.ready_now());
-            pool.checkin(link);
+            let mut sender = pool.connect().await.unwrap();
+            sender.ready().await.unwrap();
+            pool.checkin(sender);
         }
         assert_eq!(pool.idle.lock().unwrap().len(), 3);
         // No checkout, no checkin: only the sweeper can close them.
@@ -285,9 +276,9 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
         for _ in 0..3 {
-            let mut link = pool.connect().await.unwrap();
-            assert!(link.ready_now());
-            pool.checkin(link);
+            let mut sender = pool.connect().await.unwrap();
+            sender.ready().await.unwrap();
+            pool.checkin(sender);
         }
         until(|| closed.load(Ordering::SeqCst) == 1).await;
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
@@ -302,14 +293,10 @@ mod tests {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 8));
         let mut busy = pool.connect().await.unwrap();
-        assert!(busy.ready_now());
+        busy.ready().await.unwrap();
         // Its request is under way (the listener never answers): not ready.
-        {
-            let exchange = std::pin::pin!(busy.exchange(Request::new(crate::full("x"))));
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(std::future::Future::poll(exchange, &mut cx).is_pending());
-        }
-        assert!(!busy.ready_now());
+        let _pending = busy.send_request(Request::new(crate::full("x")));
+        assert!(!busy.is_ready());
         pool.checkin(busy);
         assert!(pool.checkout().is_none(), "a busy connection was lent");
         assert!(pool.idle.lock().unwrap().is_empty());
