@@ -148,6 +148,13 @@ async fn a_response_the_client_stopped_reading_never_lends_its_connection() {
     );
 }
 
+/// A gateway with no routes in front of `upstream`: every request streams through. The
+/// upstream timeout is long, so a request held up shows as a hang, not a 504.
+async fn streaming_gateway(upstream: std::net::SocketAddr) -> TestGateway {
+    TestGateway::start(&GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"))
+        .await
+}
+
 /// An upstream that answers `/early` as soon as it has the head, then goes on reading the
 /// request body (chunked or `Content-Length`) after a pause; anything else once its
 /// `Content-Length` body is in. Keeps connections
@@ -223,10 +230,7 @@ async fn early_answering_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) 
 #[tokio::test]
 async fn a_connection_still_uploading_after_an_early_answer_keeps_no_one_waiting() {
     let (upstream, conns) = early_answering_upstream().await;
-    let gw = TestGateway::start(
-        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
-    )
-    .await;
+    let gw = streaming_gateway(upstream).await;
     let http = Http::new();
     let r = http.post(&gw.url("/warm"), &[], "x").await;
     assert_eq!(r.body, "ok");
@@ -392,10 +396,7 @@ async fn upload(raw: &mut tokio::net::TcpStream, len: usize) {
 #[tokio::test]
 async fn an_upload_answered_early_reaches_the_upstream_whole_and_the_client_its_answer() {
     let (upstream, got) = answering_while_reading(0).await;
-    let gw = TestGateway::start(
-        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
-    )
-    .await;
+    let gw = streaming_gateway(upstream).await;
     const LEN: usize = 8 << 20;
     let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     upload(&mut raw, LEN).await;
@@ -422,10 +423,7 @@ async fn an_upload_goes_on_while_its_client_does_not_yet_read_the_answer() {
     // Full duplex: the upstream streams 32 MiB back while it reads 32 MiB; the client
     // sends everything before it reads.
     let (upstream, got) = answering_while_reading(32 << 20).await;
-    let gw = TestGateway::start(
-        &GatewayConfig::new(format!("http://{upstream}")).upstream_timeout("60s"),
-    )
-    .await;
+    let gw = streaming_gateway(upstream).await;
     const LEN: usize = 32 << 20;
     let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     upload(&mut raw, LEN).await;
