@@ -168,7 +168,9 @@ impl Pool {
                 super::error_chain(&e)
             ))
         })?;
+        // One buffer, one `write` per request, as towards clients (server.rs).
         let (sender, conn) = http1::Builder::new()
+            .writev(false)
             .handshake(stream)
             .await
             .map_err(|e| UpstreamError::Connect(super::error_chain(&e)))?;
