@@ -7,7 +7,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
-
 use tracing::warn;
 
 use super::Live;

@@ -55,10 +55,9 @@ impl UpstreamBody {
         let Some(Home { sender, pool }) = self.home.take() else {
             return;
         };
-        if sender.is_ready() {
-            if let Some(pool) = pool.upgrade() {
-                pool.checkin(sender);
-            }
+        // `checkin` keeps only a connection ready for a request.
+        if let Some(pool) = pool.upgrade() {
+            pool.checkin(sender);
         }
     }
 }

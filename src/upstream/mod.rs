@@ -111,7 +111,7 @@ impl Upstream {
         }
     }
 
-    /// Rewrites a client request for the upstream: absolute URI under the base path,
+    /// Rewrites a client request for the upstream: path and query under the base path,
     /// HTTP/1.1, hop-by-hop headers stripped, `X-Forwarded-*` set.
     pub fn prepare(&self, mut req: Request<Body>, remote: SocketAddr) -> Request<Body> {
         let path_and_query = req
@@ -125,14 +125,11 @@ impl Upstream {
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
-        let uri = Uri::builder()
-            .scheme(self.target.scheme.clone())
-            .authority(self.target.authority.clone())
-            .path_and_query(pq)
-            .build();
-        // The parts are valid on their own (a path hyper accepted under a validated base);
-        // should the join still fail, the client's URI stays and the send fails cleanly.
-        if let Ok(uri) = uri {
+        // Origin form, as the pool sends it; the https client is given the absolute form
+        // in `send`. The parts are valid on their own (a path hyper accepted under a
+        // validated base); should the join still fail, the client's URI stays and the send
+        // fails cleanly.
+        if let Ok(uri) = Uri::try_from(pq) {
             *req.uri_mut() = uri;
         }
         *req.version_mut() = Version::HTTP_11;
@@ -170,12 +167,25 @@ impl Upstream {
     pub async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
-            Transport::Tls(client) => match client.request(req).await {
+            Transport::Tls(client) => match client.request(self.absolute(req)).await {
                 Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
                 Err(e) if e.is_connect() => Err(UpstreamError::Connect(error_chain(&e))),
                 Err(e) => Err(UpstreamError::Broken(error_chain(&e))),
             },
         }
+    }
+}
+
+impl Upstream {
+    /// `req` with the upstream's scheme and authority on its URI, as hyper's client wants.
+    fn absolute(&self, mut req: Request<Body>) -> Request<Body> {
+        let mut parts = req.uri().clone().into_parts();
+        parts.scheme = Some(self.target.scheme.clone());
+        parts.authority = Some(self.target.authority.clone());
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+        req
     }
 }
 

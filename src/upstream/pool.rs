@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::uri::{Authority, PathAndQuery};
+use http::uri::Authority;
 use http::{Request, Response, Uri};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -83,23 +83,15 @@ impl Pool {
         pool
     }
 
-    /// Sends `req` (its URI's path and query are used) on a kept-alive connection, or on
-    /// a new one. A request a reused connection refused before writing a byte (the
+    /// Sends `req` (its URI in origin form, as `Upstream::prepare` leaves it) on a
+    /// kept-alive connection, or on a new one. A request a reused connection refused before writing a byte (the
     /// upstream closed it as it was taken) is sent again on another; one a new connection
     /// refused so is a connect error: the upstream never saw it.
     pub(super) async fn send(
         self: &Arc<Self>,
-        req: Request<Body>,
+        mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let (mut parts, body) = req.into_parts();
-        let path = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        parts.uri = Uri::from(path);
-        parts.headers.insert(header::HOST, self.host.clone());
-        let mut req = Request::from_parts(parts, body);
+        req.headers_mut().insert(header::HOST, self.host.clone());
         loop {
             let (mut sender, reused) = match self.checkout() {
                 Some(s) => (s, true),
@@ -181,9 +173,7 @@ impl Pool {
         });
         Ok(sender)
     }
-}
 
-impl Pool {
     fn host_str(&self) -> &str {
         self.host.to_str().unwrap_or("upstream")
     }
