@@ -21,6 +21,7 @@ use crate::config::defaults::DEFAULT_ADMIN_MAX_CONNECTIONS;
 use crate::config::{Config, ConfigError};
 use crate::framing::{AmbiguousFraming, Watched};
 use crate::http::{ConnInfo, Gateway};
+use crate::store::health::Severity;
 use crate::store::{Store, StoreError};
 use crate::tls::ListenerCert;
 
@@ -127,7 +128,11 @@ fn warn_store_findings(store: Store) {
         match store.health_findings().await {
             Ok(findings) => {
                 for f in findings {
-                    warn!(node = %f.node, check = f.check, "store check: {}", f.message);
+                    if f.severity == Severity::Notice {
+                        info!(node = %f.node, check = f.check, "store check: {}", f.message);
+                    } else {
+                        warn!(node = %f.node, check = f.check, "store check: {}", f.message);
+                    }
                 }
             }
             Err(e) => debug!(error = %e, "store checks skipped: the store does not answer"),

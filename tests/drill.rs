@@ -158,6 +158,31 @@ fn an_evicting_redis_fails_the_store_check() {
     assert!(out.contains("PASS orders/replay"), "{out}");
 }
 
+/// Redis's default `hash-max-listpack-value` costs memory, not the guarantee: a notice
+/// that does not fail the drill, and none at the advised value.
+#[test]
+fn a_small_listpack_value_is_a_notice_not_a_failure() {
+    for (value, notice) in [("64", true), ("1024", false)] {
+        let redis = RedisServer::start_with(&["--hash-max-listpack-value", value]);
+        let tmp = tempfile::tempdir().unwrap();
+        let p = write(
+            &tmp,
+            &one_route(
+                RouteCfg::header("orders", "/orders").scope(&["header:Authorization"]),
+                StoreCfg::redis(redis.url()),
+            ),
+        );
+        let (code, out, err) = drill(&p, &["--lease", "1s"], &[]);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(out.contains("all drills passed"), "{out}");
+        assert_eq!(
+            out.contains("notice [") && out.contains("hash-max-listpack-value is 64"),
+            notice,
+            "hash-max-listpack-value {value}: {out}"
+        );
+    }
+}
+
 #[test]
 fn an_unreachable_store_fails_the_store_check() {
     let tmp = tempfile::tempdir().unwrap();

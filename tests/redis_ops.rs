@@ -370,3 +370,39 @@ async fn a_claim_whose_reply_timed_out_does_not_strand_its_key() {
         .replayed());
     assert_eq!(up.effects(), 2, "warm-up and one execution");
 }
+
+/// A stored response longer than Redis's `hash-max-listpack-value` (64 by default) turns
+/// its record into a hash table, about twice the memory; at the value the store check
+/// advises, a small response's record keeps the compact encoding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_stays_compact_at_the_advised_listpack_value() {
+    let up = Upstream::start().await;
+    let http = Http::new();
+    for (value, encoding) in [("64", "hashtable"), ("1024", "listpack")] {
+        let redis = RedisServer::start_with(&["--hash-max-listpack-value", value]);
+        let gw = gateway_on(&up, StoreCfg::redis(redis.url())).await;
+        let r = http
+            .post(
+                &gw.url("/orders/e"),
+                &[("Idempotency-Key", "compact")],
+                "{}",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+        let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        let state: String = redis.cmd(&["HGET", &keys[0], "s"]);
+        assert_eq!(state, "c", "the record is completed");
+        let got: String = redis.cmd(&["OBJECT", "ENCODING", &keys[0]]);
+        assert_eq!(got, encoding, "hash-max-listpack-value {value}");
+        let replay = http
+            .post(
+                &gw.url("/orders/e"),
+                &[("Idempotency-Key", "compact")],
+                "{}",
+            )
+            .await;
+        assert!(replay.replayed());
+    }
+    assert_eq!(up.effects(), 2, "one per Redis");
+}

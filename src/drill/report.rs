@@ -203,6 +203,7 @@ impl Report {
                 let level = match f.severity {
                     Severity::Risk => "risk",
                     Severity::Warning => "warning",
+                    Severity::Notice => "notice",
                 };
                 out.push_str(&format!(
                     "     {level} [{}] {}: {}\n",

@@ -204,7 +204,7 @@ impl RedisClusterStore {
                 .unwrap_or_default()
             }
         };
-        let mut replies: std::collections::BTreeMap<String, ([Option<Value>; 3], Option<Value>)> =
+        let mut replies: std::collections::BTreeMap<String, ([Option<Value>; 4], Option<Value>)> =
             Default::default();
         for (i, name) in CONFIG_CHECKED.iter().enumerate() {
             for (node, v) in ask(redis::cmd("CONFIG").arg("GET").arg(*name).clone()).await {

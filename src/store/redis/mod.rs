@@ -404,6 +404,7 @@ impl RedisStore {
             ask(["CONFIG", "GET", CONFIG_CHECKED[0]]).await,
             ask(["CONFIG", "GET", CONFIG_CHECKED[1]]).await,
             ask(["CONFIG", "GET", CONFIG_CHECKED[2]]).await,
+            ask(["CONFIG", "GET", CONFIG_CHECKED[3]]).await,
         ];
         let cmd = &redis::cmd("INFO").arg("replication").clone();
         let replication = self

@@ -135,20 +135,26 @@ fn config_value(v: Value, name: &str) -> Option<String> {
 }
 
 /// The commands a store check sends to each node.
-pub(super) const CONFIG_CHECKED: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
+pub(super) const CONFIG_CHECKED: [&str; 4] = [
+    "maxmemory-policy",
+    "appendonly",
+    "save",
+    "hash-max-listpack-value",
+];
 
 pub(super) fn node_replies(
     node: String,
-    config: [Option<Value>; 3],
+    config: [Option<Value>; 4],
     replication: Option<Value>,
 ) -> NodeReplies {
-    let [policy, aof, save] = config;
+    let [policy, aof, save, listpack] = config;
     let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
     NodeReplies {
         node,
         maxmemory_policy: get(policy, CONFIG_CHECKED[0]),
         appendonly: get(aof, CONFIG_CHECKED[1]),
         save: get(save, CONFIG_CHECKED[2]),
+        hash_max_listpack_value: get(listpack, CONFIG_CHECKED[3]),
         replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
     }
 }
