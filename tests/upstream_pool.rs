@@ -434,3 +434,83 @@ async fn an_upload_goes_on_while_its_client_does_not_yet_read_the_answer() {
         .await
     );
 }
+
+/// An upstream that answers every request with a chunked body followed by trailers, and
+/// counts its connections.
+async fn trailing_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                            _ => return,
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + len {
+                        match s.read(&mut chunk).await {
+                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                            _ => return,
+                        }
+                    }
+                    buf.drain(..end + 4 + len);
+                    let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: 1234\r\n\r\n";
+                    if s.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// A body that ends with trailers hands its connection back like any other: streamed or
+/// stored, clients asking for trailers or not.
+#[tokio::test]
+async fn a_body_that_ends_with_trailers_gives_its_connection_back() {
+    let (upstream, conns) = trailing_upstream().await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{upstream}"))
+            .upstream_timeout("5s")
+            .route(RouteCfg::header("payments", "/pay/*").required(true)),
+    )
+    .await;
+    let http = Http::new();
+    for i in 0..10 {
+        let te: &[(&str, &str)] = if i % 2 == 0 {
+            &[("TE", "trailers")]
+        } else {
+            &[]
+        };
+        let r = http.post(&gw.url("/stream"), te, "x").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.text(), "hello");
+        let key = format!("t-{i}");
+        let mut headers = vec![("Idempotency-Key", key.as_str())];
+        headers.extend_from_slice(te);
+        let r = http.post(&gw.url("/pay/1"), &headers, "x").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.text(), "hello");
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "every request reused the one connection"
+    );
+}
