@@ -46,7 +46,7 @@ pub struct NodeReplies {
     pub appendonly: Option<String>,
     /// `CONFIG GET save` (empty: no snapshots).
     pub save: Option<String>,
-    /// `CONFIG GET hash-max-listpack-value` (Redis 7 and later).
+    /// `CONFIG GET hash-max-listpack-value` (`hash-max-ziplist-value` before Redis 7).
     pub hash_max_listpack_value: Option<String>,
     /// `INFO replication`, as text.
     pub replication: Option<String>,
@@ -120,7 +120,7 @@ pub fn findings(nodes: &[NodeReplies], cluster: Option<&ClusterReplies>) -> Vec<
                 Severity::Notice,
                 "hash-max-listpack-value",
                 format!(
-                    "hash-max-listpack-value is {v}: a record whose stored response (headers included) is longer is kept as a hash table, about twice the memory of the compact encoding and more Redis CPU per completion; set it to {LISTPACK_VALUE_ADVISED} or to above your typical response"
+                    "hash-max-listpack-value (hash-max-ziplist-value before Redis 7) is {v}: a record whose stored response (headers included) is longer is kept as a hash table, about twice the memory of the compact encoding and more Redis CPU per completion; set it to {LISTPACK_VALUE_ADVISED} or to above your typical response"
                 ),
             );
         }
@@ -220,7 +220,7 @@ mod tests {
         let f = findings(&[n], None);
         assert_eq!(checks(&f), [("hash-max-listpack-value", Severity::Notice)]);
         assert!(f[0].message.contains("is 64"), "{f:?}");
-        // Unknown (Redis 6 names it otherwise) or large enough: nothing to say.
+        // Unknown (CONFIG refused) or large enough: nothing to say.
         for v in [None, Some("4096".to_owned())] {
             let n = NodeReplies {
                 hash_max_listpack_value: v,

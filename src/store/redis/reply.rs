@@ -139,7 +139,8 @@ pub(super) const CONFIG_CHECKED: [&str; 4] = [
     "maxmemory-policy",
     "appendonly",
     "save",
-    "hash-max-listpack-value",
+    // Both names on Redis 7 (`listpack`, and `ziplist` as its alias); Redis 6 has `ziplist`.
+    "hash-max-*-value",
 ];
 
 pub(super) fn node_replies(
@@ -154,7 +155,42 @@ pub(super) fn node_replies(
         maxmemory_policy: get(policy, CONFIG_CHECKED[0]),
         appendonly: get(aof, CONFIG_CHECKED[1]),
         save: get(save, CONFIG_CHECKED[2]),
-        hash_max_listpack_value: get(listpack, CONFIG_CHECKED[3]),
+        hash_max_listpack_value: listpack.and_then(|v| {
+            config_value(v.clone(), "hash-max-listpack-value")
+                .or_else(|| config_value(v, "hash-max-ziplist-value"))
+        }),
         replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_reply(pairs: &[(&str, &str)]) -> Option<Value> {
+        Some(Value::Array(
+            pairs
+                .iter()
+                .flat_map(|(k, v)| [k, v])
+                .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+                .collect(),
+        ))
+    }
+
+    #[test]
+    fn the_listpack_value_is_read_under_either_name() {
+        let replies = |listpack| node_replies("n:1".into(), [None, None, None, listpack], None);
+        // Redis 7: both names, the listpack one first.
+        let r7 = config_reply(&[
+            ("hash-max-listpack-value", "1024"),
+            ("hash-max-ziplist-value", "1024"),
+        ]);
+        assert_eq!(replies(r7).hash_max_listpack_value.as_deref(), Some("1024"));
+        // Redis 6: only the ziplist name.
+        let r6 = config_reply(&[("hash-max-ziplist-value", "64")]);
+        assert_eq!(replies(r6).hash_max_listpack_value.as_deref(), Some("64"));
+        // Refused, or nothing matched.
+        assert_eq!(replies(None).hash_max_listpack_value, None);
+        assert_eq!(replies(config_reply(&[])).hash_max_listpack_value, None);
     }
 }

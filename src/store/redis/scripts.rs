@@ -49,14 +49,15 @@ end
 /// Replies: {1, fence} won, {2, record, ms to expiry} replay, {3, ms left} conflict, {4} mismatch,
 /// {5, fence, old fence} takeover, {6, fence, first} held for a person, {7} stale.
 const CLAIM: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n', 'r')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'h', 'l', 'o', 'k', 'n')
 local s = r[1]
 -- A completed record is replayed, or refused to a different request: no clock needed.
+-- The response is read only for a replay: a refusal costs nothing however large it is.
 if s == 'c' then
   if r[3] ~= ARGV[1] then
     return {4}
   end
-  return {2, r[8], redis.call('PTTL', KEYS[1])}
+  return {2, redis.call('HGET', KEYS[1], 'r'), redis.call('PTTL', KEYS[1])}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -165,9 +166,8 @@ return 1
 /// ARGV: fence, new state (`c` or `r`), window ms, strict (`1`: an operator's resolution,
 /// refused when already finished), response (for `c`, else empty), and on ordered routes
 /// (KEYS[2]) the version: its in-flight marker, if this fence's, is cleared, and a
-/// completion raises the highest version (never lowers it). The lease field `l` is left
-/// in place: it means something only while the record is in flight (`s` = `i`), and every
-/// claim that puts it back in flight writes it.
+/// completion raises the highest version (never lowers it). The lease field `l` goes: a
+/// gateway of an earlier version, during a rolling upgrade, shows a lease wherever it is.
 const FINISH: &str = r#"
 local r = redis.call('HMGET', KEYS[1], 's', 'f')
 if tonumber(r[2]) ~= tonumber(ARGV[1]) then
@@ -187,6 +187,7 @@ if ARGV[2] == 'c' then
 else
   redis.call('HSET', KEYS[1], 's', 'r')
 end
+redis.call('HDEL', KEYS[1], 'l')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if KEYS[2] then
   local e = redis.call('HMGET', KEYS[2], 'c', 'g')
