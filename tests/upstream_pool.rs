@@ -160,71 +160,42 @@ async fn streaming_gateway(upstream: std::net::SocketAddr) -> TestGateway {
 /// `Content-Length` body is in. Keeps connections
 /// alive and counts them.
 async fn early_answering_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let conns = Arc::new(AtomicUsize::new(0));
-    let c = conns.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match s.read(&mut chunk).await {
-                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                            _ => return,
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if head.contains(" /early ") {
-                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly";
-                        if s.write_all(answer).await.is_err() {
-                            return;
-                        }
-                        // Read the rest of the upload, after a pause, however long it
-                        // takes: chunked to its last chunk, or its `Content-Length`.
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        buf.drain(..end + 4);
-                        let done = |buf: &[u8]| match len {
-                            0 => buf.windows(5).any(|w| w == b"0\r\n\r\n"),
-                            len => buf.len() >= len,
-                        };
-                        while !done(&buf) {
-                            match s.read(&mut chunk).await {
-                                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                                _ => return,
-                            }
-                        }
-                        buf.drain(..len.min(buf.len()));
-                        if len == 0 {
-                            buf.clear();
-                        }
-                        continue;
-                    }
-                    while buf.len() < end + 4 + len {
-                        match s.read(&mut chunk).await {
-                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                            _ => return,
-                        }
-                    }
-                    buf.drain(..end + 4 + len);
-                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if s.write_all(answer).await.is_err() {
-                        return;
+    counted_upstream(|mut s| async move {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Some((end, head, len)) = read_head(&mut s, &mut buf).await {
+            if head.contains(" /early ") {
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nearly";
+                if s.write_all(answer).await.is_err() {
+                    return;
+                }
+                // Read the rest of the upload, after a pause, however long it
+                // takes: chunked to its last chunk, or its `Content-Length`.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                buf.drain(..end + 4);
+                let done = |buf: &[u8]| match len {
+                    0 => buf.windows(5).any(|w| w == b"0\r\n\r\n"),
+                    len => buf.len() >= len,
+                };
+                while !done(&buf) {
+                    match s.read(&mut chunk).await {
+                        Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
                     }
                 }
-            });
+                buf.drain(..len.min(buf.len()));
+                if len == 0 {
+                    buf.clear();
+                }
+                continue;
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            if !answer_request(&mut s, &mut buf, end + 4 + len, answer).await {
+                return;
+            }
         }
-    });
-    (addr, conns)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -438,46 +409,16 @@ async fn an_upload_goes_on_while_its_client_does_not_yet_read_the_answer() {
 /// An upstream that answers every request with a chunked body followed by trailers, and
 /// counts its connections.
 async fn trailing_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let conns = Arc::new(AtomicUsize::new(0));
-    let c = conns.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match s.read(&mut chunk).await {
-                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                            _ => return,
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while buf.len() < end + 4 + len {
-                        match s.read(&mut chunk).await {
-                            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                            _ => return,
-                        }
-                    }
-                    buf.drain(..end + 4 + len);
-                    let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: 1234\r\n\r\n";
-                    if s.write_all(answer).await.is_err() {
-                        return;
-                    }
-                }
-            });
+    counted_upstream(|mut s| async move {
+        let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: 1234\r\n\r\n";
+        let mut buf = Vec::new();
+        while let Some((end, _, len)) = read_head(&mut s, &mut buf).await {
+            if !answer_request(&mut s, &mut buf, end + 4 + len, answer).await {
+                return;
+            }
         }
-    });
-    (addr, conns)
+    })
+    .await
 }
 
 /// A body that ends with trailers hands its connection back like any other: streamed or
@@ -513,4 +454,75 @@ async fn a_body_that_ends_with_trailers_gives_its_connection_back() {
         1,
         "every request reused the one connection"
     );
+}
+
+/// Reads from `s` into `buf` until `buf` holds a whole request head: the offset of its
+/// blank line, the head in lower case and its `Content-Length` (0 without one). `None`
+/// when the connection ends first.
+async fn read_head(
+    s: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> Option<(usize, String, usize)> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            return Some((end, head, len));
+        }
+        let len = buf.len();
+        if !read_to(s, buf, len + 1).await {
+            return None;
+        }
+    }
+}
+
+/// Reads from `s` until `buf` holds at least `n` bytes; false when the connection ends
+/// first.
+async fn read_to(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, n: usize) -> bool {
+    let mut chunk = [0u8; 4096];
+    while buf.len() < n {
+        match s.read(&mut chunk).await {
+            Ok(k) if k > 0 => buf.extend_from_slice(&chunk[..k]),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Reads the rest of a request of `size` bytes (head included) into `buf`, drops it from
+/// `buf` and writes `answer`; false when the connection ends first.
+async fn answer_request(
+    s: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+    size: usize,
+    answer: &[u8],
+) -> bool {
+    if !read_to(s, buf, size).await {
+        return false;
+    }
+    buf.drain(..size);
+    s.write_all(answer).await.is_ok()
+}
+
+/// A loopback upstream that counts its connections and serves each with `serve`.
+async fn counted_upstream<F, Fut>(serve: F) -> (std::net::SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(serve(s));
+        }
+    });
+    (addr, conns)
 }
