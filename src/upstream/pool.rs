@@ -248,15 +248,20 @@ mod tests {
         panic!("timed out");
     }
 
-    #[tokio::test]
-    async fn idle_connections_are_closed_after_the_idle_timeout_with_no_traffic() {
-        let (authority, closed) = counting_listener().await;
-        let pool = Pool::new(&authority, limits(Duration::from_millis(100), 8));
-        for _ in 0..3 {
+    /// Dials `n` connections and checks each in, ready and idle.
+    async fn park(pool: &Pool, n: usize) {
+        for _ in 0..n {
             let mut sender = pool.connect().await.unwrap();
             sender.ready().await.unwrap();
             pool.checkin(sender);
         }
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_idle_timeout_with_no_traffic() {
+        let (authority, closed) = counting_listener().await;
+        let pool = Pool::new(&authority, limits(Duration::from_millis(100), 8));
+        park(&pool, 3).await;
         assert_eq!(pool.idle.lock().unwrap().len(), 3);
         // No checkout, no checkin: only the sweeper can close them.
         until(|| closed.load(Ordering::SeqCst) == 3).await;
@@ -267,11 +272,7 @@ mod tests {
     async fn past_the_idle_limit_the_oldest_connection_is_closed() {
         let (authority, closed) = counting_listener().await;
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
-        for _ in 0..3 {
-            let mut sender = pool.connect().await.unwrap();
-            sender.ready().await.unwrap();
-            pool.checkin(sender);
-        }
+        park(&pool, 3).await;
         until(|| closed.load(Ordering::SeqCst) == 1).await;
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
         // The newest is taken first.
