@@ -6,7 +6,9 @@
 //! scenario runs once per round, rounds interleaved, and every figure printed is the median
 //! over the rounds with its range; throughput is given as a ratio to nginx in the same
 //! round. Beside it: the CPU time the serving process spent per request (nginx's master
-//! and workers; the gateway's threads), which a shared machine's noise moves less. A
+//! and workers; the gateway's threads), which a shared machine's noise moves less, and the
+//! part of it spent in user space (the rest is system calls and the loopback delivery
+//! they run). A
 //! last scenario replays on Redis with the near-cache on (`redis-cached-replay`). After each pass the upstream's effect count is checked: one per request, or one
 //! in all for a replayed key.
 //!
@@ -82,6 +84,9 @@ struct Sample {
     /// CPU time the serving process spent per request, in microseconds: steadier than
     /// throughput on a shared machine, since it does not count time others took.
     cpu_us: Option<f64>,
+    /// The part of `cpu_us` spent in user space (the rest is the kernel's: system calls,
+    /// and the loopback TCP delivery they run).
+    user_us: Option<f64>,
     /// CPU time `redis-server` spent per request, in microseconds (Redis scenarios).
     redis_us: Option<f64>,
     /// Commands `redis-server` processed per read from a socket (Redis scenarios).
@@ -134,7 +139,7 @@ async fn measure(
     conns: usize,
     round: usize,
     set: &Settings,
-) -> (Pass, Load, usize, [Option<f64>; 3]) {
+) -> (Pass, Load, usize, [Option<f64>; 4]) {
     let mut load = Load::connect(s.addr, conns).await;
     let tag = format!("{}-{conns}-{round}", s.name);
     let keys = |pass: &str| match s.kind {
@@ -165,10 +170,15 @@ async fn measure(
         let per_request = |ticks: u64| {
             ticks as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
         };
-        let mut cpu = [None; 3];
+        // [server, Redis, Redis commands per read, server in user space]
+        let mut cpu = [None; 4];
         for i in 0..2 {
             if let (Some(pid), Some(before)) = (pids[i], cpu_before[i]) {
-                cpu[i] = Some(per_request(servers::cpu_ticks(pid) - before));
+                let used = servers::cpu_ticks(pid).since(before);
+                cpu[i] = Some(per_request(used.total()));
+                if i == 0 {
+                    cpu[3] = Some(per_request(used.user));
+                }
             }
         }
         let io_after = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
@@ -344,7 +354,7 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm, [cpu_us, redis_us, depth]) =
+                let (pass, load, warm, [cpu_us, redis_us, depth, user_us]) =
                     measure(s, &up, conns, round, &set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
@@ -363,6 +373,7 @@ async fn main() {
                     p99: pass.percentile(99.0),
                     rss,
                     cpu_us,
+                    user_us,
                     redis_us,
                     depth,
                 });
@@ -425,6 +436,7 @@ mod report {
             "p99 ms",
             "RSS MiB",
             "CPU us/req",
+            "user us/req",
             "Redis us/req",
             "Redis cmds/read",
         ];
@@ -445,6 +457,8 @@ mod report {
                 let rss = runs.iter().filter_map(|r| r.rss).max();
                 let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
                 let cpu = (!cpu.is_empty()).then(|| median(cpu));
+                let user: Vec<f64> = runs.iter().filter_map(|r| r.user_us).collect();
+                let user = (!user.is_empty()).then(|| median(user));
                 let redis: Vec<f64> = runs.iter().filter_map(|r| r.redis_us).collect();
                 let redis = (!redis.is_empty()).then(|| median(redis));
                 let depth: Vec<f64> = runs.iter().filter_map(|r| r.depth).collect();
@@ -462,6 +476,7 @@ mod report {
                     cpu.map_or("-".into(), |(c, lo, hi)| {
                         format!("{c:.1} ({lo:.1}-{hi:.1})")
                     }),
+                    user.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
                     redis.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
                     depth.map_or("-".into(), |(d, _, _)| format!("{d:.2}")),
                 ]);

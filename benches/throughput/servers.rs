@@ -35,20 +35,43 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-/// CPU time (user and system, in clock ticks) used so far by `root` and its direct
-/// children: the gateway's threads, or nginx's master and workers.
-pub fn cpu_ticks(root: u32) -> u64 {
+/// CPU time used so far by `root` and its direct children (the gateway's threads, or
+/// nginx's master and workers), in clock ticks: user-space, and in the kernel.
+#[derive(Clone, Copy)]
+pub struct Ticks {
+    pub user: u64,
+    pub system: u64,
+}
+
+impl Ticks {
+    pub fn total(self) -> u64 {
+        self.user + self.system
+    }
+
+    pub fn since(self, before: Ticks) -> Ticks {
+        Ticks {
+            user: self.user - before.user,
+            system: self.system - before.system,
+        }
+    }
+}
+
+/// [`Ticks`] of `root` and its direct children.
+pub fn cpu_ticks(root: u32) -> Ticks {
     // Fields after the command name (which may hold spaces, so split after its `)`):
     // state is the first, ppid the second, utime the 12th, stime the 13th.
-    let read = |stat: &str| -> Option<(u32, u64)> {
+    let read = |stat: &str| -> Option<(u32, Ticks)> {
         let rest = &stat[stat.rfind(')')? + 2..];
         let f: Vec<&str> = rest.split(' ').collect();
         Some((
             f[1].parse().ok()?,
-            f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?,
+            Ticks {
+                user: f[11].parse().ok()?,
+                system: f[12].parse().ok()?,
+            },
         ))
     };
-    let mut total = 0;
+    let mut total = Ticks { user: 0, system: 0 };
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
             .file_name()
@@ -60,7 +83,8 @@ pub fn cpu_ticks(root: u32) -> u64 {
         let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
         if let Some((ppid, ticks)) = read(&stat) {
             if pid == root || ppid == root {
-                total += ticks;
+                total.user += ticks.user;
+                total.system += ticks.system;
             }
         }
     }
