@@ -8,9 +8,9 @@
 //! round. Beside it: the CPU time the serving process spent per request (nginx's master
 //! and workers; the gateway's threads), which a shared machine's noise moves less, and the
 //! part of it spent in user space (the rest is system calls and the loopback delivery
-//! they run). A
-//! last scenario replays on Redis with the near-cache on (`redis-cached-replay`). After each pass the upstream's effect count is checked: one per request, or one
-//! in all for a replayed key.
+//! they run). A last scenario replays on Redis with the near-cache on
+//! (`redis-cached-replay`). After each pass the upstream's effect count is checked: one
+//! per request, or one in all for a replayed key.
 //!
 //! Environment: `BENCH_REQUESTS` (most requests per pass, default 20000), `BENCH_SECONDS`
 //! (longest pass, default 4), `BENCH_ROUNDS` (default 3), `BENCH_CONNECTIONS` (default

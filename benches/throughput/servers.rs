@@ -50,8 +50,9 @@ impl Ticks {
 
     pub fn since(self, before: Ticks) -> Ticks {
         Ticks {
-            user: self.user - before.user,
-            system: self.system - before.system,
+            // A child that exits during a pass takes its ticks with it.
+            user: self.user.saturating_sub(before.user),
+            system: self.system.saturating_sub(before.system),
         }
     }
 }
