@@ -81,6 +81,11 @@ struct Sample {
     p99: Duration,
     /// The gateway's resident memory after the pass, connections still open.
     rss: Option<u64>,
+    costs: Costs,
+}
+
+/// What a pass cost the processes measured, per request.
+struct Costs {
     /// CPU time the serving process spent per request, in microseconds: steadier than
     /// throughput on a shared machine, since it does not count time others took.
     cpu_us: Option<f64>,
@@ -139,7 +144,7 @@ async fn measure(
     conns: usize,
     round: usize,
     set: &Settings,
-) -> (Pass, Load, usize, [Option<f64>; 4]) {
+) -> (Pass, Load, usize, Costs) {
     let mut load = Load::connect(s.addr, conns).await;
     let tag = format!("{}-{conns}-{round}", s.name);
     let keys = |pass: &str| match s.kind {
@@ -163,29 +168,31 @@ async fn measure(
             tokio::time::sleep(Duration::from_secs_f64(hold)).await;
         }
         let before = up.effects();
-        let pids = [s.pid, s.store_pid.map(|(pid, _)| pid)];
-        let cpu_before = pids.map(|p| p.map(servers::cpu_ticks));
+        let server_before = s.pid.map(servers::cpu_ticks);
+        let redis_before = s.store_pid.map(|(pid, _)| servers::cpu_ticks(pid));
         let io_before = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
         let per_request = |ticks: u64| {
             ticks as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
         };
-        // [server, Redis, Redis commands per read, server in user space]
-        let mut cpu = [None; 4];
-        for i in 0..2 {
-            if let (Some(pid), Some(before)) = (pids[i], cpu_before[i]) {
-                let used = servers::cpu_ticks(pid).since(before);
-                cpu[i] = Some(per_request(used.total()));
-                if i == 0 {
-                    cpu[3] = Some(per_request(used.user));
-                }
-            }
-        }
+        let server = s
+            .pid
+            .zip(server_before)
+            .map(|(pid, before)| servers::cpu_ticks(pid).since(before));
+        let redis = s
+            .store_pid
+            .zip(redis_before)
+            .map(|((pid, _), before)| servers::cpu_ticks(pid).since(before));
         let io_after = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
-        if let (Some((c0, r0)), Some((c1, r1))) = (io_before, io_after) {
+        let costs = Costs {
+            cpu_us: server.map(|t| per_request(t.total())),
+            user_us: server.map(|t| per_request(t.user)),
+            redis_us: redis.map(|t| per_request(t.total())),
             // The INFO call itself is one read: left out.
-            cpu[2] = Some((c1 - c0) as f64 / (r1 - r0).saturating_sub(1).max(1) as f64);
-        }
+            depth: io_before.zip(io_after).map(|((c0, r0), (c1, r1))| {
+                (c1 - c0) as f64 / (r1 - r0).saturating_sub(1).max(1) as f64
+            }),
+        };
         let effects = up.effects() - before;
         let n = result.requests();
         let (want_effects, want_replayed) = match s.kind {
@@ -201,7 +208,7 @@ async fn measure(
             "{tag} ({pass}): replays after {n} requests"
         );
         if pass == "main" {
-            return (result, load, warm, cpu);
+            return (result, load, warm, costs);
         }
     }
     unreachable!()
@@ -354,8 +361,7 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm, [cpu_us, redis_us, depth, user_us]) =
-                    measure(s, &up, conns, round, &set).await;
+                let (pass, load, warm, costs) = measure(s, &up, conns, round, &set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
                 }
@@ -365,17 +371,14 @@ async fn main() {
                     "{conns:>5} conns, round {round}: {:<20} {:>8.0} req/s {:>6} CPU us/req",
                     s.name,
                     pass.rate(),
-                    cpu_us.map_or("-".into(), |c| format!("{c:.1}")),
+                    costs.cpu_us.map_or("-".into(), |c| format!("{c:.1}")),
                 );
                 samples.entry((conns, i)).or_default().push(Sample {
                     rate: pass.rate(),
                     p50: pass.percentile(50.0),
                     p99: pass.percentile(99.0),
                     rss,
-                    cpu_us,
-                    user_us,
-                    redis_us,
-                    depth,
+                    costs,
                 });
             }
         }
@@ -455,13 +458,13 @@ mod report {
                 let (p50, _, _) = median(runs.iter().map(|r| ms(r.p50)).collect());
                 let (p99, p99_lo, p99_hi) = median(runs.iter().map(|r| ms(r.p99)).collect());
                 let rss = runs.iter().filter_map(|r| r.rss).max();
-                let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
+                let cpu: Vec<f64> = runs.iter().filter_map(|r| r.costs.cpu_us).collect();
                 let cpu = (!cpu.is_empty()).then(|| median(cpu));
-                let user: Vec<f64> = runs.iter().filter_map(|r| r.user_us).collect();
+                let user: Vec<f64> = runs.iter().filter_map(|r| r.costs.user_us).collect();
                 let user = (!user.is_empty()).then(|| median(user));
-                let redis: Vec<f64> = runs.iter().filter_map(|r| r.redis_us).collect();
+                let redis: Vec<f64> = runs.iter().filter_map(|r| r.costs.redis_us).collect();
                 let redis = (!redis.is_empty()).then(|| median(redis));
-                let depth: Vec<f64> = runs.iter().filter_map(|r| r.depth).collect();
+                let depth: Vec<f64> = runs.iter().filter_map(|r| r.costs.depth).collect();
                 let depth = (!depth.is_empty()).then(|| median(depth));
                 rows.push(vec![
                     s.name.clone(),
