@@ -23,6 +23,15 @@ pub static IDEMPOTENCY_SCOPE: HeaderName = HeaderName::from_static("idempotency-
 /// open discussion of the IETF idempotency-key draft (its issues #35 and #49).
 pub static IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");
 
+/// `X-Forwarded-For`: the client's address, appended to any the client's own proxies set.
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// `X-Forwarded-Proto`: `https` when the client's hop was TLS, whatever the client claimed.
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// `X-Forwarded-Host`: the `Host` the client asked for.
+pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// `Dedupe-Stale: true` on the 200 answering an ordered route's request whose version is
 /// not greater than the highest one completed for its entity: it was never forwarded.
 pub static STALE: HeaderName = HeaderName::from_static("dedupe-stale");

@@ -1,6 +1,5 @@
 //! Listeners, connections and the process lifecycle: serve until a signal, then drain.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -8,27 +7,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tokio_util::either::Either;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::defaults::DEFAULT_ADMIN_MAX_CONNECTIONS;
 use crate::config::{Config, ConfigError};
-use crate::framing::{AmbiguousFraming, Watched};
-use crate::http::{ConnInfo, Gateway};
+use crate::http::Gateway;
 use crate::store::health::Severity;
 use crate::store::{Store, StoreError};
 use crate::tls::ListenerCert;
 
 mod accept;
+mod connection;
+mod greeting;
 mod write_deadline;
 
-use self::accept::Acceptor;
+use self::accept::Listener;
+use self::connection::Serving;
 pub use self::write_deadline::WriteDeadline;
 
 /// Why the gateway could not run.
@@ -183,137 +181,93 @@ pub async fn serve(
 ) {
     let live = gateway.live();
     let server = &live.config.server;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
-        .max_buf_size(server.max_header_bytes)
-        // Head and body copied into one buffer, one `write`: cheaper for the small
-        // responses an API sends than queueing them for `writev` (measured in benches/).
-        .writev(false);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(server.max_header_bytes as u32)
-        .max_concurrent_streams(server.max_concurrent_streams)
-        // Dead HTTP/2 peers are found by pings and their slots freed.
-        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
-        .keep_alive_timeout(std::time::Duration::from_secs(10));
     let grace = server.shutdown_grace;
-    let header_read_timeout = server.header_read_timeout;
-    let max_head = server.max_header_bytes;
-    let write_timeout = server.write_timeout;
+    let stopping = CancellationToken::new();
+    let serving = Arc::new(Serving::new(server, stopping.clone()));
     // Each connection may buffer up to max_body per request: bound how many are served.
-    let slots = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
+    let mut public = Listener::new("public", Some(listeners.public), server.max_connections);
     // The admin port has its own small cap, so probes or a flood there can never take the
     // public port's file descriptors.
-    let admin_slots = Arc::new(tokio::sync::Semaphore::new(
-        live.config
-            .admin
-            .as_ref()
-            .map_or(DEFAULT_ADMIN_MAX_CONNECTIONS, |a| a.max_connections),
-    ));
+    let admin_cap = live
+        .config
+        .admin
+        .as_ref()
+        .map_or(DEFAULT_ADMIN_MAX_CONNECTIONS, |a| a.max_connections);
+    let mut admin = Listener::new("admin", listeners.admin, admin_cap);
     drop(live);
 
-    if let Ok(addr) = listeners.public.local_addr() {
+    if let Some(addr) = public.local_addr() {
         info!(addr = %addr, backend = gateway.store().backend_name(), tls = listeners.tls.is_some(), "public listener ready");
+    }
+    if let Some(addr) = admin.local_addr() {
+        info!(addr = %addr, "admin listener ready");
     }
     let tls = listeners
         .tls
-        .clone()
         .map(|cert| TlsAcceptor::from(Arc::new(crate::tls::listener_config(cert))));
-    if let Some(Ok(addr)) = listeners.admin.as_ref().map(TcpListener::local_addr) {
-        info!(addr = %addr, "admin listener ready");
-    }
 
     let graceful = GracefulShutdown::new();
-    let stopping = tokio_util::sync::CancellationToken::new();
-    let mut public_accept = Acceptor::new("public");
-    let mut admin_accept = Acceptor::new("admin");
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            (slot, accepted) = async {
-                // Wait for a free slot before accepting: at the limit, new connections
-                // queue in the kernel's backlog instead of being served.
-                let slot = slots.clone().acquire_owned().await;
-                (slot, public_accept.accept(Some(&listeners.public)).await)
-            } => {
-                let Some((stream, remote)) = accepted else { continue };
-                let Ok(slot) = slot else { continue };
-                let gw = gateway.clone();
-                let framing = AmbiguousFraming::default();
-                let conn_info = ConnInfo { remote, framing: framing.clone() };
-                let over_tls = tls.is_some();
-                let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    let gw = gw.clone();
-                    let conn_info = conn_info.clone();
-                    // The client's hop was TLS: the upstream learns it, whatever the client
-                    // claimed (a plain hop keeps the client's value, as before).
-                    if over_tls {
-                        req.headers_mut().insert(
-                            http::header::HeaderName::from_static("x-forwarded-proto"),
-                            http::HeaderValue::from_static("https"),
-                        );
-                    }
-                    async move { Ok::<_, Infallible>(gw.handle(req, conn_info).await) }
-                });
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                let stopping = stopping.clone();
-                let tls = tls.clone();
-                tokio::spawn(async move {
-                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
-                        return drop(slot);
-                    }
-                    let Some(stream) = handshake(tls.as_ref(), stream, header_read_timeout, remote).await else {
-                        return drop(slot);
-                    };
-                    let stream = WriteDeadline::new(stream, write_timeout);
-                    let io = TokioIo::new(Watched::new(stream, max_head, framing));
-                    let conn = watcher.watch(builder.serve_connection(io, svc).into_owned());
-                    if let Err(e) = conn.await {
-                        debug!(error = %e, %remote, "client connection ended with an error");
-                    }
-                    drop(slot);
-                });
-            }
-            (slot, accepted) = async {
-                let slot = admin_slots.clone().acquire_owned().await;
-                (slot, admin_accept.accept(listeners.admin.as_ref()).await)
-            } => {
-                let Some((stream, _)) = accepted else { continue };
-                let Ok(slot) = slot else { continue };
-                let gw = gateway.clone();
-                let svc = service_fn(move |req| {
-                    let gw = gw.clone();
-                    async move { Ok::<_, Infallible>(crate::admin::handle(gw, req).await) }
-                });
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                let stopping = stopping.clone();
-                tokio::spawn(async move {
-                    if !shows_protocol(&stream, header_read_timeout, &stopping).await {
-                        return drop(slot);
-                    }
-                    let io = TokioIo::new(WriteDeadline::new(stream, write_timeout));
-                    let _ = watcher.watch(builder.serve_connection(io, svc).into_owned()).await;
-                    drop(slot);
-                });
-            }
-            _ = &mut shutdown => break,
-        }
+    tokio::select! {
+        () = accept_public(&mut public, &serving, tls, &gateway, &graceful) => {}
+        () = accept_admin(&mut admin, &serving, &gateway, &graceful) => {}
+        () = shutdown => {}
     }
-    drop(listeners);
+    drop((public, admin));
     stopping.cancel();
+    drain(&gateway, graceful, grace).await;
+}
+
+/// Accepts public connections, each served in a task of its own that holds a slot.
+async fn accept_public(
+    listener: &mut Listener,
+    serving: &Arc<Serving>,
+    tls: Option<TlsAcceptor>,
+    gateway: &Arc<Gateway>,
+    graceful: &GracefulShutdown,
+) {
+    loop {
+        let Some((slot, stream, remote)) = listener.next().await else {
+            continue;
+        };
+        let (serving, gateway, tls) = (serving.clone(), gateway.clone(), tls.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            serving
+                .public(stream, remote, tls.as_ref(), gateway, watcher)
+                .await;
+            drop(slot);
+        });
+    }
+}
+
+/// Accepts admin connections, each served in a task of its own that holds a slot.
+async fn accept_admin(
+    listener: &mut Listener,
+    serving: &Arc<Serving>,
+    gateway: &Arc<Gateway>,
+    graceful: &GracefulShutdown,
+) {
+    loop {
+        let Some((slot, stream, remote)) = listener.next().await else {
+            continue;
+        };
+        let (serving, gateway) = (serving.clone(), gateway.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            serving.admin(stream, remote, gateway, watcher).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Lets open connections, then the request tasks that outlive their clients (they own
+/// claims and upstream calls), finish within `grace`.
+async fn drain(gateway: &Gateway, graceful: GracefulShutdown, grace: Duration) {
     let deadline = tokio::time::Instant::now() + grace;
     let open = graceful.count();
     info!(open, grace = ?grace, "stopped accepting; draining in-flight requests");
     let tasks = gateway.tasks();
     tasks.close();
-    // Connections drain first; requests whose clients already hung up still own claims
-    // and upstream calls, so they are waited for too, within the same grace period.
     let drained = tokio::time::timeout_at(deadline, async {
         graceful.shutdown().await;
         tasks.wait().await;
@@ -325,66 +279,5 @@ pub async fn serve(
             left = tasks.len(),
             "shutdown grace elapsed: cutting off requests still in flight; their claims stay until their leases expire"
         ),
-    }
-}
-
-/// A public connection: plain TCP, or TLS on `[server.tls]`.
-type PublicStream = Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
-
-/// The TLS handshake on a public connection, within `within` (as a request head must
-/// arrive); plain TCP when the listener has no TLS. `None` when it fails: logged at debug,
-/// since scanners and clients that distrust the certificate do this all day.
-async fn handshake(
-    tls: Option<&TlsAcceptor>,
-    stream: TcpStream,
-    within: Duration,
-    remote: SocketAddr,
-) -> Option<PublicStream> {
-    let Some(acceptor) = tls else {
-        return Some(Either::Left(stream));
-    };
-    match tokio::time::timeout(within, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => Some(Either::Right(tls)),
-        Ok(Err(e)) => {
-            debug!(error = %e, %remote, "TLS handshake failed");
-            None
-        }
-        Err(_) => {
-            debug!(%remote, "TLS handshake did not finish within server.header_read_timeout");
-            None
-        }
-    }
-}
-
-/// Waits until a new connection's first bytes show its protocol: 24 bytes, or an early
-/// byte that differs from the HTTP/2 preface (hyper waits for as much before it picks
-/// HTTP/1 or HTTP/2). False on EOF.
-async fn protocol_decided(stream: &TcpStream) -> io::Result<bool> {
-    const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let mut buf = [0u8; 24];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == 0 {
-            return Ok(false);
-        }
-        if n == buf.len() || buf[..n] != PREFACE[..n] {
-            return Ok(true);
-        }
-        // A partial preface: peek returns the same bytes at once, so pause for more.
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-}
-
-/// Whether a new connection shows which protocol it speaks within `within` (hyper's own
-/// header timeout only starts once it has picked HTTP/1 or HTTP/2). A connection that does
-/// not, or is still silent when shutdown begins, is closed and frees its slot.
-async fn shows_protocol(
-    stream: &TcpStream,
-    within: Duration,
-    stopping: &tokio_util::sync::CancellationToken,
-) -> bool {
-    tokio::select! {
-        d = tokio::time::timeout(within, protocol_decided(stream)) => matches!(d, Ok(Ok(true))),
-        _ = stopping.cancelled() => false,
     }
 }

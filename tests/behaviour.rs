@@ -919,6 +919,43 @@ async fn a_stalled_http2_preface_gives_its_slot_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_that_never_opens_a_stream_gives_its_slot_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env_with(Backend::Memory, |c| {
+        c.max_connections(1).header_read_timeout("200ms")
+    })
+    .await;
+    // The whole preface and an empty SETTINGS frame, as an HTTP/2 client starts, then
+    // nothing: hyper waits for a stream as long as the pings are answered.
+    let mut idle = tokio::net::TcpStream::connect(e.gw.addr).await.unwrap();
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        e.http.post(&e.gw.url("/other"), &[], "x"),
+    )
+    .await
+    .expect("the idle HTTP/2 connection kept the slot");
+    assert_eq!(r.status, StatusCode::CREATED);
+    // The gateway's SETTINGS may come first; then the connection ends.
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(n) = idle.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the idle HTTP/2 connection was never closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_errors_from_the_upstream_are_final_and_replayed() {
     let e = env(Backend::Memory).await;
     let url = e.gw.url("/v1/payments/declined");

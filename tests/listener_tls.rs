@@ -104,3 +104,50 @@ async fn sighup_serves_a_new_certificate() {
         "the old certificate is gone: {e}"
     );
 }
+
+/// Waits up to `within` for `child` to exit; true when it did.
+fn exits_within(child: &mut std::process::Child, within: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        if child.try_wait().unwrap().is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_clients_that_send_nothing_after_the_handshake_give_their_slots_back() {
+    use std::process::Stdio;
+    let ca = TestCa::new("silent");
+    let up = Upstream::start().await;
+    let cfg = config(&up, &ca.issue("gateway"))
+        .max_connections(2)
+        .header_read_timeout("1s");
+    let gw = GatewayProcess::start(&cfg);
+    // As many clients as there are slots finish the handshake, then send nothing (their
+    // standard input stays open and empty).
+    let mut silent: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new("openssl")
+                .args(["s_client", "-quiet", "-connect"])
+                .arg(gw.addr.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("openssl not installed")
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (_, status, _) = curl(&gw, &ca.ca_file, "--http1.1", "after-silence")
+        .expect("silent TLS clients kept every connection slot");
+    assert_eq!(status, 201);
+    for c in &mut silent {
+        assert!(
+            exits_within(c, std::time::Duration::from_secs(10)),
+            "the gateway never closed a silent TLS connection"
+        );
+    }
+}

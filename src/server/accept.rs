@@ -1,9 +1,12 @@
-//! Accepting connections, with a back-off while accepts fail.
+//! Accepting connections: a listener with its connection slots, backing off while
+//! accepts fail.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
 /// First pause after a failed accept.
@@ -11,11 +14,48 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// Longest pause between accepts while they keep failing.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// A bound socket and the slots of the connections it serves at once.
+pub(super) struct Listener {
+    socket: Option<TcpListener>,
+    slots: Arc<Semaphore>,
+    acceptor: Acceptor,
+}
+
+impl Listener {
+    /// A listener of `name` serving at most `max_connections` at once; pending forever
+    /// without a socket.
+    pub(super) fn new(
+        name: &'static str,
+        socket: Option<TcpListener>,
+        max_connections: usize,
+    ) -> Self {
+        Self {
+            socket,
+            slots: Arc::new(Semaphore::new(max_connections)),
+            acceptor: Acceptor::new(name),
+        }
+    }
+
+    /// The bound address.
+    pub(super) fn local_addr(&self) -> Option<SocketAddr> {
+        self.socket.as_ref().and_then(|s| s.local_addr().ok())
+    }
+
+    /// The next connection with the slot it holds until it ends; `None` after a failed
+    /// accept. A slot is taken before accepting: at the limit, new connections queue in
+    /// the kernel's backlog instead of being served.
+    pub(super) async fn next(&mut self) -> Option<(OwnedSemaphorePermit, TcpStream, SocketAddr)> {
+        let slot = self.slots.clone().acquire_owned().await.ok()?;
+        let (stream, remote) = self.acceptor.accept(self.socket.as_ref()).await?;
+        Some((slot, stream, remote))
+    }
+}
+
 /// Accepts on one listener, backing off while accepts fail. Out of file descriptors
 /// (EMFILE), a listener is readable again at once and every accept fails: without a pause
 /// the loop spins and floods the log. The pause doubles from 10ms to 1s and is kept as a
 /// deadline, so a select that drops the accept future does not restart it.
-pub(super) struct Acceptor {
+struct Acceptor {
     listener: &'static str,
     delay: Duration,
     resume_at: Option<tokio::time::Instant>,
@@ -23,7 +63,7 @@ pub(super) struct Acceptor {
 }
 
 impl Acceptor {
-    pub(super) fn new(listener: &'static str) -> Self {
+    fn new(listener: &'static str) -> Self {
         Self {
             listener,
             delay: ACCEPT_BACKOFF_MIN,
@@ -34,10 +74,7 @@ impl Acceptor {
 
     /// The next connection, or `None` after a failed accept (logged once per run of
     /// failures). Pending forever without a listener. Cancel-safe.
-    pub(super) async fn accept(
-        &mut self,
-        listener: Option<&TcpListener>,
-    ) -> Option<(TcpStream, SocketAddr)> {
+    async fn accept(&mut self, listener: Option<&TcpListener>) -> Option<(TcpStream, SocketAddr)> {
         let Some(listener) = listener else {
             return std::future::pending().await;
         };

@@ -140,24 +140,24 @@ impl Upstream {
         // forge them. A winner sets its own after `prepare`.
         headers.remove(&crate::headers::IDEMPOTENCY_FENCE);
         headers.remove(&crate::headers::IDEMPOTENCY_SCOPE);
-        let xff = HeaderName::from_static("x-forwarded-for");
+        let xff = &crate::headers::X_FORWARDED_FOR;
         let ip = remote.ip().to_string();
         // Every prior hop, from every X-Forwarded-For line, then the client.
         let mut forwarded_for = String::new();
-        for prior in headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()) {
+        for prior in headers.get_all(xff).iter().filter_map(|v| v.to_str().ok()) {
             forwarded_for.push_str(prior);
             forwarded_for.push_str(", ");
         }
         forwarded_for.push_str(&ip);
         if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
-            headers.insert(xff, v);
+            headers.insert(xff.clone(), v);
         }
         headers
-            .entry(HeaderName::from_static("x-forwarded-proto"))
+            .entry(crate::headers::X_FORWARDED_PROTO.clone())
             .or_insert(HeaderValue::from_static("http"));
         if let Some(host) = original_host {
             headers
-                .entry(HeaderName::from_static("x-forwarded-host"))
+                .entry(crate::headers::X_FORWARDED_HOST.clone())
                 .or_insert(host);
         }
         req
