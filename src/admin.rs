@@ -166,13 +166,11 @@ fn locate(gateway: &Gateway, path: &str, query: Option<&str>) -> Result<Located,
         (Some(_), true) => Some(entity_from_query(query)?),
         _ => None,
     };
-    let store_key = key::order::record_key(
-        &live.config.store.prefix,
-        &route.name,
-        &scope,
-        &key,
-        entity.as_deref(),
-    );
+    let store_key =
+        live.config
+            .store
+            .namespace()
+            .record_key(&route.name, &scope, &key, entity.as_deref());
     Ok(Located {
         route: route.clone(),
         key: key.into_owned(),

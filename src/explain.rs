@@ -8,10 +8,10 @@ use std::fmt::Write;
 use http::{HeaderMap, Method};
 
 use crate::config::Config;
-use crate::key::{self, KeyRule, MatchRule, RequestPart, RequestView};
+use crate::key::{KeyRule, MatchRule, RequestPart, RequestView};
 use crate::path;
 use crate::problem::GatewayError;
-use crate::route::{self, Mode, Route};
+use crate::route::{self, Mode, Route, Skip, Verdict};
 
 /// A request described on the command line.
 #[derive(Debug, Clone)]
@@ -67,7 +67,9 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         route.path.as_str()
     );
     match route.mode {
-        Mode::Enforce => {}
+        Mode::Enforce => {
+            let _ = writeln!(out, "mode: enforce");
+        }
         Mode::Shadow => {
             let _ = writeln!(
                 out,
@@ -121,61 +123,44 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
     out
 }
 
-/// What the gateway answers with `e`: on a shadow route it forwards instead, and the
-/// answer enforcement would give is what it counts.
-fn refuse(out: &mut String, route: &Route, e: &GatewayError) {
-    if route.mode == Mode::Shadow {
-        let _ = write!(
-            out,
-            "answer: forwarded (shadow mode); enforce would answer "
-        );
-        let _ = write!(out, "{} {}", e.status().as_u16(), e.problem_type());
-        let _ = writeln!(out);
-    } else {
-        answer(out, e);
-    }
-}
-
+/// What the gateway does with the request: the route's one verdict, as the pipeline
+/// reaches it (the header key first, then the whole request).
 fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'_>) {
-    let key = match route.key.derive(view) {
-        Ok(Some(key)) => key,
-        Ok(None) => {
+    let verdict = match route.verdict_from_headers(view.headers) {
+        Some(skip) => Verdict::Skip(skip),
+        None => route.verdict(config.store.namespace(), view),
+    };
+    let keyed = match verdict {
+        Verdict::Claim(keyed) => keyed,
+        Verdict::Skip(Skip::NoKey) => {
             let _ = writeln!(
                 out,
                 "answer: no key: forwarded to the upstream without dedupe"
             );
             return;
         }
-        Err(e) => return refuse(out, route, &GatewayError::from(e)),
+        Verdict::Skip(Skip::Refused { error, forwarded }) => {
+            let e = GatewayError::from(error);
+            if forwarded {
+                let _ = writeln!(
+                    out,
+                    "answer: forwarded (shadow mode); enforce would answer {} {}",
+                    e.status().as_u16(),
+                    e.problem_type()
+                );
+            } else {
+                answer(out, &e);
+            }
+            return;
+        }
     };
-    let scope = match key::scope_hash(&route.scope, view) {
-        Ok(s) => s,
-        Err(e) => return refuse(out, route, &GatewayError::from(e)),
-    };
-    if let Err(e) = key::request_hash(view, &route.must_match, &route.hash_headers) {
-        return refuse(out, route, &GatewayError::from(e));
-    }
-    let ordered = match route.order.as_ref().map(|o| o.derive(view)).transpose() {
-        Ok(o) => o,
-        Err(e) => return answer(out, &GatewayError::from(e)),
-    };
-    let store_key = key::order::record_key(
-        &config.store.prefix,
-        &route.name,
-        &scope,
-        &key,
-        ordered
-            .as_ref()
-            .filter(|_| config.store.tags_by_entity())
-            .map(|o| o.entity.as_str()),
-    );
-    if let Some(o) = &ordered {
+    if let Some((_, o)) = &keyed.order {
         let _ = writeln!(out, "entity hash: {}", o.entity);
         let _ = writeln!(out, "version: {}", o.shown);
     }
-    let _ = writeln!(out, "key value: {key}");
-    let _ = writeln!(out, "scope hash: {scope}");
-    let _ = writeln!(out, "store key: {store_key}");
+    let _ = writeln!(out, "key value: {}", keyed.key);
+    let _ = writeln!(out, "scope hash: {}", keyed.scope);
+    let _ = writeln!(out, "store key: {}", keyed.store_key);
     let _ = writeln!(
         out,
         "{}",

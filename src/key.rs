@@ -283,13 +283,21 @@ fn whole_request_hash(req: &RequestView<'_>, hash_headers: &[HeaderName]) -> Req
 /// cannot steer many keys into one slot by putting braces in its key, and the rest stays
 /// readable for an operator in `redis-cli`.
 pub fn store_key(prefix: &str, route: &str, scope: &str, key: &str) -> StoreKey {
+    compose(prefix, route, scope, key, key)
+}
+
+/// The one spelling of a store key: `prefix:{tag}:route:scope:name`, where the Redis
+/// Cluster hash tag is the slot hash of the route, the scope and `tagged_by` (the key
+/// itself, or on an ordered route on a cluster, the entity whose records share a slot).
+/// Every [`StoreKey`] the gateway makes is made here.
+fn compose(prefix: &str, route: &str, scope: &str, tagged_by: &str, name: &str) -> StoreKey {
     let mut h = Sha256::new();
     h.update(b"dedupe-gateway/slot/v1");
-    for part in [route, scope, key] {
+    for part in [route, scope, tagged_by] {
         field(&mut h, Some(part.as_bytes()));
     }
     let tag = hex::encode(&h.finalize()[..6]);
-    StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}"))
+    StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:{name}"))
 }
 
 fn digest_parts(

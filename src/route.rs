@@ -11,8 +11,10 @@ use serde::Deserialize;
 
 use crate::key::{KeyRule, MatchRule, RequestPart};
 
+mod keyed;
 pub mod preset;
 
+pub use self::keyed::{Derived, Keyed, Namespace, Skip, Verdict};
 pub use self::preset::Preset;
 
 /// What a deduped request does when the store fails or times out.

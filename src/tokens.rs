@@ -6,8 +6,9 @@ use std::fmt;
 
 /// The namespaced key of one record in the store (`prefix:{tag}:route:scope:key`).
 ///
-/// Built only by [`crate::key::store_key`] (or, for tests and tools, [`StoreKey::from_raw`]):
-/// a key built any other way would miss the namespace and the cluster hash tag.
+/// Spelled in one place (`key::compose`, behind [`crate::key::store_key`] and
+/// [`crate::key::order`]'s record and entity keys): a key built any other way would miss
+/// the namespace and the cluster hash tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StoreKey(String);
 
@@ -35,7 +36,7 @@ impl fmt::Display for StoreKey {
 pub struct Fence(u64);
 
 impl Fence {
-    /// A fence as the store reported it.
+    /// A fence as the store reported it (or an operator named it).
     pub const fn new(value: u64) -> Self {
         Self(value)
     }

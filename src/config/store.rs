@@ -78,6 +78,14 @@ impl StoreConfig {
     pub fn tags_by_entity(&self) -> bool {
         self.backend == Backend::RedisCluster
     }
+
+    /// How this store names records, for key derivation.
+    pub fn namespace(&self) -> crate::route::Namespace<'_> {
+        crate::route::Namespace {
+            prefix: &self.prefix,
+            tags_by_entity: self.tags_by_entity(),
+        }
+    }
 }
 
 impl fmt::Debug for StoreConfig {

@@ -223,11 +223,7 @@ impl Rig<'_> {
                 headers: &none,
             },
         )?;
-        let store_key = req.store_key(
-            &self.config.store.prefix,
-            &self.config.routes[i].name,
-            self.config.store.tags_by_entity(),
-        );
+        let store_key = req.store_key(self.config.store.namespace(), &self.config.routes[i].name);
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
         if !made.contains(&store_key) {
             made.push(store_key);

@@ -7,7 +7,7 @@ use http::{HeaderMap, Method};
 use serde_json::{Map, Value};
 
 use crate::key::{self, KeyRule, RequestPart, RequestView};
-use crate::route::{self, Route};
+use crate::route::{self, Namespace, Route};
 use crate::store::{RequestHash, StoreKey};
 
 /// One request, with what the gateway will make of it.
@@ -42,11 +42,9 @@ impl DrillRequest {
         }
     }
 
-    /// The store key under `prefix`; `tags_by_entity` as the store says (see
-    /// [`crate::config::StoreConfig::tags_by_entity`]).
-    pub fn store_key(&self, prefix: &str, route: &str, tags_by_entity: bool) -> StoreKey {
-        let entity = self.entity.as_deref().filter(|_| tags_by_entity);
-        key::order::record_key(prefix, route, &self.scope, &self.key, entity)
+    /// The store key under the store's namespace.
+    pub fn store_key(&self, ns: Namespace<'_>, route: &str) -> StoreKey {
+        ns.record_key(route, &self.scope, &self.key, self.entity.as_deref())
     }
 }
 
@@ -173,34 +171,22 @@ fn finish(
         headers: &headers,
         body: &body,
     };
-    let key = route
-        .key
+    let derived = route
         .derive(&view)
-        .map_err(|e| format!("the generated request has no key: {e}"))?
+        .map_err(|e| {
+            format!("the generated request has no usable key, scope, match or order parts: {e}")
+        })?
         .ok_or("the generated request has no key")?;
-    let scope = key::scope_hash(&route.scope, &view)
-        .map_err(|e| format!("the generated request has no scope: {e}"))?;
-    let hash = key::request_hash(&view, &route.must_match, &route.hash_headers)
-        .map_err(|e| format!("the generated request lacks a part it must match on: {e}"))?;
-    let entity = match &route.order {
-        Some(order) => Some(
-            order
-                .derive(&view)
-                .map_err(|e| format!("the generated request has no usable entity or version: {e}"))?
-                .entity,
-        ),
-        None => None,
-    };
     Ok(DrillRequest {
         method,
         path,
         query,
         headers,
         body,
-        key,
-        scope,
-        hash,
-        entity,
+        key: derived.key,
+        scope: derived.scope,
+        hash: derived.request_hash,
+        entity: derived.ordered.map(|o| o.entity),
     })
 }
 

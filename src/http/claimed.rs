@@ -15,8 +15,8 @@ use super::request::Handled;
 use super::winner::Winner;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
-use crate::key;
 use crate::problem::GatewayError;
+use crate::route::Keyed;
 use crate::store::Order;
 use crate::Body;
 
@@ -24,11 +24,7 @@ use crate::Body;
 pub(super) struct Claimed {
     pub(super) winner: Winner,
     pub(super) policy: Policy,
-    pub(super) store_key: crate::tokens::StoreKey,
-    pub(super) request_hash: crate::tokens::RequestHash,
-    pub(super) ordered: Option<(crate::tokens::StoreKey, key::order::Ordered)>,
-    pub(super) key: String,
-    pub(super) scope: String,
+    pub(super) keyed: Keyed,
     pub(super) route_name: Arc<str>,
     pub(super) advertise_expiry: bool,
     pub(super) started: Instant,
@@ -51,26 +47,27 @@ impl Claimed {
         let task = async move {
             let _task = TaskSide(tether);
             let env = gateway.env();
-            let order = this.ordered.as_ref().map(|(entity, o)| Order {
+            let keyed = &this.keyed;
+            let order = keyed.order.as_ref().map(|(entity, o)| Order {
                 entity,
                 version: &o.version,
             });
             let (key, scope, route_name): (&str, &str, &str) =
-                (&this.key, &this.scope, &this.route_name);
+                (&keyed.key, &keyed.scope, &this.route_name);
             let settled = dedupe::run_ordered(
                 &env,
-                &this.store_key,
-                &this.request_hash,
+                &keyed.store_key,
+                &keyed.request_hash,
                 &this.policy,
                 order,
                 |forward| {
                     this.winner
-                        .execute(&gateway.metrics, &this.store_key, forward)
+                        .execute(&gateway.metrics, &keyed.store_key, forward)
                 },
             )
             .await;
             if settled.outcome == Outcome::Stale {
-                if let Some((_, o)) = &this.ordered {
+                if let Some((_, o)) = &keyed.order {
                     warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
                         "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
                 }
@@ -89,7 +86,7 @@ impl Claimed {
                     (response, upstream)
                 }
                 Answer::Replay(record) => (
-                    replay::respond(&record, &this.store_key, this.advertise_expiry),
+                    replay::respond(&record, &keyed.store_key, this.advertise_expiry),
                     None,
                 ),
                 Answer::Conflict { retry_after } => {
@@ -116,7 +113,7 @@ impl Claimed {
                 finish: settled.finish,
                 fence: settled.fence,
                 upstream,
-                key: Some((this.key, this.scope)),
+                key: Some((this.keyed.key, this.keyed.scope)),
                 would: settled.would,
             };
             gateway.conclude(Handled { response, access }, &this.origin)

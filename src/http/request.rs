@@ -22,10 +22,10 @@ use super::winner::Winner;
 use super::{ConnInfo, Gateway, Live};
 use crate::config::Config;
 use crate::dedupe::{Outcome, Policy, Would};
-use crate::key::{self, KeyError, KeyRule, RequestView};
+use crate::key::{KeyError, RequestView};
 use crate::path::{self, PathError};
 use crate::problem::GatewayError;
-use crate::route::{self, Mode, Route};
+use crate::route::{self, Mode, Route, Skip, Verdict};
 use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
@@ -84,21 +84,9 @@ impl Gateway {
                 access: Access::keyless(started, route.clone(), outcome),
             })
         };
-        // hyper drops Content-Length when both arrive, so the evidence is the connection's
-        // head scanner; the header check is defence in depth should hyper ever keep both.
-        let chunked = req.headers().contains_key(TRANSFER_ENCODING);
-        if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
-            return early(
-                &self.no_route,
-                Outcome::Rejected,
-                Err(GatewayError::AmbiguousFraming),
-            );
-        }
-        // Routes see, and the upstream gets, the normalised path: a spelling the upstream
-        // reads as the same path must not slip past its route.
-        let req = match normalise_uri(req) {
+        let req = match admit(req, conn) {
             Ok(req) => req,
-            Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e.into())),
+            Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e)),
         };
         let Some(route_idx) = route::find(&live.config.routes, req.method(), req.uri().path())
         else {
@@ -121,72 +109,21 @@ impl Gateway {
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything.
         let (parts, body) = req.into_parts();
-        let header_key = match &route.key {
-            KeyRule::Header { .. } => match route.key.derive(&view(&parts, &[])) {
-                Ok(Some(key)) => Some(key),
-                Ok(None) => {
-                    let body = body.map_err(BoxError::from).boxed();
-                    let req = Request::from_parts(parts, body);
-                    return Dispatched::Handled(
-                        self.stream(&live, req, conn, &route.name, Outcome::NoKey, started)
-                            .await,
-                    );
-                }
-                Err(e) => {
-                    let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
-                    return self.key_refused(&live, route, e, req, conn, started).await;
-                }
-            },
-            KeyRule::Fingerprint(_) => None,
-        };
+        if let Some(skip) = route.verdict_from_headers(&parts.headers) {
+            let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
+            return self.skip(&live, route, skip, req, conn, started).await;
+        }
         let body = match read_body(body, &parts, &live.config).await {
             Ok(body) => body,
             Err(e) => return early(&route.name, Outcome::Rejected, Err(e)),
         };
-        let view = view(&parts, &body);
-        let derived = match header_key {
-            Some(key) => Ok(key),
-            // A fingerprint always yields a key or an error.
-            None => match route.key.derive(&view) {
-                Ok(Some(key)) => Ok(key),
-                Ok(None) => {
-                    return early(
-                        &route.name,
-                        Outcome::InvalidKey,
-                        Err(GatewayError::Internal),
-                    )
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let hashed = derived.and_then(|key| {
-            let scope = key::scope_hash(&route.scope, &view)?;
-            let request_hash = key::request_hash(&view, &route.must_match, &route.hash_headers)?;
-            let ordered = route.order.as_ref().map(|o| o.derive(&view)).transpose()?;
-            Ok((key, scope, request_hash, ordered))
-        });
-        let (key, scope, request_hash, ordered) = match hashed {
-            Ok(hashed) => hashed,
-            Err(e) => {
+        let keyed = match route.verdict(live.config.store.namespace(), &view(&parts, &body)) {
+            Verdict::Claim(keyed) => keyed,
+            Verdict::Skip(skip) => {
                 let req = Request::from_parts(parts, full(body));
-                return self.key_refused(&live, route, e, req, conn, started).await;
+                return self.skip(&live, route, skip, req, conn, started).await;
             }
         };
-        let store_key = key::order::record_key(
-            &live.config.store.prefix,
-            &route.name,
-            &scope,
-            &key,
-            ordered
-                .as_ref()
-                .filter(|_| live.config.store.tags_by_entity())
-                .map(|o| o.entity.as_str()),
-        );
-        let ordered = ordered.map(|o| {
-            let entity =
-                key::order::entity_key(&live.config.store.prefix, &route.name, &scope, &o.entity);
-            (entity, o)
-        });
         // Requests whose clients left keep running (their claims must settle), but only so
         // many: past `max_connections` of them, no new claim is made.
         if self.detached() >= live.config.server.max_connections {
@@ -200,37 +137,33 @@ impl Gateway {
                 Err(GatewayError::Overloaded),
             );
         }
-        let policy = policy(route);
-        let route_name = route.name.clone();
-        let advertise_expiry = route.advertise_expiry;
         let winner = Winner {
             live: live.clone(),
             route: route_idx,
             parts,
             body,
             remote: conn.remote,
-            key: key.clone(),
-            scope: scope.clone(),
+            key: keyed.key.clone(),
+            scope: keyed.scope.clone(),
         };
-
-        // From the claim on, the request runs in its own task, tracked for shutdown: a
-        // client that hangs up must not abandon a claim or an upstream call under way and
-        // leave its outcome unknown.
-        let tether = Tether::new(&self.detached);
-        let _client = tether.client();
         let claimed = Claimed {
             winner,
-            policy,
-            store_key,
-            request_hash,
-            ordered,
-            key,
-            scope,
-            route_name,
-            advertise_expiry,
+            policy: policy(route),
+            keyed,
+            route_name: route.name.clone(),
+            advertise_expiry: route.advertise_expiry,
             started,
             origin: origin.clone(),
         };
+        self.claim(claimed).await
+    }
+
+    /// Runs a keyed request's protocol in its own task, tracked for shutdown: a client
+    /// that hangs up must not abandon a claim or an upstream call under way and leave its
+    /// outcome unknown.
+    async fn claim(self: &Arc<Self>, claimed: Claimed) -> Dispatched {
+        let tether = Tether::new(&self.detached);
+        let _client = tether.client();
         let task = claimed.spawn(self, tether);
         Dispatched::Settled(match task.await {
             Ok(response) => response,
@@ -241,22 +174,32 @@ impl Gateway {
         })
     }
 
-    /// A request whose key, scope or `match` parts are missing or unusable: a 400, or, on
-    /// a shadow route, forwarded with the 400 recorded as what enforcement would answer.
-    async fn key_refused(
+    /// A request on a deduping route that makes no claim: streamed without a key, or
+    /// refused with a 400 (forwarded instead on a shadow route, the 400 recorded as what
+    /// enforcement would answer).
+    async fn skip(
         &self,
         live: &Live,
         route: &Route,
-        e: KeyError,
+        skip: Skip,
         req: Request<Body>,
         conn: &ConnInfo,
         started: Instant,
     ) -> Dispatched {
-        let (outcome, would) = match e {
+        let (error, forwarded) = match skip {
+            Skip::NoKey => {
+                let handled = self
+                    .stream(live, req, conn, &route.name, Outcome::NoKey, started)
+                    .await;
+                return Dispatched::Handled(handled);
+            }
+            Skip::Refused { error, forwarded } => (error, forwarded),
+        };
+        let (outcome, would) = match error {
             KeyError::Missing { .. } => (Outcome::MissingKey, Would::MissingKey),
             _ => (Outcome::InvalidKey, Would::InvalidKey),
         };
-        if route.mode == Mode::Shadow {
+        if forwarded {
             let mut handled = self
                 .stream(live, req, conn, &route.name, Outcome::Shadowed, started)
                 .await;
@@ -264,7 +207,7 @@ impl Gateway {
             return Dispatched::Handled(handled);
         }
         Dispatched::Handled(Handled {
-            response: Err(GatewayError::from(e)),
+            response: Err(GatewayError::from(error)),
             access: Access::keyless(started, route.name.clone(), outcome),
         })
     }
@@ -300,6 +243,19 @@ fn policy(route: &Route) -> Policy {
         on_unknown: route.on_unknown,
         mode: route.mode,
     }
+}
+
+/// A request whose framing is unambiguous, with its path in normal form: what routes
+/// match and the upstream gets.
+fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, GatewayError> {
+    // hyper drops Content-Length when both arrive, so the evidence is the connection's
+    // head scanner; the header check is defence in depth should hyper ever keep both.
+    let chunked = req.headers().contains_key(TRANSFER_ENCODING);
+    if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
+        return Err(GatewayError::AmbiguousFraming);
+    }
+    // A spelling the upstream reads as the same path must not slip past its route.
+    Ok(normalise_uri(req)?)
 }
 
 /// The request with its path in normal form (query untouched).

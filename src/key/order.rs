@@ -91,24 +91,12 @@ pub fn entity_hash(value: &[u8]) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
-/// The Redis Cluster hash tag of an entity's keys: its order record and, on a cluster,
-/// the records of every request that writes it, so one script may touch both.
-fn entity_tag(route: &str, scope: &str, entity: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(b"dedupe-gateway/slot/v1");
-    for part in [route, scope, entity] {
-        field(&mut h, Some(part.as_bytes()));
-    }
-    hex::encode(&h.finalize()[..6])
-}
-
 /// The store key of an entity's order record: beside the route's records, in its own
-/// namespace (`=entity:`), so it never equals a record's key.
+/// namespace (`=entity:`), so it never equals a record's key. Its hash tag is the entity's:
+/// on a Redis Cluster the order record and the records that write the entity share a slot,
+/// so one script may touch both.
 pub fn entity_key(prefix: &str, route: &str, scope: &str, entity: &str) -> StoreKey {
-    let tag = entity_tag(route, scope, entity);
-    StoreKey::from_raw(format!(
-        "{prefix}:{{{tag}}}:{route}:{scope}:=entity:{entity}"
-    ))
+    super::compose(prefix, route, scope, entity, &format!("=entity:{entity}"))
 }
 
 /// The store key of a request's record. With `entity` (an ordered route on a Redis
@@ -122,13 +110,7 @@ pub fn record_key(
     key: &str,
     entity: Option<&str>,
 ) -> StoreKey {
-    match entity {
-        None => super::store_key(prefix, route, scope, key),
-        Some(entity) => {
-            let tag = entity_tag(route, scope, entity);
-            StoreKey::from_raw(format!("{prefix}:{{{tag}}}:{route}:{scope}:{key}"))
-        }
-    }
+    super::compose(prefix, route, scope, entity.unwrap_or(key), key)
 }
 
 /// A version in its comparable encoding as an operator reads it: the integer, the instant

@@ -1,0 +1,172 @@
+//! What a route makes of one request: its key, scope, request hash, order and store keys,
+//! and from them the one verdict (claim, forward without dedupe, or refuse). Pure.
+//!
+//! The request pipeline, `check --request`, the drill's request generator and the admin
+//! API all come here, so what `check --request` predicts is what the gateway does.
+
+use http::HeaderMap;
+
+use super::{Mode, Route};
+use crate::key::order::{self, Ordered};
+use crate::key::{self, KeyError, KeyRule, RequestView};
+use crate::tokens::{RequestHash, StoreKey};
+
+/// How the store names records: what the derivation needs of `[store]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Namespace<'a> {
+    /// `store.prefix`.
+    pub prefix: &'a str,
+    /// Whether an ordered route's records carry their entity's hash tag (a Redis Cluster:
+    /// a record and its entity's order record must share a slot).
+    pub tags_by_entity: bool,
+}
+
+impl Namespace<'_> {
+    /// The store key of a record, as an operator names it: the route, the scope hash, the
+    /// key and, where records carry it, the entity's hash.
+    pub fn record_key(
+        &self,
+        route: &str,
+        scope: &str,
+        key: &str,
+        entity: Option<&str>,
+    ) -> StoreKey {
+        let entity = entity.filter(|_| self.tags_by_entity);
+        order::record_key(self.prefix, route, scope, key, entity)
+    }
+}
+
+/// What a request is under its route's rules, before the store is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    /// The idempotency key: the header's value, or the fingerprint.
+    pub key: String,
+    /// The scope hash (`-` on a route without scope).
+    pub scope: String,
+    /// What makes "the same request" under the route's `match`.
+    pub request_hash: RequestHash,
+    /// On an ordered route: the entity written and its version.
+    pub ordered: Option<Ordered>,
+}
+
+impl Derived {
+    /// The record's store key under `ns` on the route named `route`.
+    pub fn record_key(&self, ns: Namespace<'_>, route: &str) -> StoreKey {
+        let entity = self.ordered.as_ref().map(|o| o.entity.as_str());
+        ns.record_key(route, &self.scope, &self.key, entity)
+    }
+}
+
+/// A request the store will be asked to claim: everything it is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyed {
+    /// The idempotency key.
+    pub key: String,
+    /// The scope hash.
+    pub scope: String,
+    /// The request hash.
+    pub request_hash: RequestHash,
+    /// The record's store key.
+    pub store_key: StoreKey,
+    /// On an ordered route: the entity's order record, and this request's place in it.
+    pub order: Option<(StoreKey, Ordered)>,
+}
+
+/// What the gateway does with a request on a route that dedupes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Claim it in the store (on a shadow route too: claimed, recorded, then forwarded).
+    Claim(Keyed),
+    /// No claim: forwarded without dedupe, or refused.
+    Skip(Skip),
+}
+
+/// Why a request on a deduping route makes no claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// Forward it without dedupe: an optional key header is absent.
+    NoKey,
+    /// Its key, scope, `match` or order parts are missing or unusable: a 400 on an
+    /// enforcing route; forwarded, with that 400 counted as enforcement's answer, on a
+    /// shadow route.
+    Refused {
+        /// Why.
+        error: KeyError,
+        /// The route is in shadow mode: forwarded all the same.
+        forwarded: bool,
+    },
+}
+
+impl Route {
+    /// The verdict the headers alone decide, before any body is read: a header key that is
+    /// absent or unusable. `None` when the body is needed (every other case).
+    pub fn verdict_from_headers(&self, headers: &HeaderMap) -> Option<Skip> {
+        let KeyRule::Header { .. } = self.key else {
+            return None;
+        };
+        let view = RequestView {
+            method: &http::Method::POST,
+            path: "",
+            query: None,
+            headers,
+            body: &[],
+        };
+        match self.key.derive(&view) {
+            Ok(Some(_)) => None,
+            Ok(None) => Some(Skip::NoKey),
+            Err(error) => Some(self.refuse(error)),
+        }
+    }
+
+    /// The verdict on a whole request (its path normalised, its body read).
+    pub fn verdict(&self, ns: Namespace<'_>, req: &RequestView<'_>) -> Verdict {
+        match self.derive(req) {
+            Ok(Some(derived)) => Verdict::Claim(self.keyed(ns, derived)),
+            Ok(None) => Verdict::Skip(Skip::NoKey),
+            Err(error) => Verdict::Skip(self.refuse(error)),
+        }
+    }
+
+    /// Key, scope, request hash and order of a request; `Ok(None)` when an optional key
+    /// header is absent.
+    pub fn derive(&self, req: &RequestView<'_>) -> Result<Option<Derived>, KeyError> {
+        let Some(key) = self.key.derive(req)? else {
+            return Ok(None);
+        };
+        Ok(Some(Derived {
+            key,
+            scope: key::scope_hash(&self.scope, req)?,
+            request_hash: key::request_hash(req, &self.must_match, &self.hash_headers)?,
+            ordered: self.order.as_ref().map(|o| o.derive(req)).transpose()?,
+        }))
+    }
+
+    /// A derived request with its store keys under `ns`.
+    fn keyed(&self, ns: Namespace<'_>, derived: Derived) -> Keyed {
+        let store_key = derived.record_key(ns, &self.name);
+        let Derived {
+            key,
+            scope,
+            request_hash,
+            ordered,
+        } = derived;
+        let order = ordered.map(|o| {
+            let entity = order::entity_key(ns.prefix, &self.name, &scope, &o.entity);
+            (entity, o)
+        });
+        Keyed {
+            key,
+            scope,
+            request_hash,
+            store_key,
+            order,
+        }
+    }
+
+    fn refuse(&self, error: KeyError) -> Skip {
+        Skip::Refused {
+            error,
+            forwarded: self.mode == Mode::Shadow,
+        }
+    }
+}
