@@ -8,10 +8,10 @@
 //!            no route, or no optional key ◀────────────────┤
 //!            http::passthrough (streamed)                  │ a route
 //!                                                          ▼
-//!                                      body read (bounded) ─▶ key: key, scope, request hash
+//!                           body read (bounded) ─▶ Route::verdict: key, scope, hash, store key
 //!                                                          │
 //!                                                          ▼  (a tracked task from here)
-//!                       dedupe::run ─▶ store::Store::claim (one atomic operation)
+//!                 dedupe::run_ordered ─▶ store::Store::claim (one atomic operation)
 //!                         │ Won(Lease) ─▶ http::winner forwards ─▶ lease.complete / release / keep
 //!                         │ Replay ─────▶ http::replay (record, checked against its key)
 //!                         └ Conflict 409 / Mismatch 422 / store error (on_error)
@@ -36,9 +36,10 @@
 //!   `tracing`'s layers.
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
+//! - [`upstream`]: the pooled upstream client, the one upstream call and its typed
+//!   failures, and the proxy hop's header rules.
 //! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
 //! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
-//! - [`upstream`]: the pooled upstream client and the proxy hop's header rules.
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
@@ -119,5 +120,94 @@ mod layout_tests {
                 "the module map in lib.rs misses {m}"
             );
         }
+    }
+
+    /// The module order of the map above, lowest first.
+    fn module_order() -> Vec<String> {
+        include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! - [`"))
+            .filter_map(|l| l.split_once('`').map(|(m, _)| m.to_owned()))
+            .collect()
+    }
+
+    /// The `crate::NAME` paths a source text uses outside its tests.
+    fn crate_paths(text: &str) -> Vec<String> {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut found = Vec::new();
+        for line in code.lines() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(i) = rest.find("crate::") {
+                let after = &rest[i + "crate::".len()..];
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                // `crate::{a, b}` imports: every name in the braces.
+                if name.is_empty() && after.starts_with('{') {
+                    let inner = after[1..].split('}').next().unwrap_or_default();
+                    found.extend(
+                        inner
+                            .split(',')
+                            .filter_map(|n| n.trim().split("::").next())
+                            .map(str::to_owned),
+                    );
+                } else {
+                    found.push(name);
+                }
+                rest = after;
+            }
+        }
+        found
+    }
+
+    /// No module imports one listed after it in the map (tests aside): every file under
+    /// `src/<module>` and `src/<module>.rs` is read for `crate::` paths.
+    #[test]
+    fn no_module_imports_a_module_listed_after_it() {
+        let order = module_order();
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut upward = Vec::new();
+        for (rank, module) in order.iter().enumerate() {
+            let mut files = vec![src.join(format!("{module}.rs"))];
+            let mut dirs = vec![src.join(module)];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() && !path.ends_with("tests") {
+                        dirs.push(path);
+                    } else if path.extension().is_some_and(|e| e == "rs")
+                        && !path.ends_with("tests.rs")
+                    {
+                        files.push(path);
+                    }
+                }
+            }
+            for file in files.iter().filter(|f| f.exists()) {
+                let text = std::fs::read_to_string(file).unwrap();
+                for used in crate_paths(&text) {
+                    if let Some(r) = order.iter().position(|m| *m == used) {
+                        if r > rank {
+                            upward.push(format!("{} uses crate::{used}", file.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            upward.is_empty(),
+            "imports running upward:\n{}",
+            upward.join("\n")
+        );
+    }
+
+    #[test]
+    fn crate_paths_are_found_in_uses_braces_and_expressions() {
+        let text = "use crate::a::B;\nuse crate::{b, c::D};\nlet x = crate::d::f();\n// crate::e\n#[cfg(test)]\nuse crate::z;";
+        assert_eq!(crate_paths(text), ["a", "b", "c", "d"]);
     }
 }

@@ -13,6 +13,7 @@ use crate::headers::{REPLAYED, STALE};
 use crate::key::KeyError;
 use crate::path::PathError;
 use crate::record::StoredBody;
+use crate::upstream::UpstreamFailure;
 use crate::{full, Body};
 
 /// Every error the gateway answers itself.
@@ -80,15 +81,10 @@ pub enum GatewayError {
     /// Too many requests whose clients hung up are still running: no new claim is made.
     #[error("too many detached requests in flight")]
     Overloaded,
-    /// The upstream could not be reached; nothing was sent.
-    #[error("upstream unreachable")]
-    UpstreamConnect,
-    /// The upstream did not answer in time.
-    #[error("upstream timed out")]
-    UpstreamTimeout,
-    /// The upstream's connection broke, or its response broke off.
-    #[error("upstream response broken")]
-    UpstreamBroken,
+    /// The upstream call got no (whole) answer: unreachable (502), no answer in time
+    /// (504), or broken (502). The typed cause decides which, here and nowhere else.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamFailure),
     /// The key completed, but its response body was not stored.
     #[error("original response not stored")]
     ReplayUnavailable {
@@ -231,17 +227,17 @@ impl GatewayError {
                 "overloaded",
                 "Gateway overloaded by requests whose clients left",
             ),
-            UpstreamConnect => (
+            Upstream(UpstreamFailure::Connect(_)) => (
                 StatusCode::BAD_GATEWAY,
                 "upstream-unreachable",
                 "Upstream unreachable",
             ),
-            UpstreamTimeout => (
+            Upstream(UpstreamFailure::Timeout(_)) => (
                 StatusCode::GATEWAY_TIMEOUT,
                 "upstream-timeout",
                 "Upstream timed out",
             ),
-            UpstreamBroken => (
+            Upstream(UpstreamFailure::Broken(_)) => (
                 StatusCode::BAD_GATEWAY,
                 "upstream-broken",
                 "Upstream response broken",
@@ -386,6 +382,7 @@ mod tests {
         let e = GatewayError::Key(KeyError::MissingPart("json:/order_id".into()));
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
         assert!(e.detail().unwrap().contains("json:/order_id"));
-        assert!(GatewayError::UpstreamBroken.detail().is_none());
+        let broken = UpstreamFailure::Broken("connection reset by peer".into());
+        assert!(GatewayError::from(broken).detail().is_none());
     }
 }

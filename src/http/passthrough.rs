@@ -12,7 +12,7 @@ use tracing::warn;
 use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
-use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamError};
+use crate::upstream::{strip_hop_by_hop, UpstreamBody};
 use crate::{Body, BoxError};
 
 /// An upstream call's result and how long its head took.
@@ -44,21 +44,12 @@ pub(super) async fn forward(
 ) -> Forwarded {
     let req = live.upstream.prepare(req, remote);
     let started = Instant::now();
-    let sent =
-        tokio::time::timeout(live.config.server.upstream_timeout, live.upstream.send(req)).await;
-    match sent {
-        Err(_) => {
-            warn!(route = &**route, "upstream timed out");
-            Forwarded::failed(GatewayError::UpstreamTimeout)
+    match live.upstream.call(req, live.upstream.deadline()).await {
+        Err(e) => {
+            warn!(route = &**route, error = %e.chain(), "upstream request failed");
+            Forwarded::failed(e.into())
         }
-        Ok(Err(e)) => {
-            warn!(route = &**route, error = %e, "upstream request failed");
-            Forwarded::failed(match e {
-                UpstreamError::Connect(_) => GatewayError::UpstreamConnect,
-                UpstreamError::Broken(_) => GatewayError::UpstreamBroken,
-            })
-        }
-        Ok(Ok(resp)) => {
+        Ok(resp) => {
             let took = started.elapsed();
             metrics.upstream(route, resp.status().as_u16(), took);
             Forwarded {

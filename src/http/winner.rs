@@ -18,11 +18,10 @@ use super::Live;
 use crate::dedupe::{Attempt, Forward};
 use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
-use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::StoreKey;
-use crate::upstream::{strip_hop_by_hop, UpstreamError};
+use crate::upstream::{strip_hop_by_hop, UpstreamFailure};
 use crate::{full, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
@@ -66,7 +65,6 @@ impl Winner {
                 return Attempt::Unknown(fwd);
             }
         };
-        let server = &live.config.server;
         let mut req = live.upstream.prepare(req, remote);
         // A header key is visible ASCII and a fingerprint is hex: both are valid values.
         if let Ok(v) = HeaderValue::from_str(&key) {
@@ -79,26 +77,20 @@ impl Winner {
             req.headers_mut().insert(IDEMPOTENCY_SCOPE.clone(), v);
         }
 
-        let deadline = tokio::time::Instant::now() + server.upstream_timeout;
+        let deadline = live.upstream.deadline();
         let started = Instant::now();
-        let sent = tokio::time::timeout_at(deadline, live.upstream.send(req)).await;
-        let resp = match sent {
-            Err(_) => {
-                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(),
-                    "upstream did not answer in time: outcome unknown");
-                return Attempt::Unknown(Forwarded::failed(GatewayError::UpstreamTimeout));
+        let resp = match live.upstream.call(req, deadline).await {
+            Ok(resp) => resp,
+            Err(e) if e.may_have_executed() => {
+                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), error = %e.chain(),
+                    "upstream call failed after the request may have been sent: outcome unknown");
+                return Attempt::Unknown(Forwarded::failed(e.into()));
             }
-            Ok(Err(UpstreamError::Connect(e))) => {
-                warn!(route = &*route.name, error = %e,
+            Err(e) => {
+                warn!(route = &*route.name, error = %e.chain(),
                     "upstream unreachable: nothing was sent, releasing the claim");
-                return Attempt::NotExecuted(Forwarded::failed(GatewayError::UpstreamConnect));
+                return Attempt::NotExecuted(Forwarded::failed(e.into()));
             }
-            Ok(Err(UpstreamError::Broken(e))) => {
-                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), error = %e,
-                    "upstream connection broke before an answer: outcome unknown");
-                return Attempt::Unknown(Forwarded::failed(GatewayError::UpstreamBroken));
-            }
-            Ok(Ok(resp)) => resp,
         };
         let took = started.elapsed();
         metrics.upstream(&route.name, resp.status().as_u16(), took);
@@ -181,7 +173,7 @@ impl Winner {
         .encode(store_key);
         let response = match client_body {
             Some(body) => Ok(Response::from_parts(head, body)),
-            None => Err(GatewayError::UpstreamBroken),
+            None => Err(UpstreamFailure::Broken("the response body broke off".into()).into()),
         };
         Attempt::Final {
             record,

@@ -13,7 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::{ServerConfig, UpstreamTarget};
-use crate::Body;
+use crate::{Body, BoxError};
 
 mod body;
 mod pool;
@@ -26,15 +26,33 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// At most this many unused upstream connections are kept.
 const MAX_IDLE: usize = 256;
 
-/// Why a request to the upstream failed.
+/// Why an upstream call got no response head, and so whether it may have executed.
 #[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// No connection could be made: the upstream never saw the request.
-    #[error("connect: {0}")]
-    Connect(String),
-    /// The connection broke after the request may have been sent.
-    #[error("{0}")]
-    Broken(String),
+pub enum UpstreamFailure {
+    /// No connection could be made, or a new one closed before a byte of the request was
+    /// written: the upstream never saw the request.
+    #[error("could not reach the upstream")]
+    Connect(#[source] BoxError),
+    /// No response head within `server.upstream_timeout`: the upstream may have acted.
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection broke after the request may have been sent, or the response broke
+    /// off: the upstream may have acted.
+    #[error("the upstream connection broke before a whole answer")]
+    Broken(#[source] BoxError),
+}
+
+impl UpstreamFailure {
+    /// Whether the upstream may have executed the request: only a failed connect is
+    /// known not to have.
+    pub fn may_have_executed(&self) -> bool {
+        !matches!(self, Self::Connect(_))
+    }
+
+    /// The failure with its whole cause chain, for the log.
+    pub fn chain(&self) -> String {
+        error_chain(self)
+    }
 }
 
 /// The upstream: target URL and a connection pool, built once at start-up.
@@ -49,6 +67,8 @@ pub enum UpstreamError {
 pub struct Upstream {
     transport: Transport,
     target: UpstreamTarget,
+    /// `server.upstream_timeout`: from a call's start to its response head.
+    timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -108,7 +128,13 @@ impl Upstream {
         Self {
             transport,
             target: cfg.upstream.clone(),
+            timeout: cfg.upstream_timeout,
         }
+    }
+
+    /// A call starting now must have its response head by then (`server.upstream_timeout`).
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout
     }
 
     /// Rewrites a client request for the upstream: path and query under the base path,
@@ -163,14 +189,25 @@ impl Upstream {
         req
     }
 
-    /// Sends a prepared request and returns the response head with a streaming body.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
+    /// The one upstream call: sends a prepared request and returns the response head with
+    /// a streaming body, or why there is none, by `deadline` (`server.upstream_timeout`
+    /// from the call's start; the body is bounded by its reader).
+    pub async fn call(
+        &self,
+        req: Request<Body>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+        let sent = tokio::time::timeout_at(deadline, self.send(req)).await;
+        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+    }
+
+    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
             Transport::Tls(client) => match client.request(self.absolute(req)).await {
                 Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
-                Err(e) if e.is_connect() => Err(UpstreamError::Connect(error_chain(&e))),
-                Err(e) => Err(UpstreamError::Broken(error_chain(&e))),
+                Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
+                Err(e) => Err(UpstreamFailure::Broken(e.into())),
             },
         }
     }

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
-use super::UpstreamError;
+use super::UpstreamFailure;
 use crate::Body;
 
 /// The sending half of a pooled connection.
@@ -90,7 +90,7 @@ impl Pool {
     pub(super) async fn send(
         self: &Arc<Self>,
         mut req: Request<Body>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         req.headers_mut().insert(header::HOST, self.host.clone());
         loop {
             let (mut sender, reused) = match self.checkout() {
@@ -102,12 +102,11 @@ impl Pool {
                 Err(mut e) => match e.take_message() {
                     Some(back) if reused => req = back,
                     Some(_) => {
-                        return Err(UpstreamError::Connect(format!(
-                            "the new connection closed before the request was sent: {}",
-                            super::error_chain(e.error())
-                        )))
+                        return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(
+                            e.into_error(),
+                        ))))
                     }
-                    None => return Err(UpstreamError::Broken(super::error_chain(e.error()))),
+                    None => return Err(UpstreamFailure::Broken(e.into_error().into())),
                 },
             }
         }
@@ -151,21 +150,20 @@ impl Pool {
     }
 
     /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<Sender, UpstreamError> {
+    async fn connect(&self) -> Result<Sender, UpstreamFailure> {
         let mut dialer = self.dialer.clone();
         let stream = dialer.call(self.target.clone()).await.map_err(|e| {
-            UpstreamError::Connect(format!(
-                "connect to {}: {}",
-                self.host_str(),
-                super::error_chain(&e)
-            ))
+            UpstreamFailure::Connect(Box::new(Dial {
+                host: self.host_str().to_owned(),
+                source: e.into(),
+            }))
         })?;
         // One buffer, one `write` per request, as towards clients (server.rs).
         let (sender, conn) = http1::Builder::new()
             .writev(false)
             .handshake(stream)
             .await
-            .map_err(|e| UpstreamError::Connect(super::error_chain(&e)))?;
+            .map_err(|e| UpstreamFailure::Connect(e.into()))?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "upstream connection ended");
@@ -180,6 +178,19 @@ impl Pool {
 }
 
 /// Drops the idle connections unused for longer than `timeout` (the oldest come first).
+/// A connection to the upstream could not be dialled.
+#[derive(Debug, thiserror::Error)]
+#[error("connect to {host}")]
+struct Dial {
+    host: String,
+    source: crate::BoxError,
+}
+
+/// A new connection closed before the request's first byte was written: never sent.
+#[derive(Debug, thiserror::Error)]
+#[error("the new connection closed before the request was sent")]
+struct ClosedUnsent(#[source] hyper::Error);
+
 fn expire(idle: &mut Vec<Idle>, now: Instant, timeout: Duration) {
     let stale = idle
         .iter()
@@ -305,7 +316,10 @@ mod tests {
         let pool = Pool::new(&authority, limits(Duration::from_secs(60), 2));
         let req = Request::new(crate::full(""));
         match pool.send(req).await {
-            Err(UpstreamError::Connect(m)) => assert!(m.contains("connect to"), "{m}"),
+            Err(e @ UpstreamFailure::Connect(_)) => {
+                assert!(!e.may_have_executed());
+                assert!(e.chain().contains("connect to"), "{}", e.chain());
+            }
             other => panic!("{other:?}"),
         }
     }
