@@ -13,10 +13,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
-use dedupe_gateway::explain::{explain, Probe};
-use dedupe_gateway::key::KeyRule;
+use dedupe_gateway::explain::{explain, summary, Probe};
 use dedupe_gateway::log::Format;
-use dedupe_gateway::route::OnConflict;
 
 /// mimalloc instead of glibc's malloc: under load glibc's arenas showed up in profiles as
 /// lock contention and consolidation (`benches/throughput`). Built without transparent
@@ -160,7 +158,7 @@ fn main() -> ExitCode {
                         return ExitCode::from(EXIT_USAGE);
                     }
                 },
-                None => print_routes(&mut std::io::stdout().lock(), &c),
+                None => write!(std::io::stdout().lock(), "{}", summary(&c)),
             };
             match printed {
                 // A reader that stopped early (`check ... | head -2`) has what it wanted.
@@ -372,86 +370,4 @@ fn init_tracing(format: Option<LogFormat>) -> std::io::Result<dedupe_gateway::lo
         None => Format::Json,
     };
     dedupe_gateway::log::install(format, terminal)
-}
-
-fn print_routes(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "configuration ok: listen {}, upstream {}://{}{}, store {}",
-        c.server.listen,
-        c.server.upstream.scheme,
-        c.server.upstream.authority,
-        c.server.upstream.base_path,
-        c.store.backend.as_str(),
-    )?;
-    // Keys by id only: `check` output never shows key material.
-    let ids: Vec<String> = c
-        .store
-        .encryption
-        .key_ids()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    match ids.split_first() {
-        Some((first, [])) => writeln!(out, "stored responses encrypted: key id {first}")?,
-        Some((first, rest)) => writeln!(
-            out,
-            "stored responses encrypted: key id {first}; also decrypting key ids {}",
-            rest.join(", ")
-        )?,
-        None => writeln!(out, "stored responses not encrypted")?,
-    }
-    for w in &c.warnings {
-        writeln!(out, "warning: {w}")?;
-    }
-    if c.routes.is_empty() {
-        writeln!(out, "no routes: every request is proxied without dedupe")?;
-    }
-    for r in &c.routes {
-        let methods: Vec<&str> = r.methods.iter().map(|m| m.as_str()).collect();
-        let key = match &r.key {
-            KeyRule::Header { name, required } => format!(
-                "header {name}{}",
-                if *required {
-                    " (required)"
-                } else {
-                    " (optional)"
-                }
-            ),
-            KeyRule::Fingerprint(parts) => {
-                let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
-                format!("fingerprint [{}]", parts.join(", "))
-            }
-        };
-        let conflict = match r.on_conflict {
-            OnConflict::Reject => "reject".to_owned(),
-            OnConflict::Wait => {
-                format!(
-                    "wait up to {}",
-                    dedupe_gateway::config::format_duration(r.conflict_wait)
-                )
-            }
-        };
-        writeln!(
-            out,
-            "route {}: {} {} key={} lease={} window={} on_conflict={}{}{}",
-            r.name,
-            methods.join(","),
-            r.path.as_str(),
-            key,
-            dedupe_gateway::config::format_duration(r.lease),
-            dedupe_gateway::config::format_duration(r.window),
-            conflict,
-            if r.store_body {
-                ""
-            } else {
-                " store_body=false"
-            },
-            match r.mode {
-                dedupe_gateway::route::Mode::Enforce => String::new(),
-                mode => format!(" mode={}", mode.as_str()),
-            },
-        )?;
-    }
-    Ok(())
 }

@@ -53,6 +53,10 @@ fn check_prints_the_routes_it_understood() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("route payments: POST,PATCH /v1/payments/** key=header idempotency-key (required) lease=10s window=1d"), "{text}");
+    assert!(
+        text.contains("scope=[header:authorization] match=request on_unknown=retry mode=enforce\n"),
+        "check shows what decides a request's fate on every route: {text}"
+    );
     assert!(text.contains("route shopify-orders:"), "{text}");
     assert!(text.contains("window=3d"), "{text}");
     assert!(
