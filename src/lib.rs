@@ -12,7 +12,7 @@
 //!                                                          │
 //!                                                          ▼  (a tracked task from here)
 //!                 dedupe::run_ordered ─▶ store::Store::claim (one atomic operation)
-//!                         │ Won(Lease) ─▶ http::winner forwards ─▶ lease.complete / release / keep
+//!                         │ Won(Lease) ─▶ http::forwarder calls   ─▶ lease.complete / release / keep
 //!                         │ Replay ─────▶ http::replay (record, checked against its key)
 //!                         └ Conflict 409 / Mismatch 422 / store error (on_error)
 //!                                                          │
@@ -43,7 +43,7 @@
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
-//!   winner's call, replays, the access record.
+//!   forwarder's upstream call, replays, the access record.
 //! - [`admin`]: metrics, health and key inspection on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`drill`]: `dedupe-gateway drill`: five drills per route and the store checks, against

@@ -50,7 +50,7 @@ impl fmt::Debug for KeyId {
 
 /// Why key material was refused. The message never quotes the material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
+pub enum KeyMaterialError {
     /// Neither 32 raw bytes nor 64 hex digits.
     #[error("holds {0} bytes: a key is exactly 32 raw bytes or 64 hex digits")]
     BadLength(usize),
@@ -99,7 +99,7 @@ pub struct Keyring {
 
 /// Reads one key's material: exactly 32 raw bytes, or 64 hex digits with surrounding
 /// whitespace (`openssl rand -hex 32`).
-pub fn parse_key(material: &[u8]) -> Result<[u8; KEY_LEN], KeyError> {
+pub fn parse_key(material: &[u8]) -> Result<[u8; KEY_LEN], KeyMaterialError> {
     if material.len() == KEY_LEN {
         let mut key = [0; KEY_LEN];
         key.copy_from_slice(material);
@@ -107,10 +107,10 @@ pub fn parse_key(material: &[u8]) -> Result<[u8; KEY_LEN], KeyError> {
     }
     let text = material.trim_ascii();
     if text.len() != 2 * KEY_LEN {
-        return Err(KeyError::BadLength(material.len()));
+        return Err(KeyMaterialError::BadLength(material.len()));
     }
     let mut key = [0; KEY_LEN];
-    hex::decode_to_slice(text, &mut key).map_err(|_| KeyError::NotHex)?;
+    hex::decode_to_slice(text, &mut key).map_err(|_| KeyMaterialError::NotHex)?;
     Ok(key)
 }
 
@@ -135,12 +135,12 @@ fn aad(header: &[u8], store_key: &StoreKey) -> Vec<u8> {
 
 impl Keyring {
     /// A keyring over `keys`, the first sealing. Refuses a key listed twice.
-    pub fn new(keys: &[[u8; KEY_LEN]]) -> Result<Self, (usize, KeyError)> {
+    pub fn new(keys: &[[u8; KEY_LEN]]) -> Result<Self, (usize, KeyMaterialError)> {
         let mut ring: Vec<SealKey> = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
             let id = key_id(key);
             if ring.iter().any(|k| k.id == id) {
-                return Err((i, KeyError::Duplicate(id)));
+                return Err((i, KeyMaterialError::Duplicate(id)));
             }
             ring.push(SealKey {
                 id,
@@ -319,14 +319,14 @@ mod tests {
         assert_eq!(parse_key(&K1).unwrap(), K1);
         let hex_key = format!("  {}\n", hex::encode(K2));
         assert_eq!(parse_key(hex_key.as_bytes()).unwrap(), K2);
-        assert_eq!(parse_key(b"short"), Err(KeyError::BadLength(5)));
+        assert_eq!(parse_key(b"short"), Err(KeyMaterialError::BadLength(5)));
         let not_hex = "z".repeat(64);
         let e = parse_key(not_hex.as_bytes()).unwrap_err();
-        assert_eq!(e, KeyError::NotHex);
+        assert_eq!(e, KeyMaterialError::NotHex);
         assert!(!e.to_string().contains("zzzz"));
         assert!(matches!(
             Keyring::new(&[K1, K2, K1]),
-            Err((2, KeyError::Duplicate(_)))
+            Err((2, KeyMaterialError::Duplicate(_)))
         ));
     }
 

@@ -6,9 +6,10 @@
 //! - [`gateway`]: the gateway's state (the live configuration as an atomic snapshot, the
 //!   store, the metrics, the request tasks).
 //! - `request`: the pipeline from a request to its response.
-//! - `claimed`: a keyed request's own task, from the claim to its accounted response.
+//! - `keyed`: a keyed request's own task, from the claim to its accounted response.
 //! - `passthrough`: streaming a request without dedupe.
-//! - `winner`: the won claim's upstream call, classified for the protocol.
+//! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
+//!   one when failing open or in shadow mode), classified for the protocol.
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
 //!   (`Gathered`) a deduped request's body.
 //! - `detach`: counting requests that outlive their client, so they can be bounded.
@@ -17,12 +18,12 @@
 
 mod access;
 mod capture;
-mod claimed;
 mod detach;
+mod forwarder;
 pub mod gateway;
+mod keyed;
 mod passthrough;
 mod replay;
 mod request;
-mod winner;
 
 pub use self::gateway::{ConnInfo, Gateway, Live};

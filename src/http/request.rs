@@ -15,10 +15,10 @@ use tracing::{error, warn, Instrument};
 
 use super::access::{Access, Origin};
 use super::capture::Gathered;
-use super::claimed::Claimed;
 use super::detach::Tether;
+use super::forwarder::Forwarder;
+use super::keyed::KeyedRequest;
 use super::passthrough;
-use super::winner::Winner;
 use super::{ConnInfo, Gateway, Live};
 use crate::config::Config;
 use crate::dedupe::{Outcome, Policy, Would};
@@ -137,7 +137,7 @@ impl Gateway {
                 Err(GatewayError::Overloaded),
             );
         }
-        let winner = Winner {
+        let forwarder = Forwarder {
             live: live.clone(),
             route: route_idx,
             parts,
@@ -146,8 +146,8 @@ impl Gateway {
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),
         };
-        let claimed = Claimed {
-            winner,
+        let keyed_request = KeyedRequest {
+            forwarder,
             policy: policy(route),
             keyed,
             route_name: route.name.clone(),
@@ -155,16 +155,16 @@ impl Gateway {
             started,
             origin: origin.clone(),
         };
-        self.claim(claimed).await
+        self.claim(keyed_request).await
     }
 
     /// Runs a keyed request's protocol in its own task, tracked for shutdown: a client
     /// that hangs up must not abandon a claim or an upstream call under way and leave its
     /// outcome unknown.
-    async fn claim(self: &Arc<Self>, claimed: Claimed) -> Dispatched {
+    async fn claim(self: &Arc<Self>, keyed_request: KeyedRequest) -> Dispatched {
         let tether = Tether::new(&self.detached);
         let _client = tether.client();
-        let task = claimed.spawn(self, tether);
+        let task = keyed_request.spawn(self, tether);
         Dispatched::Settled(match task.await {
             Ok(response) => response,
             Err(e) => {

@@ -10,9 +10,9 @@ use tracing::{error, warn, Instrument};
 
 use super::access::{Access, Origin};
 use super::detach::{TaskSide, Tether};
+use super::forwarder::Forwarder;
 use super::passthrough::Forwarded;
 use super::request::Handled;
-use super::winner::Winner;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::problem::GatewayError;
@@ -21,8 +21,8 @@ use crate::store::Order;
 use crate::Body;
 
 /// A request past its claim's inputs: everything its task needs.
-pub(super) struct Claimed {
-    pub(super) winner: Winner,
+pub(super) struct KeyedRequest {
+    pub(super) forwarder: Forwarder,
     pub(super) policy: Policy,
     pub(super) keyed: Keyed,
     pub(super) route_name: Arc<str>,
@@ -31,7 +31,7 @@ pub(super) struct Claimed {
     pub(super) origin: Origin,
 }
 
-impl Claimed {
+impl KeyedRequest {
     /// Runs the protocol in a task tracked for shutdown, which accounts for the request.
     ///
     /// A plain function, not part of `dispatch`'s state: built there, the task's future
@@ -61,7 +61,7 @@ impl Claimed {
                 &this.policy,
                 order,
                 |forward| {
-                    this.winner
+                    this.forwarder
                         .execute(&gateway.metrics, &keyed.store_key, forward)
                 },
             )

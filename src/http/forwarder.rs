@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, SET_COOKIE};
@@ -20,12 +20,12 @@ use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
-use crate::store::StoreKey;
-use crate::upstream::{strip_hop_by_hop, UpstreamFailure};
+use crate::store::{Fence, StoreKey};
+use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
-pub(super) struct Winner {
+pub(super) struct Forwarder {
     pub live: Arc<Live>,
     pub route: usize,
     pub parts: Parts,
@@ -37,7 +37,7 @@ pub(super) struct Winner {
     pub scope: String,
 }
 
-impl Winner {
+impl Forwarder {
     /// Performs the upstream call the protocol asked for.
     pub async fn execute(
         self,
@@ -45,7 +45,7 @@ impl Winner {
         store_key: &StoreKey,
         forward: Forward,
     ) -> Attempt<Forwarded> {
-        let Winner {
+        let Forwarder {
             live,
             route,
             parts,
@@ -66,40 +66,71 @@ impl Winner {
             }
         };
         let mut req = live.upstream.prepare(req, remote);
-        // A header key is visible ASCII and a fingerprint is hex: both are valid values.
-        if let Ok(v) = HeaderValue::from_str(&key) {
-            req.headers_mut().insert(IDEMPOTENCY_KEY.clone(), v);
-        }
-        req.headers_mut()
-            .insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));
-        // A hex hash or `-`: always a valid value.
-        if let Ok(v) = HeaderValue::from_str(&scope) {
-            req.headers_mut().insert(IDEMPOTENCY_SCOPE.clone(), v);
-        }
-
+        owner_headers(req.headers_mut(), &key, &scope, fence);
+        let call = OwnedCall {
+            route,
+            store_key,
+            fence,
+        };
         let deadline = live.upstream.deadline();
         let started = Instant::now();
         let resp = match live.upstream.call(req, deadline).await {
             Ok(resp) => resp,
-            Err(e) if e.may_have_executed() => {
-                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), error = %e.chain(),
-                    "upstream call failed after the request may have been sent: outcome unknown");
-                return Attempt::Unknown(Forwarded::failed(e.into()));
-            }
-            Err(e) => {
-                warn!(route = &*route.name, error = %e.chain(),
-                    "upstream unreachable: nothing was sent, releasing the claim");
-                return Attempt::NotExecuted(Forwarded::failed(e.into()));
-            }
+            Err(e) => return call.failed(e),
         };
         let took = started.elapsed();
         metrics.upstream(&route.name, resp.status().as_u16(), took);
+        call.answered(resp, took, deadline).await
+    }
+}
+
+/// What the owner's call tells the upstream: the key, its fence and its scope.
+fn owner_headers(headers: &mut http::HeaderMap, key: &str, scope: &str, fence: Fence) {
+    // A header key is visible ASCII and a fingerprint is hex: both are valid values.
+    if let Ok(v) = HeaderValue::from_str(key) {
+        headers.insert(IDEMPOTENCY_KEY.clone(), v);
+    }
+    headers.insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));
+    // A hex hash or `-`: always a valid value.
+    if let Ok(v) = HeaderValue::from_str(scope) {
+        headers.insert(IDEMPOTENCY_SCOPE.clone(), v);
+    }
+}
+
+/// The key owner's upstream call, classified for the protocol.
+struct OwnedCall<'a> {
+    route: &'a Route,
+    store_key: &'a StoreKey,
+    fence: Fence,
+}
+
+impl OwnedCall<'_> {
+    /// No response head: the claim is released only when nothing was sent.
+    fn failed(&self, e: UpstreamFailure) -> Attempt<Forwarded> {
+        let (route, store_key, fence) = (&*self.route.name, self.store_key, self.fence.get());
+        if e.may_have_executed() {
+            warn!(route, store_key = %store_key, fence, error = %e.chain(),
+                "upstream call failed after the request may have been sent: outcome unknown");
+            return Attempt::Unknown(Forwarded::failed(e.into()));
+        }
+        warn!(route, error = %e.chain(), "upstream unreachable: nothing was sent, releasing the claim");
+        Attempt::NotExecuted(Forwarded::failed(e.into()))
+    }
+
+    /// A response head: what its status means for the claim, and for a final one, the
+    /// record to store (its body captured by `deadline`).
+    async fn answered(
+        &self,
+        resp: Response<UpstreamBody>,
+        took: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Attempt<Forwarded> {
+        let route = self.route;
         let forwarded = |response| Forwarded {
             response,
             upstream: Some(took),
             expires: None,
         };
-
         match route.statuses.classify(resp.status().as_u16()) {
             // The upstream says it did not act: the next retry should execute again.
             StatusMeaning::Retry => {
@@ -107,36 +138,54 @@ impl Winner {
             }
             // A timeout behind the upstream: it may have acted. Keep the claim.
             StatusMeaning::Unknown => {
-                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(),
+                warn!(route = &*route.name, store_key = %self.store_key, fence = self.fence.get(),
                     status = resp.status().as_u16(), "upstream answered a status that leaves the outcome unknown");
                 return Attempt::Unknown(forwarded(Ok(stream_response(resp))));
             }
             StatusMeaning::Final => {}
         }
-
         let (mut head, body) = resp.into_parts();
         strip_hop_by_hop(&mut head.headers);
         // The store forgets the key a window after completion, which follows at once: to
         // the second, this is when, and never later than the store does.
         let expires = SystemTime::now() + route.window;
-        if !route.store_body {
+        let (stored, response) = if route.store_body {
+            self.captured(&head, body, deadline).await
+        } else {
             // Only the outcome is kept: the body streams to this client alone.
-            let record = StoredResponse {
-                status: head.status,
-                headers: http::HeaderMap::new(),
-                body: StoredBody::NotStored,
-                expires: Some(expires),
-            }
-            .encode(store_key);
             let body = body.map_err(BoxError::from).boxed();
-            return Attempt::Final {
-                record,
-                response: Forwarded {
-                    expires: Some(expires),
-                    ..forwarded(Ok(Response::from_parts(head, body)))
-                },
-            };
+            ((http::HeaderMap::new(), StoredBody::NotStored), Some(body))
+        };
+        let (headers, body) = stored;
+        let record = StoredResponse {
+            status: head.status,
+            headers,
+            body,
+            expires: Some(expires),
         }
+        .encode(self.store_key);
+        let response = match response {
+            Some(body) => Ok(Response::from_parts(head, body)),
+            None => Err(UpstreamFailure::Broken("the response body broke off".into()).into()),
+        };
+        Attempt::Final {
+            record,
+            response: Forwarded {
+                expires: Some(expires),
+                ..forwarded(response)
+            },
+        }
+    }
+
+    /// The headers and body to store under the replay policy, and the body for this
+    /// client (`None` when it broke off).
+    async fn captured(
+        &self,
+        head: &http::response::Parts,
+        body: UpstreamBody,
+        deadline: tokio::time::Instant,
+    ) -> ((http::HeaderMap, StoredBody), Option<crate::Body>) {
+        let route = self.route;
         let limit = route.max_cached_body;
         // The replay policy applies before the store: dropped headers never reach it.
         let mut stored_headers = head.headers.clone();
@@ -159,28 +208,11 @@ impl Winner {
                 )
             }
             Captured::Broken(reason) => {
-                warn!(route = &*route.name, store_key = %store_key, fence = fence.get(), reason,
+                warn!(route = &*route.name, store_key = %self.store_key, fence = self.fence.get(), reason,
                     "upstream answered but its body broke off: stored as executed without a replayable body");
                 (StoredBody::Incomplete, None)
             }
         };
-        let record = StoredResponse {
-            status: head.status,
-            headers: stored_headers,
-            body: stored_body,
-            expires: Some(expires),
-        }
-        .encode(store_key);
-        let response = match client_body {
-            Some(body) => Ok(Response::from_parts(head, body)),
-            None => Err(UpstreamFailure::Broken("the response body broke off".into()).into()),
-        };
-        Attempt::Final {
-            record,
-            response: Forwarded {
-                expires: Some(expires),
-                ..forwarded(response)
-            },
-        }
+        ((stored_headers, stored_body), client_body)
     }
 }
