@@ -45,19 +45,48 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         }
     };
     let _ = writeln!(out, "normalised path: {path}");
-    let Some(i) = route::find(&config.routes, &probe.method, &path) else {
-        let _ = match config.routes.iter().find(|r| r.path.matches(&path)) {
+    let Some(route) = found(&mut out, config, &probe.method, &path) else {
+        let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
+        return out;
+    };
+    if !rules(&mut out, route) {
+        let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
+        return out;
+    }
+    if !probe.derive {
+        let _ = writeln!(out, "(give -H and --body to derive the key)");
+        return out;
+    }
+    let view = RequestView {
+        method: &probe.method,
+        path: &path,
+        query,
+        headers: &probe.headers,
+        body: &probe.body,
+    };
+    derive(&mut out, config, route, &view);
+    out
+}
+
+/// The route the request takes, told; `None` (and why) when it passes through.
+fn found<'c>(
+    out: &mut String,
+    config: &'c Config,
+    method: &Method,
+    path: &str,
+) -> Option<&'c Route> {
+    let Some(i) = route::find(&config.routes, method, path) else {
+        let _ = match config.routes.iter().find(|r| r.path.matches(path)) {
             Some(r) => writeln!(
                 out,
                 "route: passthrough (route {} matches the path but not {}; it lists {})",
                 r.name,
-                probe.method,
+                method,
                 methods(r)
             ),
             None => writeln!(out, "route: passthrough (no route matches)"),
         };
-        let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
-        return out;
+        return None;
     };
     let route = &config.routes[i];
     let _ = writeln!(
@@ -67,22 +96,22 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         methods(route),
         route.path.as_str()
     );
-    match route.mode {
-        Mode::Enforce => {
-            let _ = writeln!(out, "mode: enforce");
-        }
-        Mode::Shadow => {
-            let _ = writeln!(
-                out,
-                "mode: shadow (claimed and recorded, but always forwarded; what enforce would do is logged and counted)"
-            );
-        }
+    Some(route)
+}
+
+/// The route's mode, key, scope and `match`, told; false when the route is off.
+fn rules(out: &mut String, route: &Route) -> bool {
+    let _ = match route.mode {
+        Mode::Enforce => writeln!(out, "mode: enforce"),
+        Mode::Shadow => writeln!(
+            out,
+            "mode: shadow (claimed and recorded, but always forwarded; what enforce would do is logged and counted)"
+        ),
         Mode::Off => {
             let _ = writeln!(out, "mode: off");
-            let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
-            return out;
+            return false;
         }
-    }
+    };
     let _ = match &route.key {
         KeyRule::Header { name, required } => writeln!(
             out,
@@ -109,19 +138,7 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         MatchRule::Parts(p) if p.is_empty() => writeln!(out, "match: the key alone"),
         MatchRule::Parts(p) => writeln!(out, "match: {}", list(p)),
     };
-    if !probe.derive {
-        let _ = writeln!(out, "(give -H and --body to derive the key)");
-        return out;
-    }
-    let view = RequestView {
-        method: &probe.method,
-        path: &path,
-        query,
-        headers: &probe.headers,
-        body: &probe.body,
-    };
-    derive(&mut out, config, route, &view);
-    out
+    true
 }
 
 /// `check` without `--request`: the file's listener, upstream, store and encryption, its

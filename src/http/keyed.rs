@@ -3,7 +3,7 @@
 //! way; the task settles the protocol, builds the response and accounts for the request.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::Response;
 use tracing::{error, warn, Instrument};
@@ -72,40 +72,12 @@ impl KeyedRequest {
                         "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
                 }
             }
-            let stored = settled.finish == Some(Finish::Completed);
-            let (response, upstream) = match settled.answer {
-                Answer::Forwarded(Forwarded {
-                    mut response,
-                    upstream,
-                    expires,
-                }) => {
-                    // Only a stored record has an expiry to advertise.
-                    if let (Ok(r), true) = (&mut response, stored && this.advertise_expiry) {
-                        replay::advertise(r.headers_mut(), expires);
-                    }
-                    (response, upstream)
-                }
-                Answer::Replay(record) => (
-                    replay::respond(&record, &keyed.store_key, this.advertise_expiry),
-                    None,
-                ),
-                Answer::Conflict { retry_after } => {
-                    (Err(GatewayError::Conflict { retry_after }), None)
-                }
-                Answer::Mismatch => (Err(GatewayError::Mismatch), None),
-                Answer::OutcomeUnknown { fence, first } => {
-                    // Once per held key (the store tells the first claim to see it):
-                    // a person must look at it.
-                    if first {
-                        error!(route = route_name, key = %key, scope = %scope, fence = fence.get(),
-                            "outcome unknown and held: the first request's lease ended without an outcome; \
-                             resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
-                    }
-                    (Err(GatewayError::OutcomeUnknown), None)
-                }
-                Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
-                Answer::Stale => (Err(GatewayError::Stale), None),
+            let answered = Answered {
+                keyed: &this.keyed,
+                route_name: &this.route_name,
+                advertise_expiry: this.advertise_expiry,
             };
+            let (response, upstream) = answered.respond(settled.answer, settled.finish);
             let access = Access {
                 started: this.started,
                 route: this.route_name,
@@ -123,5 +95,56 @@ impl KeyedRequest {
         // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
         // `memmove` per request (a uprobe on it, copies of 256 bytes and more).
         tasks.spawn(Box::pin(task.in_current_span()))
+    }
+}
+
+/// What a keyed request's response is made from, once the protocol has answered.
+struct Answered<'a> {
+    keyed: &'a Keyed,
+    route_name: &'a str,
+    advertise_expiry: bool,
+}
+
+impl Answered<'_> {
+    /// The client's response for the protocol's answer, and how long the upstream took
+    /// to answer its head when it was called.
+    fn respond(
+        &self,
+        answer: Answer<Forwarded>,
+        finish: Option<Finish>,
+    ) -> (Result<Response<Body>, GatewayError>, Option<Duration>) {
+        let keyed = self.keyed;
+        match answer {
+            Answer::Forwarded(Forwarded {
+                mut response,
+                upstream,
+                expires,
+            }) => {
+                // Only a stored record has an expiry to advertise.
+                let stored = finish == Some(Finish::Completed);
+                if let (Ok(r), true) = (&mut response, stored && self.advertise_expiry) {
+                    replay::advertise(r.headers_mut(), expires);
+                }
+                (response, upstream)
+            }
+            Answer::Replay(record) => (
+                replay::respond(&record, &keyed.store_key, self.advertise_expiry),
+                None,
+            ),
+            Answer::Conflict { retry_after } => (Err(GatewayError::Conflict { retry_after }), None),
+            Answer::Mismatch => (Err(GatewayError::Mismatch), None),
+            Answer::OutcomeUnknown { fence, first } => {
+                // Once per held key (the store tells the first claim to see it): a person
+                // must look at it.
+                if first {
+                    error!(route = self.route_name, key = %keyed.key, scope = %keyed.scope, fence = fence.get(),
+                        "outcome unknown and held: the first request's lease ended without an outcome; \
+                         resolve it with POST /keys/{{route}}/{{key}}/resolve on the admin port");
+                }
+                (Err(GatewayError::OutcomeUnknown), None)
+            }
+            Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+            Answer::Stale => (Err(GatewayError::Stale), None),
+        }
     }
 }

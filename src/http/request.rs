@@ -88,23 +88,19 @@ impl Gateway {
             Ok(req) => req,
             Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e)),
         };
-        let Some(route_idx) = route::find(&live.config.routes, req.method(), req.uri().path())
-        else {
-            let req = req.map(|b| b.map_err(BoxError::from).boxed());
-            let route = &self.no_route;
-            let handled = self
-                .stream(&live, req, conn, route, Outcome::Passthrough, started)
-                .await;
-            return Dispatched::Handled(handled);
+        // No route, or a route that is off: streamed, counted under the route's name.
+        let route_idx = match route::find(&live.config.routes, req.method(), req.uri().path()) {
+            Some(i) if live.config.routes[i].mode != Mode::Off => i,
+            found => {
+                let name = found.map_or(&self.no_route, |i| &live.config.routes[i].name);
+                let req = req.map(|b| b.map_err(BoxError::from).boxed());
+                let handled = self
+                    .stream(&live, req, conn, name, Outcome::Passthrough, started)
+                    .await;
+                return Dispatched::Handled(handled);
+            }
         };
         let route = &live.config.routes[route_idx];
-        if route.mode == Mode::Off {
-            let req = req.map(|b| b.map_err(BoxError::from).boxed());
-            let handled = self
-                .stream(&live, req, conn, &route.name, Outcome::Passthrough, started)
-                .await;
-            return Dispatched::Handled(handled);
-        }
 
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything.
@@ -124,13 +120,7 @@ impl Gateway {
                 return self.skip(&live, route, skip, req, conn, started).await;
             }
         };
-        // Requests whose clients left keep running (their claims must settle), but only so
-        // many: past `max_connections` of them, no new claim is made.
-        if self.detached() >= live.config.server.max_connections {
-            warn!(
-                detached = self.detached(),
-                "too many requests whose clients left are still running; refusing new claims"
-            );
+        if self.overloaded(&live) {
             return early(
                 &route.name,
                 Outcome::Rejected,
@@ -156,6 +146,20 @@ impl Gateway {
             origin: origin.clone(),
         };
         self.claim(keyed_request).await
+    }
+
+    /// Requests whose clients left keep running (their claims must settle), but only so
+    /// many: past `max_connections` of them, no new claim is made.
+    fn overloaded(&self, live: &Live) -> bool {
+        let detached = self.detached();
+        if detached < live.config.server.max_connections {
+            return false;
+        }
+        warn!(
+            detached,
+            "too many requests whose clients left are still running; refusing new claims"
+        );
+        true
     }
 
     /// Runs a keyed request's protocol in its own task, tracked for shutdown: a client
