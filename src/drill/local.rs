@@ -81,25 +81,7 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
         return Ok(report.finish());
     }
 
-    let gateway = Gateway::new(cfg.clone(), store.clone());
-    let public = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(DrillError::Bind)?;
-    let addr = public.local_addr().map_err(DrillError::Bind)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(serve(
-        gateway,
-        // The drill talks plain HTTP on loopback, whatever the user's listener speaks.
-        Listeners {
-            public,
-            admin: None,
-            tls: None,
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-
+    let (addr, stop, served) = start_gateway(&cfg, &store).await?;
     let longest_wait = cfg
         .routes
         .iter()
@@ -118,41 +100,46 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
         made: Mutex::new(Vec::new()),
     };
     for &i in &selected {
-        let route = &cfg.routes[i];
-        if route.mode != Mode::Enforce {
-            // A shadow route forwards every duplicate and an off route dedupes nothing:
-            // each drill would fail by design, so none is run.
-            report.drills.extend(
-                Drill::ALL
-                    .iter()
-                    .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str())),
-            );
-            continue;
-        }
-        for drill in Drill::ALL {
-            let started = Instant::now();
-            let mut outcome = match rig.drill(i, drill).await {
-                Ok(o) => o,
-                Err(note) => Outcome {
-                    route: cfg.routes[i].name.to_string(),
-                    drill,
-                    pass: false,
-                    evidence: Map::new(),
-                    note: Some(note),
-                    millis: 0,
-                    skipped: false,
-                },
-            };
-            outcome.millis = started.elapsed().as_millis() as u64;
-            // Drills on a route whose key ignores the marks share a key: start each clean.
-            rig.forget_made().await;
-            report.drills.push(outcome);
-        }
+        report.drills.extend(rig.drill_route(i).await);
     }
     report.cleanup = Some(rig.cleanup().await);
     let _ = stop.send(());
     let _ = served.await;
     Ok(report.finish())
+}
+
+/// Serves `cfg` in this process on a loopback port: its address, the sender that stops
+/// it, and its task.
+async fn start_gateway(
+    cfg: &Config,
+    store: &Store,
+) -> Result<
+    (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    DrillError,
+> {
+    let gateway = Gateway::new(cfg.clone(), store.clone());
+    let public = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(DrillError::Bind)?;
+    let addr = public.local_addr().map_err(DrillError::Bind)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve(
+        gateway,
+        // The drill talks plain HTTP on loopback, whatever the user's listener speaks.
+        Listeners {
+            public,
+            admin: None,
+            tls: None,
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Ok((addr, stop, served))
 }
 
 /// The user's configuration, pointed at the counting upstream, under a key prefix of the
@@ -205,6 +192,40 @@ fn fence_of(e: Option<&super::upstream::Effect>) -> Value {
 }
 
 impl Rig<'_> {
+    /// Every drill on route `i`, each started clean; none on a route that does not
+    /// enforce (a shadow route forwards every duplicate and an off route dedupes nothing:
+    /// each drill would fail by design).
+    async fn drill_route(&self, i: usize) -> Vec<Outcome> {
+        let route = &self.config.routes[i];
+        if route.mode != Mode::Enforce {
+            return Drill::ALL
+                .iter()
+                .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str()))
+                .collect();
+        }
+        let mut outcomes = Vec::new();
+        for drill in Drill::ALL {
+            let started = Instant::now();
+            let mut outcome = match self.drill(i, drill).await {
+                Ok(o) => o,
+                Err(note) => Outcome {
+                    route: route.name.to_string(),
+                    drill,
+                    pass: false,
+                    evidence: Map::new(),
+                    note: Some(note),
+                    millis: 0,
+                    skipped: false,
+                },
+            };
+            outcome.millis = started.elapsed().as_millis() as u64;
+            // Drills on a route whose key ignores the marks share a key: start each clean.
+            self.forget_made().await;
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
     fn request(&self, i: usize, drill: Drill) -> Result<DrillRequest, String> {
         let key = format!(
             "drill-{}-{}-{}",
