@@ -153,7 +153,7 @@ pub fn summary(c: &Config) -> String {
         upstream.scheme,
         upstream.authority,
         upstream.base_path,
-        c.store.backend.as_str(),
+        c.store.backend.kind().as_str(),
     );
     // Keys by id only: `check` output never shows key material.
     let ids: Vec<String> = c

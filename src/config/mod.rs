@@ -31,7 +31,7 @@ pub use file::{
 };
 pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
-pub use store::{redact_url, Backend, RedisAccess, StoreConfig};
+pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
 
 use crate::route::Route;
 
@@ -191,7 +191,7 @@ impl Config {
         }
         let mut warnings = routes::lease_warnings(&store, &routes);
         warnings.extend(routes::lints(&server, &routes));
-        if store.access.insecure {
+        if store.backend.access().is_some_and(|a| a.insecure) {
             warnings.push(
                 "store.tls_insecure = true: Redis's certificate is not verified; anyone on the path can read and forge dedupe records".to_owned(),
             );

@@ -16,7 +16,7 @@ use super::report::{Cleanup, Drill, Outcome, Report, StoreCheck};
 use super::request::{self, DrillRequest, Marks};
 use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
-use crate::config::{Backend, Config, UpstreamTarget};
+use crate::config::{Config, StoreBackend, UpstreamTarget};
 use crate::http::Gateway;
 use crate::route::{Mode, OnConflict, Route};
 use crate::server::{serve, Listeners};
@@ -51,7 +51,7 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
     let store = Store::from_config(&cfg.store).map_err(|e| DrillError::Store(e.to_string()))?;
 
     let mut setup = Map::new();
-    setup.insert("backend".into(), cfg.store.backend.as_str().into());
+    setup.insert("backend".into(), cfg.store.backend.kind().as_str().into());
     setup.insert("prefix".into(), cfg.store.prefix.clone().into());
     setup.insert(
         "lease".into(),

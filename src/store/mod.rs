@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use crate::config::{Backend, StoreConfig};
+use crate::config::{StoreBackend, StoreConfig};
 
 pub use self::memory::{MemoryStore, RECORD_OVERHEAD};
 pub use self::redis::{RedisClusterStore, RedisStore};
@@ -238,27 +238,40 @@ impl Store {
     /// re-made by themselves, so a gateway starts (warning, and reporting not-ready) while
     /// Redis is down. Call from within the Tokio runtime.
     pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
-        Ok(match cfg.backend {
-            Backend::Memory => {
-                Store::Memory(MemoryStore::with_limits(cfg.max_records, cfg.max_bytes))
-            }
-            Backend::Redis => Store::Redis(RedisStore::with_near_cache(
-                &cfg.urls[0],
-                &cfg.access,
+        Ok(match &cfg.backend {
+            StoreBackend::Memory {
+                max_records,
+                max_bytes,
+            } => Store::Memory(MemoryStore::with_limits(*max_records, *max_bytes)),
+            StoreBackend::Redis {
+                url,
+                near_cache,
+                access,
+            } => Store::Redis(RedisStore::with_near_cache(
+                url,
+                access,
                 cfg.timeout,
-                cfg.near_cache,
+                *near_cache,
             )?),
-            Backend::RedisCluster => Store::Cluster(Box::new(RedisClusterStore::with_near_cache(
-                &cfg.urls,
-                &cfg.access,
+            StoreBackend::Cluster {
+                urls,
+                near_cache,
+                access,
+            } => Store::Cluster(Box::new(RedisClusterStore::with_near_cache(
+                urls,
+                access,
                 cfg.timeout,
-                cfg.near_cache,
+                *near_cache,
                 &cfg.prefix,
             )?)),
-            Backend::RedisSentinel => Store::Redis(RedisStore::sentinel(
-                &cfg.urls,
-                cfg.master_name.as_deref().unwrap_or_default(),
-                &cfg.access,
+            StoreBackend::Sentinel {
+                sentinels,
+                master_name,
+                access,
+            } => Store::Redis(RedisStore::sentinel(
+                sentinels,
+                master_name,
+                access,
                 cfg.timeout,
             )?),
         })

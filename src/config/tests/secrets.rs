@@ -29,9 +29,16 @@ fn sentinel_settings_are_checked() {
     )
     .starts_with("store.sentinels: applies"));
     let c = with(&format!("{s}sentinels = [\"redis://u:pw@a:26379\", \"redis://b:26379\"]\nmaster_name = \"mymaster\"\n")).unwrap();
-    assert_eq!(c.store.backend, Backend::RedisSentinel);
-    assert_eq!(c.store.urls.len(), 2);
-    assert_eq!(c.store.master_name.as_deref(), Some("mymaster"));
+    let StoreBackend::Sentinel {
+        sentinels,
+        master_name,
+        ..
+    } = &c.store.backend
+    else {
+        panic!("{:?}", c.store.backend)
+    };
+    assert_eq!(sentinels.len(), 2);
+    assert_eq!(master_name, "mymaster");
     assert!(!format!("{:?}", c.store).contains("pw"));
 }
 
@@ -136,7 +143,7 @@ fn redis_tls_fields_are_checked_and_name_themselves() {
         "{redis}url = \"rediss://h:1\"\ntls_insecure = true\n"
     ))
     .unwrap();
-    assert!(c.store.access.insecure);
+    assert!(c.store.backend.access().unwrap().insecure);
     assert!(
         c.warnings.iter().any(|w| w.contains("tls_insecure")),
         "{:?}",
@@ -163,7 +170,8 @@ fn the_redis_password_comes_from_the_environment_and_is_never_shown() {
     .unwrap();
     file.apply_env(|k| (k == "DEDUPE_REDIS_PASSWORD").then(|| "pw-from-env".to_owned()));
     let c = Config::from_file(file).unwrap();
-    assert_eq!(c.store.access.password.as_deref(), Some("pw-from-env"));
+    let access = c.store.backend.access().unwrap();
+    assert_eq!(access.password.as_deref(), Some("pw-from-env"));
     assert!(!format!("{c:?}").contains("pw-from-env"));
 }
 
@@ -200,13 +208,19 @@ fn listener_tls_files_are_checked_and_name_their_field() {
 #[test]
 fn near_cache_is_a_size_on_the_redis_and_cluster_backends_only() {
     let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\n";
+    let near_cache = |c: Config| match c.store.backend {
+        StoreBackend::Redis { near_cache, .. } | StoreBackend::Cluster { near_cache, .. } => {
+            near_cache
+        }
+        other => panic!("{other:?}"),
+    };
     let c = with(&format!("{redis}near_cache = \"8MiB\"\n")).unwrap();
-    assert_eq!(c.store.near_cache, 8 * 1024 * 1024);
-    assert_eq!(with(redis).unwrap().store.near_cache, 0, "off by default");
+    assert_eq!(near_cache(c), 8 * 1024 * 1024);
+    assert_eq!(near_cache(with(redis).unwrap()), 0, "off by default");
     assert!(err(&format!("{redis}near_cache = \"lots\"\n")).starts_with("store.near_cache"));
     let cluster = "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://h:1\"]\n";
     let c = with(&format!("{cluster}near_cache = \"8MiB\"\n")).unwrap();
-    assert_eq!(c.store.near_cache, 8 * 1024 * 1024);
+    assert_eq!(near_cache(c), 8 * 1024 * 1024);
     let sentinel = "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"redis://h:1\"]\nmaster_name = \"m\"\n";
     assert!(
         err(&format!("{sentinel}near_cache = \"8MiB\"\n")).starts_with("store.near_cache: applies")

@@ -8,8 +8,10 @@ impl Rig<'_> {
         // The doomed gateway shares the embedded store (one process) or dials the same
         // Redis; its death takes its tasks, connections and store client with it.
         let shared = match self.config.store.backend {
-            Backend::Memory => Some(self.store.clone()),
-            Backend::Redis | Backend::RedisCluster | Backend::RedisSentinel => None,
+            StoreBackend::Memory { .. } => Some(self.store.clone()),
+            StoreBackend::Redis { .. }
+            | StoreBackend::Cluster { .. }
+            | StoreBackend::Sentinel { .. } => None,
         };
         let doomed = DoomedGateway::start(self.config.clone(), shared)
             .await

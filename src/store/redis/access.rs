@@ -6,7 +6,8 @@
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates, TlsMode,
+    ClientTlsConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisResult, TlsCertificates,
+    TlsMode,
 };
 
 use crate::config::RedisAccess;
@@ -132,8 +133,11 @@ pub(super) fn sentinel(
         master_name,
         SentinelServerType::Master,
     )?;
-    // Validation reads every URL with the same parser: there is a first one.
-    let first = infos[0].redis_settings();
+    // The sentinels' credentials and database serve the primary too; the config never
+    // holds an empty list, but a caller of the store's own constructor could pass one.
+    let Some(first) = infos.first().map(|i| i.redis_settings()) else {
+        return Err((ErrorKind::InvalidClientConfig, "no sentinel URL").into());
+    };
     if let Some(user) = first.username() {
         builder = builder
             .set_client_to_sentinel_username(user)
@@ -164,4 +168,19 @@ pub(super) fn sentinel(
         }
     }
     builder.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The config never holds an empty list, but the store's own constructors take slices:
+    // an empty one is an error, never an index out of bounds.
+    #[test]
+    fn an_empty_list_of_urls_is_refused_not_indexed() {
+        assert!(sentinel(&[], "m", &RedisAccess::default()).is_err());
+        assert!(cluster_builder(&[], &RedisAccess::default())
+            .build()
+            .is_err());
+    }
 }
