@@ -131,64 +131,11 @@ pub(super) fn validate(
     r: &FileRoute,
     inherited: &Inherited,
 ) -> Result<Route, ConfigError> {
-    if r.name.is_empty()
-        || r.name.len() > 64
-        || !r
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(invalid(
-            format!("{at}.name"),
-            "must be 1 to 64 letters, digits, '-' or '_'",
-        ));
-    }
-    if r.methods.is_empty() {
-        return Err(invalid(
-            format!("{at}.methods"),
-            "must list at least one method",
-        ));
-    }
-    let extensions = r
-        .allow_extension_methods
-        .unwrap_or(DEFAULT_ALLOW_EXTENSION_METHODS);
-    let methods = r
-        .methods
-        .iter()
-        .map(|m| method(&format!("{at}.methods"), m, extensions))
-        .collect::<Result<Vec<_>, _>>()?;
+    name(at, &r.name)?;
+    let methods = methods(at, r)?;
     let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
-
-    let key = match (&r.key, r.preset) {
-        (Some(k), _) => key_rule(at, k)?,
-        (None, Some(preset)) => preset.key(),
-        (None, None) => {
-            return Err(invalid(
-                format!("{at}.key"),
-                "required: `{ header = \"Idempotency-Key\" }`, `{ fingerprint = [...] }`, \
-                 or a `preset` (\"stripe\", \"github\", \"shopify\", \"standard-webhooks\")",
-            ))
-        }
-    };
-    let must_match = {
-        let default = match key {
-            KeyRule::Header { .. } => DEFAULT_MATCH_HEADER,
-            KeyRule::Fingerprint(_) => DEFAULT_MATCH_FINGERPRINT,
-        };
-        match &r.must_match {
-            None => match_rule(r.preset.map_or(default, Preset::must_match), &key),
-            Some(FileMatch::Mode(mode)) => match_rule(*mode, &key),
-            Some(FileMatch::Parts(parts)) if parts.is_empty() => {
-                return Err(invalid(
-                    format!("{at}.match"),
-                    "must list at least one request part (or say \"key\" for the key alone)",
-                ))
-            }
-            Some(FileMatch::Parts(parts)) => {
-                MatchRule::Parts(parse_parts(&format!("{at}.match"), parts)?)
-            }
-        }
-    };
+    let key = key(at, r)?;
+    let must_match = must_match(at, r, &key)?;
     let scope = match (&r.scope, r.preset) {
         (Some(parts), _) => parse_parts(&format!("{at}.scope"), parts)?,
         (None, Some(preset)) => preset.scope(),
@@ -204,12 +151,7 @@ pub(super) fn validate(
         Some(v) => lease(&format!("{at}.lease"), v)?,
         None => inherited.lease,
     };
-    let window = match (&r.window, r.preset) {
-        (Some(v), _) => window(&format!("{at}.window"), v)?,
-        // A preset never shortens what `[defaults]` asks for.
-        (None, Some(preset)) => inherited.window.max(preset.window()),
-        (None, None) => inherited.window,
-    };
+    let window = route_window(at, r, inherited)?;
     let replay_drop_headers = r
         .replay_drop_headers
         .iter()
@@ -253,6 +195,81 @@ pub(super) fn validate(
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
         order: r.order.as_ref().map(|o| order_rule(at, o)).transpose()?,
+    })
+}
+
+fn name(at: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(invalid(
+            format!("{at}.name"),
+            "must be 1 to 64 letters, digits, '-' or '_'",
+        ));
+    }
+    Ok(())
+}
+
+fn methods(at: &str, r: &FileRoute) -> Result<Vec<Method>, ConfigError> {
+    if r.methods.is_empty() {
+        return Err(invalid(
+            format!("{at}.methods"),
+            "must list at least one method",
+        ));
+    }
+    let extensions = r
+        .allow_extension_methods
+        .unwrap_or(DEFAULT_ALLOW_EXTENSION_METHODS);
+    r.methods
+        .iter()
+        .map(|m| method(&format!("{at}.methods"), m, extensions))
+        .collect()
+}
+
+/// The route's own `key`, else its preset's; one of them is required.
+fn key(at: &str, r: &FileRoute) -> Result<KeyRule, ConfigError> {
+    match (&r.key, r.preset) {
+        (Some(k), _) => key_rule(at, k),
+        (None, Some(preset)) => Ok(preset.key()),
+        (None, None) => Err(invalid(
+            format!("{at}.key"),
+            "required: `{ header = \"Idempotency-Key\" }`, `{ fingerprint = [...] }`, \
+             or a `preset` (\"stripe\", \"github\", \"shopify\", \"standard-webhooks\")",
+        )),
+    }
+}
+
+/// `match`: what a retry must repeat besides the key; by default what the key kind (or
+/// the preset) implies.
+fn must_match(at: &str, r: &FileRoute, key: &KeyRule) -> Result<MatchRule, ConfigError> {
+    let default = match key {
+        KeyRule::Header { .. } => DEFAULT_MATCH_HEADER,
+        KeyRule::Fingerprint(_) => DEFAULT_MATCH_FINGERPRINT,
+    };
+    Ok(match &r.must_match {
+        None => match_rule(r.preset.map_or(default, Preset::must_match), key),
+        Some(FileMatch::Mode(mode)) => match_rule(*mode, key),
+        Some(FileMatch::Parts(parts)) if parts.is_empty() => {
+            return Err(invalid(
+                format!("{at}.match"),
+                "must list at least one request part (or say \"key\" for the key alone)",
+            ))
+        }
+        Some(FileMatch::Parts(parts)) => {
+            MatchRule::Parts(parse_parts(&format!("{at}.match"), parts)?)
+        }
+    })
+}
+
+fn route_window(at: &str, r: &FileRoute, inherited: &Inherited) -> Result<Duration, ConfigError> {
+    Ok(match (&r.window, r.preset) {
+        (Some(v), _) => window(&format!("{at}.window"), v)?,
+        // A preset never shortens what `[defaults]` asks for.
+        (None, Some(preset)) => inherited.window.max(preset.window()),
+        (None, None) => inherited.window,
     })
 }
 

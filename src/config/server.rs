@@ -12,7 +12,7 @@ use super::defaults::{
     DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS,
     MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
 };
-use super::file::FileServer;
+use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
 use crate::tls::PemFile;
 
@@ -132,34 +132,8 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         DEFAULT_MAX_CONCURRENT_STREAMS,
         MAX_CONCURRENT_STREAMS,
     )?;
-    let upstream_ca = match &s.upstream_ca_file {
-        Some(path) => {
-            if upstream.scheme != Scheme::HTTPS {
-                return Err(invalid(
-                    "server.upstream_ca_file",
-                    "applies to an https:// server.upstream only",
-                ));
-            }
-            let ca = PemFile::read(path)
-                .and_then(|ca| ca.trust_anchors().map(|_| ca))
-                .map_err(|e| invalid("server.upstream_ca_file", e.to_string()))?;
-            Some(ca)
-        }
-        None => None,
-    };
-    let tls = match &s.tls {
-        Some(t) => {
-            let cert = PemFile::read(&t.cert_file)
-                .and_then(|c| c.certificates().map(|_| c))
-                .map_err(|e| invalid("server.tls.cert_file", e.to_string()))?;
-            let key = PemFile::read(&t.key_file)
-                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
-            crate::tls::certified_key(&cert, &key)
-                .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
-            Some(ListenerTls { cert, key })
-        }
-        None => None,
-    };
+    let upstream_ca = upstream_ca(s, &upstream)?;
+    let tls = s.tls.as_ref().map(listener_tls).transpose()?;
     Ok(ServerConfig {
         tls,
         upstream_ca,
@@ -176,6 +150,35 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         shutdown_grace,
         write_timeout,
     })
+}
+
+/// `server.upstream_ca_file`: only for an `https` upstream, holding a usable trust anchor.
+fn upstream_ca(s: &FileServer, upstream: &UpstreamTarget) -> Result<Option<PemFile>, ConfigError> {
+    let Some(path) = &s.upstream_ca_file else {
+        return Ok(None);
+    };
+    if upstream.scheme != Scheme::HTTPS {
+        return Err(invalid(
+            "server.upstream_ca_file",
+            "applies to an https:// server.upstream only",
+        ));
+    }
+    PemFile::read(path)
+        .and_then(|ca| ca.trust_anchors().map(|_| ca))
+        .map(Some)
+        .map_err(|e| invalid("server.upstream_ca_file", e.to_string()))
+}
+
+/// `[server.tls]`: both files read, the key checked against the certificate.
+fn listener_tls(t: &FileListenerTls) -> Result<ListenerTls, ConfigError> {
+    let cert = PemFile::read(&t.cert_file)
+        .and_then(|c| c.certificates().map(|_| c))
+        .map_err(|e| invalid("server.tls.cert_file", e.to_string()))?;
+    let key =
+        PemFile::read(&t.key_file).map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+    crate::tls::certified_key(&cert, &key)
+        .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
+    Ok(ListenerTls { cert, key })
 }
 
 fn upstream(at: &str, v: &str) -> Result<UpstreamTarget, ConfigError> {

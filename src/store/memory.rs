@@ -26,9 +26,11 @@ use bytes::Bytes;
 
 use super::{Claim, ClaimRequest, Fence, Order, RecordInfo, RecordState, StoreError};
 
+mod claim;
 mod entities;
 mod shard;
 
+use self::claim::{Attempt, Decision};
 use self::entities::Entities;
 use self::shard::{footprint, Shard, Usage};
 
@@ -184,24 +186,7 @@ impl MemoryStore {
         }
         let mut shard = self.shard(req.key.as_str());
         shard.maybe_sweep(now, &self.inner.usage);
-        let lease_until = now + req.lease;
-        let expires_at = now + req.lease + req.window;
-        let claimed_at = wall_now();
-        let fresh = |fence, attempts| Record {
-            state: RecordState::InFlight,
-            fence,
-            request_hash: *req.request_hash.as_bytes(),
-            lease_until,
-            expires_at,
-            claimant: req.claimant,
-            hold: req.hold,
-            hold_noted: false,
-            response: None,
-            attempts,
-            claimed_at,
-            completed_at: None,
-            version: req.order.map(|o| Bytes::copy_from_slice(o.version)),
-        };
+        let attempt = Attempt::new(req, now);
         // Taken after the shard's lock: the entity is checked and marked in the same
         // critical section as the claim.
         let mut entities = req.order.map(|_| self.entities());
@@ -209,96 +194,46 @@ impl MemoryStore {
             (Some(order), Some(e)) => e.gate(order, now),
             _ => None,
         };
-        let claim = match shard.records.get_mut(req.key.as_str()) {
-            Some(r) if r.expires_at > now => {
-                if r.state == RecordState::Released {
-                    if let Some(refused) = gate() {
-                        return Ok(refused);
-                    }
-                    // A released record holds no response: its bytes stay the same.
-                    *r = fresh(next_fence(r.fence), r.attempts.saturating_add(1));
-                    Claim::Won {
-                        fence: Fence::new(r.fence),
-                        takeover: None,
-                    }
-                } else if r.request_hash != *req.request_hash.as_bytes() {
-                    return Ok(Claim::Mismatch);
-                } else if r.state == RecordState::Completed {
-                    return Ok(Claim::Replay(r.response.clone().unwrap_or_default()));
-                } else if r.claimant == req.claimant {
-                    return Ok(Claim::Won {
-                        fence: Fence::new(r.fence),
-                        takeover: None,
-                    });
-                } else if now < r.lease_until {
-                    return Ok(Claim::Conflict {
-                        retry_after: r.lease_until - now,
-                    });
-                } else if r.hold {
-                    let first = !r.hold_noted;
-                    r.hold_noted = true;
-                    return Ok(Claim::Held {
-                        fence: Fence::new(r.fence),
-                        first,
-                    });
-                } else {
-                    if let Some(refused) = gate() {
-                        return Ok(refused);
-                    }
-                    let previous = Fence::new(r.fence);
-                    r.fence = next_fence(r.fence);
-                    r.claimant = req.claimant;
-                    r.lease_until = lease_until;
-                    r.expires_at = expires_at;
-                    r.hold = req.hold;
-                    r.attempts = r.attempts.saturating_add(1);
-                    r.claimed_at = claimed_at;
-                    r.version = req.order.map(|o| Bytes::copy_from_slice(o.version));
-                    Claim::Won {
-                        fence: Fence::new(r.fence),
-                        takeover: Some(previous),
-                    }
-                }
-            }
+        let decision = match shard.records.get_mut(req.key.as_str()) {
+            Some(r) if r.expires_at > now => attempt.on_live(r, &mut gate),
             // Expired but not yet swept: the key is new again, its fence still grows.
-            Some(r) => {
-                if let Some(refused) = gate() {
-                    return Ok(refused);
+            Some(r) => match gate() {
+                Some(refused) => Decision::Answer(refused),
+                None => {
+                    self.inner
+                        .usage
+                        .sub(r.response.as_ref().map_or(0, Bytes::len));
+                    *r = attempt.fresh(next_fence(r.fence), 1);
+                    Decision::won(r.fence, None)
                 }
-                self.inner
-                    .usage
-                    .sub(r.response.as_ref().map_or(0, Bytes::len));
-                *r = fresh(next_fence(r.fence), 1);
-                Claim::Won {
-                    fence: Fence::new(r.fence),
-                    takeover: None,
+            },
+            None => match gate() {
+                Some(refused) => Decision::Answer(refused),
+                None => {
+                    if let Some(full) = self.no_room(need) {
+                        return Err(full);
+                    }
+                    self.inner.usage.records.fetch_add(1, Ordering::Relaxed);
+                    self.inner.usage.add(need);
+                    let record = attempt.fresh(next_fence(0), 1);
+                    let fence = record.fence;
+                    shard.records.insert(req.key.as_str().to_owned(), record);
+                    Decision::won(fence, None)
                 }
-            }
-            None => {
-                if let Some(refused) = gate() {
-                    return Ok(refused);
-                }
-                if let Some(full) = self.no_room(need) {
-                    return Err(full);
-                }
-                self.inner.usage.records.fetch_add(1, Ordering::Relaxed);
-                self.inner.usage.add(need);
-                let record = fresh(next_fence(0), 1);
-                let fence = Fence::new(record.fence);
-                shard.records.insert(req.key.as_str().to_owned(), record);
-                Claim::Won {
-                    fence,
-                    takeover: None,
-                }
-            }
+            },
         };
-        if let (Claim::Won { fence, .. }, Some(order), Some(e)) =
-            (&claim, req.order, entities.as_mut())
-        {
-            e.mark(order, fence.get(), lease_until, expires_at);
+        let (fence, takeover) = match decision {
+            Decision::Answer(claim) => return Ok(claim),
+            Decision::Won { fence, takeover } => (fence, takeover),
+        };
+        if let (Some(order), Some(e)) = (req.order, entities.as_mut()) {
+            e.mark(order, fence, attempt.lease_until, attempt.expires_at);
         }
-        shard.expires(expires_at);
-        Ok(claim)
+        shard.expires(attempt.expires_at);
+        Ok(Claim::Won {
+            fence: Fence::new(fence),
+            takeover,
+        })
     }
 
     /// Moves the live in-flight record owned by `fence` to `to`, applying `f`. Finishing
