@@ -7,8 +7,10 @@
 //! - [`defaults`]: every default, named;
 //! - `server`, `store`, `routes`: validation of each section; `parse`: value syntaxes.
 //!
-//! Nothing here does I/O except [`Config::load`], which reads the file, and the reading
-//! of the key files `store.encryption_keys` names.
+//! Validation reads files but opens no socket: [`Config::load`] reads the config file, and
+//! validation reads every file the config names (the PEM files of `server.tls`,
+//! `server.upstream_ca_file` and `store.tls_*`, the key files of `store.encryption_keys`),
+//! so a missing or unusable one is refused here, naming its field, before any port is bound.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
