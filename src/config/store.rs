@@ -209,6 +209,8 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}://{user}@{host}{tail}")
 }
 
+/// Validates `[store]`: the shared settings, the named backend's own (refusing the fields
+/// of the others), then the encryption keys.
 pub(super) fn validate(
     s: &FileStore,
     env: &dyn Fn(&str) -> Option<String>,
