@@ -11,7 +11,7 @@
 //!                           body read (bounded) ─▶ Route::verdict: key, scope, hash, store key
 //!                                                          │
 //!                                                          ▼  (a tracked task from here)
-//!                 dedupe::run_ordered ─▶ store::Store::claim (one atomic operation)
+//!                         dedupe::run ─▶ store::Store::claim (one atomic operation)
 //!                         │ Won(Lease) ─▶ http::forwarder calls   ─▶ lease.complete / release / keep
 //!                         │ Replay ─────▶ http::replay (record, checked against its key)
 //!                         └ Conflict 409 / Mismatch 422 / store error (on_error)

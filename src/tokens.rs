@@ -13,8 +13,16 @@ use std::fmt;
 pub struct StoreKey(String);
 
 impl StoreKey {
-    /// Wraps an already namespaced key, exactly as the store holds it.
+    /// Wraps an already namespaced key, exactly as the store holds it (the store
+    /// contract suite names its keys itself, with the `store-contract` feature).
+    #[cfg(feature = "store-contract")]
     pub fn from_raw(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// Wraps an already namespaced key, exactly as the store holds it.
+    #[cfg(not(feature = "store-contract"))]
+    pub(crate) fn from_raw(key: impl Into<String>) -> Self {
         Self(key.into())
     }
 
@@ -36,7 +44,9 @@ impl fmt::Display for StoreKey {
 pub struct Fence(u64);
 
 impl Fence {
-    /// A fence as the store reported it (or an operator named it).
+    /// A fence as the store reported it, or as an operator names it to resolve a held
+    /// claim (a fence alone settles nothing: completing, releasing and renewing take the
+    /// [`crate::store::Permit`] a claim granted).
     pub const fn new(value: u64) -> Self {
         Self(value)
     }

@@ -252,10 +252,10 @@ async fn plant(store: &Store, key: &StoreKey, path: &str, record: Bytes) {
         })
         .await
         .unwrap();
-    let Claim::Won { fence, .. } = claim else {
+    let Claim::Won { permit, .. } = claim else {
         panic!("{claim:?}")
     };
-    let done = store.complete(key, fence, record, WINDOW).await.unwrap();
+    let done = store.complete(&permit, record, WINDOW, None).await.unwrap();
     assert_eq!(done, Completion::Completed);
 }
 

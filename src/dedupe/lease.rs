@@ -17,15 +17,14 @@ use tracing::{debug, error, warn};
 
 use super::Finish;
 use crate::metrics::Metrics;
-use crate::store::{Completion, Fence, Order, Store, StoreKey};
+use crate::store::{Completion, Fence, Order, Permit, Store, StoreKey};
 
 /// The right to settle one key under one fence.
 #[must_use = "a lease must be settled: complete, release or keep it"]
 pub struct Lease<'a> {
     store: &'a Store,
     metrics: &'a Metrics,
-    key: &'a StoreKey,
-    fence: Fence,
+    permit: Permit,
     lease: Duration,
     window: Duration,
     hold: bool,
@@ -39,21 +38,19 @@ pub struct Lease<'a> {
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
 
 impl<'a> Lease<'a> {
-    /// The lease a store granted: `fence` over `key` for `policy.lease` at a time, its
-    /// record kept for `policy.window` once settled.
+    /// The lease a store granted with `permit`, for `policy.lease` at a time, its record
+    /// kept for `policy.window` once settled.
     pub(super) fn new(
         store: &'a Store,
         metrics: &'a Metrics,
-        key: &'a StoreKey,
-        fence: Fence,
+        permit: Permit,
         policy: &super::Policy,
         order: Option<Order<'a>>,
     ) -> Self {
         Self {
             store,
             metrics,
-            key,
-            fence,
+            permit,
             lease: policy.lease,
             window: policy.window,
             hold: policy.on_unknown == crate::route::OnUnknown::Hold,
@@ -81,38 +78,33 @@ impl<'a> Lease<'a> {
         loop {
             tokio::time::sleep(every).await;
             let started = Instant::now();
-            let renewed = self
-                .store
-                .renew_ordered(self.key, self.fence, self.lease, self.order)
-                .await;
+            let renewed = self.store.renew(&self.permit, self.lease, self.order).await;
             self.metrics
                 .store_op("renew", started.elapsed(), renewed.is_ok());
             match renewed {
                 Ok(true) => {
-                    debug!(store_key = %self.key, fence = self.fence.get(), "lease renewed")
+                    debug!(store_key = %self.key(), fence = self.fence().get(), "lease renewed")
                 }
                 Ok(false) => {
-                    warn!(store_key = %self.key, fence = self.fence.get(),
+                    warn!(store_key = %self.key(), fence = self.fence().get(),
                         "lease renewal refused: the key was taken over under a newer fence or settled; renewals stop");
                     self.metrics.event("renewal_refused");
                     return;
                 }
                 Err(e) => {
-                    warn!(store_key = %self.key, fence = self.fence.get(), error = %e,
+                    warn!(store_key = %self.key(), fence = self.fence().get(), error = %e,
                         "could not renew the lease; trying again at the next tick");
                 }
             }
         }
     }
 
-    /// The fencing token, forwarded upstream.
-    pub fn fence(&self) -> Fence {
-        self.fence
+    fn key(&self) -> &StoreKey {
+        self.permit.key()
     }
 
-    /// The key this lease owns.
-    pub fn key(&self) -> &StoreKey {
-        self.key
+    fn fence(&self) -> Fence {
+        self.permit.fence()
     }
 
     /// Stores the final response (`record`, encoded under this key): duplicates replay it.
@@ -121,19 +113,19 @@ impl<'a> Lease<'a> {
         let started = Instant::now();
         let done = self
             .store
-            .complete_ordered(self.key, self.fence, record, self.window, self.order)
+            .complete(&self.permit, record, self.window, self.order)
             .await;
         self.metrics
             .store_op("complete", started.elapsed(), done.is_ok());
         match done {
             Ok(Completion::Completed) => Finish::Completed,
             Ok(Completion::Fenced) => {
-                warn!(store_key = %self.key, fence = self.fence.get(),
+                warn!(store_key = %self.key(), fence = self.fence().get(),
                     "completion refused: the key was taken over under a newer fence; this response reached its client only");
                 Finish::FencedOut
             }
             Err(e) => {
-                error!(store_key = %self.key, fence = self.fence.get(), error = %e,
+                error!(store_key = %self.key(), fence = self.fence().get(), error = %e,
                     "could not store the response: a retry after the lease expires will execute again");
                 Finish::Unstored
             }
@@ -147,19 +139,19 @@ impl<'a> Lease<'a> {
         let started = Instant::now();
         let released = self
             .store
-            .release_ordered(self.key, self.fence, self.window, self.order)
+            .release(&self.permit, self.window, self.order)
             .await;
         self.metrics
             .store_op("release", started.elapsed(), released.is_ok());
         match released {
             Ok(true) => Finish::Released,
             Ok(false) => {
-                warn!(store_key = %self.key, fence = self.fence.get(),
+                warn!(store_key = %self.key(), fence = self.fence().get(),
                     "release refused: the key was taken over under a newer fence");
                 Finish::FencedOut
             }
             Err(e) => {
-                error!(store_key = %self.key, fence = self.fence.get(), error = %e,
+                error!(store_key = %self.key(), fence = self.fence().get(), error = %e,
                     "could not release the claim: retries get 409 until its lease expires");
                 Finish::Unstored
             }
@@ -173,10 +165,10 @@ impl<'a> Lease<'a> {
     pub fn keep(mut self) -> Finish {
         self.settled = true;
         if self.hold {
-            warn!(store_key = %self.key, fence = self.fence.get(),
+            warn!(store_key = %self.key(), fence = self.fence().get(),
                 "outcome unknown: the claim is held for an operator once its lease ends");
         } else {
-            warn!(store_key = %self.key, fence = self.fence.get(),
+            warn!(store_key = %self.key(), fence = self.fence().get(),
                 "outcome unknown: the claim is kept until its lease expires, then a retry executes again");
         }
         Finish::OutcomeUnknown
@@ -186,7 +178,7 @@ impl<'a> Lease<'a> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            warn!(store_key = %self.key, fence = self.fence.get(),
+            warn!(store_key = %self.key(), fence = self.fence().get(),
                 "lease dropped before its outcome was known: the claim is kept until its lease expires");
         }
     }

@@ -1,7 +1,7 @@
 //! The dedupe protocol, apart from any transport: claim a key, forward the one winner,
 //! settle its lease, and answer everyone else from the store.
 //!
-//! [`run`] is the one entry. It knows the store, the route's [`Policy`] and a forwarder
+//! [`run`] is the one entry (the HTTP edge's keyed request task calls it). It knows the store, the route's [`Policy`] and a forwarder
 //! (a closure that performs the upstream call and classifies what came back as an
 //! [`Attempt`]); it knows nothing of HTTP. The HTTP edge ([`crate::http`]) builds the
 //! forwarder and turns the [`Settled`] result into a response.
@@ -175,24 +175,11 @@ impl<R> Settled<R> {
 
 /// Runs one deduped request: claims `key`, forwards through `forward` if it wins (or if
 /// the store failed on a fail-open route), settles the lease by what the call returned.
+///
+/// On an ordered route (`order`), the claim also checks the version against its entity (a
+/// stale version is answered [`Answer::Stale`], another version in flight is a conflict),
+/// and settling the lease settles the entity's marker in the same store step.
 pub async fn run<R, F, Fut>(
-    env: &Env<'_>,
-    key: &StoreKey,
-    request_hash: &RequestHash,
-    policy: &Policy,
-    forward: F,
-) -> Settled<R>
-where
-    F: FnOnce(Forward) -> Fut,
-    Fut: Future<Output = Attempt<R>>,
-{
-    run_ordered(env, key, request_hash, policy, None, forward).await
-}
-
-/// [`run`] on an ordered route: the claim also checks `order` against its entity (a stale
-/// version is answered [`Answer::Stale`], another version in flight is a conflict), and
-/// settling the lease settles the entity's marker in the same store step.
-pub async fn run_ordered<R, F, Fut>(
     env: &Env<'_>,
     key: &StoreKey,
     request_hash: &RequestHash,
@@ -226,8 +213,8 @@ where
             return shadowed(would, key, forward).await;
         }
     }
-    let (fence, takeover) = match claimed {
-        Ok(Claim::Won { fence, takeover }) => (fence, takeover),
+    let (permit, takeover) = match claimed {
+        Ok(Claim::Won { permit, takeover }) => (permit, takeover),
         Ok(Claim::Replay(stored)) => match env.keyring.open(key, stored) {
             Ok(record) => return Settled::answered(Answer::Replay(record), Outcome::Replayed),
             // The request did execute once, so even a fail-open route must not forward it
@@ -255,13 +242,14 @@ where
         }
         Err(e) => return store_failed("store claim failed", &e, key, policy, forward).await,
     };
+    let fence = permit.fence();
     if let Some(old) = takeover {
         warn!(store_key = %key, old_fence = old.get(), new_fence = fence.get(),
             "previous lease expired without an outcome; taking over under a new fence: the write may execute twice");
         env.metrics.event("takeover");
     }
     let _held = env.metrics.claim_held();
-    let lease = Lease::new(env.store, env.metrics, key, fence, policy, order);
+    let lease = Lease::new(env.store, env.metrics, permit, policy, order);
     let (finish, response) = match lease
         .renewing(Box::pin(forward(Forward::Owned(fence))))
         .await

@@ -59,6 +59,7 @@ impl Harness {
             key,
             &RequestHash::new([hash; 32]),
             policy,
+            None,
             |_| async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(takes).await;
@@ -281,28 +282,35 @@ async fn a_store_failure_after_a_conflict_never_fails_open() {
     let k = key("a");
     let (_, second) = tokio::join!(
         async {
-            run(&h.env(), &k, &RequestHash::new([1; 32]), &p, |_| async {
-                h.calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                h.store.forget(&k).await.unwrap();
-                let filler = key("b");
-                let hash = RequestHash::new([9; 32]);
-                let won = h
-                    .store
-                    .claim(ClaimRequest {
-                        key: &filler,
-                        request_hash: &hash,
-                        lease: p.lease,
-                        window: p.window,
-                        claimant: h.claimants.next_id(),
-                        hold: false,
-                        order: None,
-                    })
-                    .await;
-                assert!(matches!(won, Ok(Claim::Won { .. })));
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                done("upstream")
-            })
+            run(
+                &h.env(),
+                &k,
+                &RequestHash::new([1; 32]),
+                &p,
+                None,
+                |_| async {
+                    h.calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    h.store.forget(&k).await.unwrap();
+                    let filler = key("b");
+                    let hash = RequestHash::new([9; 32]);
+                    let won = h
+                        .store
+                        .claim(ClaimRequest {
+                            key: &filler,
+                            request_hash: &hash,
+                            lease: p.lease,
+                            window: p.window,
+                            claimant: h.claimants.next_id(),
+                            hold: false,
+                            order: None,
+                        })
+                        .await;
+                    assert!(matches!(won, Ok(Claim::Won { .. })));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    done("upstream")
+                },
+            )
             .await
         },
         async {

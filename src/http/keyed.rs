@@ -54,7 +54,7 @@ impl KeyedRequest {
             });
             let (key, scope, route_name): (&str, &str, &str) =
                 (&keyed.key, &keyed.scope, &this.route_name);
-            let settled = dedupe::run_ordered(
+            let settled = dedupe::run(
                 &env,
                 &keyed.store_key,
                 &keyed.request_hash,

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Claim, ClaimRequest, Fence, Order, RecordInfo, RecordState, StoreError};
+use super::{Claim, ClaimRequest, Fence, Order, Permit, RecordInfo, RecordState, StoreError};
 
 mod claim;
 mod entities;
@@ -231,7 +231,7 @@ impl MemoryStore {
         }
         shard.expires(attempt.expires_at);
         Ok(Claim::Won {
-            fence: Fence::new(fence),
+            permit: Permit::new(req.key, Fence::new(fence)),
             takeover,
         })
     }

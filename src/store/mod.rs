@@ -77,10 +77,10 @@ pub struct Order<'a> {
 /// The outcome of a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This request owns the key: forward it upstream under `fence`.
+    /// This request owns the key: forward it upstream under the permit's fence.
     Won {
-        /// The fencing token: forwarded upstream, required to complete or release.
-        fence: Fence,
+        /// The right to settle the key: the only way to complete, release or renew it.
+        permit: Permit,
         /// The fence taken over, when the previous owner's lease expired without an
         /// outcome.
         takeover: Option<Fence>,
@@ -105,6 +105,45 @@ pub enum Claim {
     /// Ordered route: the version is not greater than the highest completed for its
     /// entity. Nothing was written: the request must not be forwarded.
     Stale,
+}
+
+/// The right to settle one key under one fence, granted by a won claim.
+///
+/// As pingora-cache's `lock()` hands back its `WritePermit`, [`Store::claim`] hands back
+/// this: outside the crate nothing else can complete, release or renew a key (the
+/// protocol's [`crate::dedupe::Lease`] owns it and is consumed by one settle). Operators
+/// resolve a held claim by its fence through [`Store::resolve`], their own door.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permit {
+    key: StoreKey,
+    fence: Fence,
+}
+
+impl Permit {
+    /// A permit a backend grants to the claim that won `key` under `fence`.
+    pub(crate) fn new(key: &StoreKey, fence: Fence) -> Self {
+        Self {
+            key: key.clone(),
+            fence,
+        }
+    }
+
+    /// A permit no claim granted: for the store contract suite's zombie owners and forged
+    /// fences, which the store must refuse.
+    #[cfg(feature = "store-contract")]
+    pub fn forged(key: &StoreKey, fence: u64) -> Self {
+        Self::new(key, Fence::new(fence))
+    }
+
+    /// The key it settles.
+    pub fn key(&self) -> &StoreKey {
+        &self.key
+    }
+
+    /// The fencing token, forwarded upstream.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
 }
 
 /// The outcome of completing a claim.
@@ -282,86 +321,6 @@ impl Store {
         dispatch!(self, s => s.claim(req))
     }
 
-    /// Stores the response if `fence` still owns the in-flight record.
-    pub async fn complete(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        record: Bytes,
-        window: Duration,
-    ) -> Result<Completion, StoreError> {
-        self.complete_ordered(key, fence, record, window, None)
-            .await
-    }
-
-    /// [`Store::complete`] on an ordered route: in the same atomic step, the entity's
-    /// highest completed version rises to `order.version` (never falls) and its in-flight
-    /// marker, if this fence's, is cleared.
-    pub async fn complete_ordered(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        record: Bytes,
-        window: Duration,
-        order: Option<Order<'_>>,
-    ) -> Result<Completion, StoreError> {
-        let (key, fence) = (key.as_str(), fence.get());
-        let owned = dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
-        Ok(if owned {
-            Completion::Completed
-        } else {
-            Completion::Fenced
-        })
-    }
-
-    /// Gives the key up after a failure that had no effect, if `fence` still owns it.
-    /// The record keeps its fence so the next owner's token is higher.
-    pub async fn release(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        window: Duration,
-    ) -> Result<bool, StoreError> {
-        self.release_ordered(key, fence, window, None).await
-    }
-
-    /// [`Store::release`] on an ordered route: in the same atomic step, the entity's
-    /// in-flight marker, if this fence's, is cleared; its highest version does not rise.
-    pub async fn release_ordered(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        window: Duration,
-        order: Option<Order<'_>>,
-    ) -> Result<bool, StoreError> {
-        let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.release(key, fence, window, false, order))
-    }
-
-    /// Extends the in-flight claim owned by `fence` to `lease` from now: one round trip.
-    /// False when `fence` no longer owns the record (taken over, settled, or gone).
-    pub async fn renew(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.renew_ordered(key, fence, lease, None).await
-    }
-
-    /// [`Store::renew`] on an ordered route: the entity's in-flight marker, if this
-    /// fence's, is extended with the lease, so no later version starts meanwhile.
-    pub async fn renew_ordered(
-        &self,
-        key: &StoreKey,
-        fence: Fence,
-        lease: Duration,
-        order: Option<Order<'_>>,
-    ) -> Result<bool, StoreError> {
-        let (key, fence) = (key.as_str(), fence.get());
-        dispatch!(self, s => s.renew(key, fence, lease, order))
-    }
-
     /// Settles an in-flight claim by hand, if `fence` still owns it. Unlike `complete` and
     /// `release`, a second resolution under the same fence is refused (false): two
     /// operators cannot both resolve one claim.
@@ -430,3 +389,67 @@ impl Store {
         }
     }
 }
+
+/// The settle operations, under a [`Permit`]. Crate-private: outside the crate a key is
+/// settled only through the lease its claim granted. The store contract suite, which
+/// drives every backend through them (zombie owners included), sees them with the
+/// `store-contract` feature.
+macro_rules! settle_operations {
+    ($vis:vis) => {
+        impl Store {
+            /// Stores the response if the permit's fence still owns the in-flight record.
+            /// On an ordered route (`order`), in the same atomic step, the entity's highest
+            /// completed version rises to `order.version` (never falls) and its in-flight
+            /// marker, if this fence's, is cleared.
+            $vis async fn complete(
+                &self,
+                permit: &Permit,
+                record: Bytes,
+                window: Duration,
+                order: Option<Order<'_>>,
+            ) -> Result<Completion, StoreError> {
+                let (key, fence) = (permit.key.as_str(), permit.fence.get());
+                let owned =
+                    dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
+                Ok(if owned {
+                    Completion::Completed
+                } else {
+                    Completion::Fenced
+                })
+            }
+
+            /// Gives the key up after a failure that had no effect, if the permit's fence
+            /// still owns it. The record keeps its fence so the next owner's token is
+            /// higher. On an ordered route, the entity's in-flight marker, if this fence's,
+            /// is cleared in the same step; its highest version does not rise.
+            $vis async fn release(
+                &self,
+                permit: &Permit,
+                window: Duration,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                let (key, fence) = (permit.key.as_str(), permit.fence.get());
+                dispatch!(self, s => s.release(key, fence, window, false, order))
+            }
+
+            /// Extends the in-flight claim the permit owns to `lease` from now: one round
+            /// trip. False when its fence no longer owns the record (taken over, settled, or
+            /// gone). On an ordered route, the entity's in-flight marker, if this fence's,
+            /// is extended with the lease, so no later version starts meanwhile.
+            $vis async fn renew(
+                &self,
+                permit: &Permit,
+                lease: Duration,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                let (key, fence) = (permit.key.as_str(), permit.fence.get());
+                dispatch!(self, s => s.renew(key, fence, lease, order))
+            }
+        }
+    };
+}
+
+#[cfg(feature = "store-contract")]
+settle_operations!(pub);
+#[cfg(not(feature = "store-contract"))]
+settle_operations!(pub(crate));

@@ -45,12 +45,12 @@ async fn plant(h: &Harness, k: &StoreKey, hash: u8, record: Bytes) {
         })
         .await
         .unwrap();
-    let Claim::Won { fence, .. } = won else {
+    let Claim::Won { permit, .. } = won else {
         panic!("{won:?}")
     };
     let done = h
         .store
-        .complete(k, fence, record, Duration::from_secs(3600));
+        .complete(&permit, record, Duration::from_secs(3600), None);
     assert_eq!(done.await.unwrap(), crate::store::Completion::Completed);
 }
 

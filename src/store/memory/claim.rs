@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{next_fence, wall_now, Record};
-use crate::store::{Claim, ClaimRequest, Fence, RecordState};
+use crate::store::{Claim, ClaimRequest, Fence, Permit, RecordState};
 
 /// What a claim decides about its key's record.
 pub(super) enum Decision {
@@ -96,7 +96,7 @@ impl<'a> Attempt<'a> {
             // The same attempt claiming again (its first reply was lost): it already owns
             // the record, which stays as it is.
             return Decision::Answer(Claim::Won {
-                fence: Fence::new(r.fence),
+                permit: Permit::new(self.req.key, Fence::new(r.fence)),
                 takeover: None,
             });
         }

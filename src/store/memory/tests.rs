@@ -22,7 +22,7 @@ async fn win(store: &MemoryStore, key: &str) -> Result<u64, StoreError> {
         .claim(req(&key, &HASH, Duration::from_secs(60)))
         .await?
     {
-        Claim::Won { fence, .. } => Ok(fence.get()),
+        Claim::Won { permit, .. } => Ok(permit.fence().get()),
         other => panic!("{key}: {other:?}"),
     }
 }
@@ -74,9 +74,10 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
         window: Duration::from_millis(1),
         ..req(&a, &HASH, Duration::from_millis(1))
     };
-    let Claim::Won { fence, .. } = store.claim(short).await.unwrap() else {
+    let Claim::Won { permit, .. } = store.claim(short).await.unwrap() else {
         panic!()
     };
+    let fence = permit.fence();
     store
         .complete(
             "a",
@@ -101,9 +102,10 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
         window: Duration::from_millis(1),
         ..req(&bb, &two, Duration::from_millis(1))
     };
-    let Claim::Won { fence, .. } = store.claim(b).await.unwrap() else {
+    let Claim::Won { permit, .. } = store.claim(b).await.unwrap() else {
         panic!()
     };
+    let fence = permit.fence();
     assert!(store
         .release("bb", fence.get(), Duration::from_millis(1), false, None)
         .await

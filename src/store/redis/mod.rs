@@ -129,7 +129,7 @@ macro_rules! redis_backend {
                     .query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await?;
                 let ttl = replay_ttl(&v);
-                let claim = parse_claim(v)?;
+                let claim = parse_claim(v, req.key)?;
                 if let (Some(near), Some((mark, sent)), Some(ttl), Claim::Replay(record)) =
                     (near, mark, ttl, &claim)
                 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{int, protocol};
 use crate::store::health::NodeReplies;
-use crate::store::{Claim, RecordInfo, RecordState, StoreError};
+use crate::store::{Claim, Permit, RecordInfo, RecordState, StoreError, StoreKey};
 
 /// How long the record a replay reply carries has left (its `PTTL` as the claim saw it).
 pub(super) fn replay_ttl(v: &Value) -> Option<Duration> {
@@ -18,7 +18,7 @@ pub(super) fn replay_ttl(v: &Value) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms as u64))
 }
 
-pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
+pub(super) fn parse_claim(v: Value, key: &StoreKey) -> Result<Claim, StoreError> {
     let Value::Array(mut items) = v else {
         return Err(protocol("claim", &v));
     };
@@ -33,11 +33,11 @@ pub(super) fn parse_claim(v: Value) -> Result<Claim, StoreError> {
     };
     match code {
         Some(1) => Ok(Claim::Won {
-            fence: fence_at(1)?,
+            permit: Permit::new(key, fence_at(1)?),
             takeover: None,
         }),
         Some(5) => Ok(Claim::Won {
-            fence: fence_at(1)?,
+            permit: Permit::new(key, fence_at(1)?),
             takeover: Some(fence_at(2)?),
         }),
         Some(6) => Ok(Claim::Held {

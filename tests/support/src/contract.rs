@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Fence, Order, RecordState, RequestHash, Resolution,
-    Store, StoreKey,
+    Claim, ClaimRequest, Claimant, Completion, Fence, Order, Permit, RecordState, RequestHash,
+    Resolution, Store, StoreKey,
 };
 
 /// One `#[tokio::test]` per contract check, in a module named `$backend`, each on the
@@ -88,10 +88,13 @@ fn req<'a>(
     }
 }
 
-/// The fence of a won claim, checking whether it was a takeover.
-fn won(claim: Claim, takeover: bool) -> Fence {
+/// The permit of a won claim, checking whether it was a takeover.
+fn won(claim: Claim, takeover: bool) -> Permit {
     match claim {
-        Claim::Won { fence, takeover: t } if t.is_some() == takeover => fence,
+        Claim::Won {
+            permit,
+            takeover: t,
+        } if t.is_some() == takeover => permit,
         other => panic!("expected a win (takeover: {takeover}), got {other:?}"),
     }
 }
@@ -108,7 +111,7 @@ pub async fn a_retried_claim_wins_again(store: &Store) {
         Claim::Conflict { .. }
     ));
     store
-        .complete(&k, f, Bytes::from_static(b"once"), LONG)
+        .complete(&f, Bytes::from_static(b"once"), LONG, None)
         .await
         .unwrap();
     assert_eq!(
@@ -121,7 +124,7 @@ pub async fn a_retried_claim_wins_again(store: &Store) {
 pub async fn won_conflict_mismatch(store: &Store) {
     let k = fresh_key("won");
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
-    assert!(f > Fence::new(0));
+    assert!(f.fence() > Fence::new(0));
     match store.claim(req(&k, &H1, LONG, LONG)).await.unwrap() {
         Claim::Conflict { retry_after } => {
             assert!(
@@ -143,7 +146,10 @@ pub async fn complete_then_replay(store: &Store) {
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let record = Bytes::from_static(b"\x00binary\xffrecord");
     assert_eq!(
-        store.complete(&k, f, record.clone(), LONG).await.unwrap(),
+        store
+            .complete(&f, record.clone(), LONG, None)
+            .await
+            .unwrap(),
         Completion::Completed
     );
     assert_eq!(
@@ -158,12 +164,12 @@ pub async fn complete_then_replay(store: &Store) {
     // rewrites nothing; a release of a completed record is refused.
     assert_eq!(
         store
-            .complete(&k, f, Bytes::from_static(b"other"), LONG)
+            .complete(&f, Bytes::from_static(b"other"), LONG, None)
             .await
             .unwrap(),
         Completion::Completed
     );
-    assert!(!store.release(&k, f, LONG).await.unwrap());
+    assert!(!store.release(&f, LONG, None).await.unwrap());
     assert_eq!(
         store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
         Claim::Replay(record)
@@ -178,8 +184,8 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let f2 = won(store.claim(req(&k, &H1, lease, LONG)).await.unwrap(), true);
     assert!(
-        f2 > f1,
-        "the takeover's fence {f2} is above the zombie's {f1}"
+        f2.fence() > f1.fence(),
+        "the takeover's fence {f2:?} is above the zombie's {f1:?}"
     );
     // The new lease holds.
     assert!(matches!(
@@ -189,15 +195,15 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
     // The zombie can neither complete nor release.
     assert_eq!(
         store
-            .complete(&k, f1, Bytes::from_static(b"zombie"), LONG)
+            .complete(&f1, Bytes::from_static(b"zombie"), LONG, None)
             .await
             .unwrap(),
         Completion::Fenced
     );
-    assert!(!store.release(&k, f1, LONG).await.unwrap());
+    assert!(!store.release(&f1, LONG, None).await.unwrap());
     assert_eq!(
         store
-            .complete(&k, f2, Bytes::from_static(b"owner"), LONG)
+            .complete(&f2, Bytes::from_static(b"owner"), LONG, None)
             .await
             .unwrap(),
         Completion::Completed
@@ -208,7 +214,7 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
     );
     assert_eq!(
         store
-            .complete(&k, f1, Bytes::from_static(b"zombie"), LONG)
+            .complete(&f1, Bytes::from_static(b"zombie"), LONG, None)
             .await
             .unwrap(),
         Completion::Fenced,
@@ -228,14 +234,14 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
 pub async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) {
     let k = fresh_key("release");
     let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
-    assert!(store.release(&k, f1, LONG).await.unwrap());
+    assert!(store.release(&f1, LONG, None).await.unwrap());
     assert!(
-        store.release(&k, f1, LONG).await.unwrap(),
+        store.release(&f1, LONG, None).await.unwrap(),
         "releasing twice is idempotent"
     );
     assert_eq!(
         store
-            .complete(&k, f1, Bytes::from_static(b"late"), LONG)
+            .complete(&f1, Bytes::from_static(b"late"), LONG, None)
             .await
             .unwrap(),
         Completion::Fenced,
@@ -245,17 +251,17 @@ pub async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) 
     assert_eq!(info.state, RecordState::Released);
     // The next claim wins, even with another body, and its fence is higher.
     let f2 = won(store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(), false);
-    assert!(f2 > f1);
+    assert!(f2.fence() > f1.fence());
     assert_eq!(
         store
-            .complete(&k, f1, Bytes::from_static(b"stale"), LONG)
+            .complete(&f1, Bytes::from_static(b"stale"), LONG, None)
             .await
             .unwrap(),
         Completion::Fenced
     );
     assert_eq!(
         store
-            .complete(&k, f2, Bytes::from_static(b"new"), LONG)
+            .complete(&f2, Bytes::from_static(b"new"), LONG, None)
             .await
             .unwrap(),
         Completion::Completed
@@ -271,7 +277,7 @@ pub async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store
         false,
     );
     store
-        .complete(&k, f1, Bytes::from_static(b"r"), window)
+        .complete(&f1, Bytes::from_static(b"r"), window, None)
         .await
         .unwrap();
     assert!(matches!(
@@ -285,7 +291,7 @@ pub async fn window_expiry_forgets_the_key_but_not_the_fence_order(store: &Store
         false,
     );
     assert!(
-        f2 > f1,
+        f2.fence() > f1.fence(),
         "a new generation of the key never reuses an old fence"
     );
 }
@@ -308,11 +314,14 @@ pub async fn inspect_and_forget(store: &Store) {
     assert_eq!(store.inspect(&k).await.unwrap(), None);
     let f1 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let info = store.inspect(&k).await.unwrap().unwrap();
-    assert_eq!((info.state, info.fence), (RecordState::InFlight, f1));
+    assert_eq!(
+        (info.state, info.fence),
+        (RecordState::InFlight, f1.fence())
+    );
     assert!(info.lease_left.unwrap() > Duration::from_secs(50));
     assert!(info.response.is_none());
     store
-        .complete(&k, f1, Bytes::from_static(b"done"), LONG)
+        .complete(&f1, Bytes::from_static(b"done"), LONG, None)
         .await
         .unwrap();
     let info = store.inspect(&k).await.unwrap().unwrap();
@@ -323,12 +332,12 @@ pub async fn inspect_and_forget(store: &Store) {
     assert!(!store.forget(&k).await.unwrap());
     let f2 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     assert!(
-        f2 > f1,
+        f2.fence() > f1.fence(),
         "an operator's delete does not let an old owner match the new one"
     );
     assert_eq!(
         store
-            .complete(&k, f1, Bytes::from_static(b"old owner"), LONG)
+            .complete(&f1, Bytes::from_static(b"old owner"), LONG, None)
             .await
             .unwrap(),
         Completion::Fenced
@@ -364,7 +373,7 @@ pub async fn renew_extends_only_the_owners_lease(store: &Store) {
     let short = Duration::from_millis(300);
     let f = won(store.claim(req(&k, &H1, short, LONG)).await.unwrap(), false);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(store.renew(&k, f, LONG).await.unwrap());
+    assert!(store.renew(&f, LONG, None).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Past the first lease: still in flight, not taken over.
     match store.claim(req(&k, &H1, short, LONG)).await.unwrap() {
@@ -372,16 +381,23 @@ pub async fn renew_extends_only_the_owners_lease(store: &Store) {
         other => panic!("a renewed claim was not in flight: {other:?}"),
     }
     assert!(!store
-        .renew(&k, Fence::new(f.get() + 1), LONG)
+        .renew(&Permit::forged(&k, f.fence().get() + 1), LONG, None)
         .await
         .unwrap());
-    assert!(!store.renew(&fresh_key("absent"), f, LONG).await.unwrap());
+    assert!(!store
+        .renew(
+            &Permit::forged(&fresh_key("absent"), f.fence().get()),
+            LONG,
+            None
+        )
+        .await
+        .unwrap());
     store
-        .complete(&k, f, Bytes::from_static(b"done"), LONG)
+        .complete(&f, Bytes::from_static(b"done"), LONG, None)
         .await
         .unwrap();
     assert!(
-        !store.renew(&k, f, LONG).await.unwrap(),
+        !store.renew(&f, LONG, None).await.unwrap(),
         "renewed a completed record"
     );
 
@@ -390,8 +406,8 @@ pub async fn renew_extends_only_the_owners_lease(store: &Store) {
     let f1 = won(store.claim(req(&k, &H1, short, LONG)).await.unwrap(), false);
     tokio::time::sleep(Duration::from_millis(350)).await;
     let f2 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), true);
-    assert!(!store.renew(&k, f1, LONG).await.unwrap());
-    assert!(store.renew(&k, f2, LONG).await.unwrap());
+    assert!(!store.renew(&f1, LONG, None).await.unwrap());
+    assert!(store.renew(&f2, LONG, None).await.unwrap());
 }
 
 /// A claim made with `hold` whose lease ends without an outcome is held: claims get `Held`
@@ -410,7 +426,7 @@ pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
     assert_eq!(
         store.claim(held(&k)).await.unwrap(),
         Claim::Held {
-            fence: f,
+            fence: f.fence(),
             first: true
         }
     );
@@ -418,26 +434,32 @@ pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
     assert_eq!(
         store.claim(req(&k, &H1, short, LONG)).await.unwrap(),
         Claim::Held {
-            fence: f,
+            fence: f.fence(),
             first: false
         }
     );
     let info = store.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.state, RecordState::Unknown);
     assert!(info.held);
-    assert_eq!(info.fence, f);
+    assert_eq!(info.fence, f.fence());
     // Resolved as "retry": the next claim executes under a higher fence.
     assert!(!store
-        .resolve(&k, Fence::new(f.get() + 1), Resolution::Retry, LONG)
+        .resolve(&k, Fence::new(f.fence().get() + 1), Resolution::Retry, LONG)
         .await
         .unwrap());
-    assert!(store.resolve(&k, f, Resolution::Retry, LONG).await.unwrap());
+    assert!(store
+        .resolve(&k, f.fence(), Resolution::Retry, LONG)
+        .await
+        .unwrap());
     assert!(
-        !store.resolve(&k, f, Resolution::Retry, LONG).await.unwrap(),
+        !store
+            .resolve(&k, f.fence(), Resolution::Retry, LONG)
+            .await
+            .unwrap(),
         "a second resolution under one fence"
     );
     let f2 = won(store.claim(held(&k)).await.unwrap(), false);
-    assert!(f2 > f);
+    assert!(f2.fence() > f.fence());
     assert_eq!(
         store.inspect(&k).await.unwrap().unwrap().state,
         RecordState::InFlight
@@ -451,15 +473,20 @@ pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
     ));
     let record = Bytes::from_static(b"resolved");
     assert!(!store
-        .resolve(&k, f, Resolution::Done(record.clone()), LONG)
+        .resolve(&k, f.fence(), Resolution::Done(record.clone()), LONG)
         .await
         .unwrap());
     assert!(store
-        .resolve(&k, f2, Resolution::Done(record.clone()), LONG)
+        .resolve(&k, f2.fence(), Resolution::Done(record.clone()), LONG)
         .await
         .unwrap());
     assert!(!store
-        .resolve(&k, f2, Resolution::Done(Bytes::from_static(b"other")), LONG)
+        .resolve(
+            &k,
+            f2.fence(),
+            Resolution::Done(Bytes::from_static(b"other")),
+            LONG
+        )
         .await
         .unwrap());
     assert_eq!(store.claim(held(&k)).await.unwrap(), Claim::Replay(record));
@@ -495,7 +522,7 @@ pub async fn inspect_counts_attempts_and_shows_when_claimed_and_completed(store:
         "the takeover's claim time replaces the first"
     );
 
-    assert!(store.release(&k, f2, LONG).await.unwrap());
+    assert!(store.release(&f2, LONG, None).await.unwrap());
     let f3 = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let info = store.inspect(&k).await.unwrap().unwrap();
     assert_eq!(
@@ -506,7 +533,7 @@ pub async fn inspect_counts_attempts_and_shows_when_claimed_and_completed(store:
 
     let before_completion = SystemTime::now();
     store
-        .complete(&k, f3, Bytes::from_static(b"done"), LONG)
+        .complete(&f3, Bytes::from_static(b"done"), LONG, None)
         .await
         .unwrap();
     let info = store.inspect(&k).await.unwrap().unwrap();
@@ -561,15 +588,14 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     assert!(matches!(claim(&k3, v3, LONG).await, Claim::Conflict { .. }));
     // v2 released (a 5xx): the entity is free and its highest version unchanged.
     assert!(store
-        .release_ordered(&k2, f2, LONG, Some(order(&entity, &v2)))
+        .release(&f2, LONG, Some(order(&entity, &v2)))
         .await
         .unwrap());
     let f1 = won(claim(&k1, v1, LONG).await, false);
     assert_eq!(
         store
-            .complete_ordered(
-                &k1,
-                f1,
+            .complete(
+                &f1,
                 Bytes::from_static(b"v1"),
                 LONG,
                 Some(order(&entity, &v1))
@@ -581,9 +607,8 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     // v2 again (its released key reclaimed) wins and completes: the mark is v2.
     let f2 = won(claim(&k2, v2, LONG).await, false);
     store
-        .complete_ordered(
-            &k2,
-            f2,
+        .complete(
+            &f2,
             Bytes::from_static(b"v2"),
             LONG,
             Some(order(&entity, &v2)),
@@ -604,12 +629,7 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     let f3 = won(claim(&k3, v3, short).await, false);
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(store
-        .renew_ordered(
-            &k3,
-            f3,
-            Duration::from_millis(600),
-            Some(order(&entity, &v3))
-        )
+        .renew(&f3, Duration::from_millis(600), Some(order(&entity, &v3)))
         .await
         .unwrap());
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -619,9 +639,8 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let f4 = won(claim(&k4, v4, LONG).await, false);
     store
-        .complete_ordered(
-            &k4,
-            f4,
+        .complete(
+            &f4,
             Bytes::from_static(b"v4"),
             LONG,
             Some(order(&entity, &v4)),
@@ -630,9 +649,8 @@ pub async fn versions_of_one_entity_complete_in_order(store: &Store) {
         .unwrap();
     // The dead v3 completing late (nobody took its key over) does not lower the mark.
     store
-        .complete_ordered(
-            &k3,
-            f3,
+        .complete(
+            &f3,
             Bytes::from_static(b"v3"),
             LONG,
             Some(order(&entity, &v3)),
