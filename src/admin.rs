@@ -149,10 +149,12 @@ fn locate(gateway: &Gateway, path: &str, query: Option<&str>) -> Result<Located,
     let key = percent_encoding::percent_decode_str(raw_key)
         .decode_utf8()
         .map_err(|_| GatewayError::BadAdminRequest("the key is not valid UTF-8".into()))?;
-    if key.is_empty() || key.len() > key::MAX_KEY_LEN.max(64) {
-        return Err(GatewayError::BadAdminRequest(
-            "the key must be 1 to 255 characters".into(),
-        ));
+    // A client's key, or a fingerprint's 64 hex digits.
+    let longest = key::MAX_KEY_LEN.max(64);
+    if key.is_empty() || key.len() > longest {
+        return Err(GatewayError::BadAdminRequest(format!(
+            "the key must be 1 to {longest} characters"
+        )));
     }
     let live = gateway.live();
     let route = live

@@ -32,6 +32,13 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 /// `X-Forwarded-Host`: the `Host` the client asked for.
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// `Keep-Alive`: hop-by-hop (RFC 9110 §7.6.1), never forwarded.
+pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
+/// `Proxy-Connection`: a non-standard hop-by-hop header some clients still send, never
+/// forwarded.
+pub const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
 /// `Dedupe-Stale: true` on the 200 answering an ordered route's request whose version is
 /// not greater than the highest one completed for its entity: it was never forwarded.
 pub static STALE: HeaderName = HeaderName::from_static("dedupe-stale");

@@ -73,8 +73,16 @@ fn header_keys_are_validated() {
             "{bad:?}"
         );
     }
-    let long = Req::new("").header("Idempotency-Key", &"x".repeat(255));
+    let long = Req::new("").header("Idempotency-Key", &"x".repeat(MAX_KEY_LEN));
     assert!(header_rule(true).derive(&long.view()).is_ok());
+    let longer = Req::new("").header("Idempotency-Key", &"x".repeat(MAX_KEY_LEN + 1));
+    let refused = header_rule(true).derive(&longer.view()).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("1 to {MAX_KEY_LEN} ")),
+        "the message names the real bound: {refused}"
+    );
     let twice = Req::new("")
         .header("Idempotency-Key", "a")
         .header("Idempotency-Key", "b");

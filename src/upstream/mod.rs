@@ -80,8 +80,8 @@ enum Transport {
 /// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy.
 const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
+    crate::headers::KEEP_ALIVE,
+    crate::headers::PROXY_CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
