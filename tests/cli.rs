@@ -219,6 +219,10 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         "server.max_concurrent_streams".into(),
     ));
     cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
+    // Units the README does not document are refused, never guessed at.
+    for unit in ["\"1Mb\"", "\"1M\"", "\"1 MiB\"", "\"1MB\""] {
+        cases.push((server("max_body", unit), "server.max_body".into()));
+    }
     cases.push((
         payments_route("max_cached_body = \"1TiB\"\n"),
         "routes[payments].max_cached_body".into(),

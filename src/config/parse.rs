@@ -11,7 +11,32 @@ use http::header::HeaderName;
 use super::{invalid, ConfigError};
 
 const DURATION_SYNTAX: &str = "a duration like \"250ms\", \"30s\", \"24h\" or \"1h 30m\"";
-const SIZE_SYNTAX: &str = "a size like \"512\", \"64KiB\" or \"1MiB\"";
+const SIZE_SYNTAX: &str =
+    "a size like \"512\", \"64KiB\" or \"1MiB\" (bytes, or KiB, MiB, GiB, TiB)";
+
+/// The size units a config may use: binary only. `1MB`, `1Mb`, `1M` and `1 MiB` are
+/// refused rather than guessed at (`1Mb` would be a million bytes to some readers, a
+/// megabit to others).
+const SIZE_UNITS: [(&str, u64); 5] = [
+    ("B", 1),
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+];
+
+/// A whole number of bytes, with an optional binary unit straight after it.
+fn size_bytes(v: &str) -> Option<u64> {
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = v.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        unit => SIZE_UNITS.iter().find(|(u, _)| *u == unit)?.1,
+    };
+    // Past u64, still a size: out of any range, and said so.
+    Some(n.saturating_mul(scale))
+}
 
 /// Parses `"250ms"`, `"30s"`, `"24h"`; zero is refused, and so is anything over `max`.
 pub(super) fn duration(at: &str, v: &str, max: Duration) -> Result<Duration, ConfigError> {
@@ -125,10 +150,7 @@ fn duration_nanos(v: &str) -> Option<Option<u128>> {
 
 /// Parses `"64KiB"`, `"1MiB"`, `"512"` (bytes), between `min` and `max`.
 pub(super) fn size(at: &str, v: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
-    let n = v
-        .parse::<bytesize::ByteSize>()
-        .map_err(|_| invalid(at, format!("{v:?} is not {SIZE_SYNTAX}")))?
-        .as_u64();
+    let n = size_bytes(v).ok_or_else(|| invalid(at, format!("{v:?} is not {SIZE_SYNTAX}")))?;
     if !(min..=max).contains(&n) {
         return Err(invalid(
             at,
@@ -217,11 +239,20 @@ mod tests {
     #[test]
     fn sizes_are_bounded_and_errors_hide_the_parser() {
         assert_eq!(size("x", "64KiB", 1, 1 << 20).unwrap(), 65_536);
+        assert_eq!(size("x", "512", 1, 1 << 20).unwrap(), 512);
+        assert_eq!(size("x", "512B", 1, 1 << 20).unwrap(), 512);
+        assert_eq!(size("x", "2GiB", 1, u64::MAX).unwrap(), 2 << 30);
         let e = size("x", "", 1, 1 << 20).unwrap_err().to_string();
         assert_eq!(
             e,
-            "x: \"\" is not a size like \"512\", \"64KiB\" or \"1MiB\""
+            "x: \"\" is not a size like \"512\", \"64KiB\" or \"1MiB\" (bytes, or KiB, MiB, GiB, TiB)"
         );
+        // Decimal, bit and bare-letter units, spaces and fractions are refused, not guessed.
+        for v in [
+            "1Mb", "1MB", "1M", "1 MiB", "1kB", "1.5MiB", "1mib", "-1", "MiB", "1MiBs",
+        ] {
+            assert!(size("x", v, 0, u64::MAX).is_err(), "{v} was accepted");
+        }
         let e = size("x", "99999999TiB", 1, 1 << 20)
             .unwrap_err()
             .to_string();
