@@ -78,7 +78,7 @@ on_every_store!(
     missing_or_invalid_required_key_is_400,
     same_key_under_two_tenants_is_two_effects,
     a_call_longer_than_its_lease_is_renewed_not_taken_over,
-    statuses_429_releases_and_504_keeps_the_claim,
+    not_executed_statuses_release_and_504_keeps_the_claim,
     an_unknown_outcome_is_held_until_resolved_as_retry,
     an_unknown_outcome_resolved_as_done_replays_the_given_response,
     upstream_5xx_releases_the_key,
@@ -309,19 +309,23 @@ async fn a_call_longer_than_its_lease_is_renewed_not_taken_over(b: Backend) {
     assert!(!metrics.contains("takeover"), "{metrics}");
 }
 
-async fn statuses_429_releases_and_504_keeps_the_claim(b: Backend) {
+async fn not_executed_statuses_release_and_504_keeps_the_claim(b: Backend) {
     let e = env(b).await;
     let url = e.gw.url("/v1/payments/statuses");
-    let h = [("Idempotency-Key", "busy"), AUTH_A];
-    let r = e
-        .http
-        .post(&url, &[h[0], h[1], ("x-test-status", "429")], "{}")
-        .await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    let retry = e.http.post(&url, &h, "{}").await;
-    assert_eq!(retry.status, StatusCode::CREATED, "429 released the key");
-    assert!(!retry.replayed());
-    assert_eq!(e.up.effects(), 2);
+    // Every default "not executed" status releases the key: the retry executes.
+    for (n, status) in ["408", "409", "425", "429"].into_iter().enumerate() {
+        let key = format!("busy-{status}");
+        let h = [("Idempotency-Key", key.as_str()), AUTH_A];
+        let r = e
+            .http
+            .post(&url, &[h[0], h[1], ("x-test-status", status)], "{}")
+            .await;
+        assert_eq!(r.status.as_str(), status);
+        let retry = e.http.post(&url, &h, "{}").await;
+        assert_eq!(retry.status, StatusCode::CREATED, "{status} released the key");
+        assert!(!retry.replayed());
+        assert_eq!(e.up.effects(), 2 * (n as u64 + 1));
+    }
 
     // 504 from behind the upstream: maybe executed. The claim is kept.
     let h = [("Idempotency-Key", "timeout-behind"), AUTH_A];
@@ -336,7 +340,7 @@ async fn statuses_429_releases_and_504_keeps_the_claim(b: Backend) {
         dup.problem_type(),
         "urn:dedupe-gateway:problem:request-in-flight"
     );
-    assert_eq!(e.up.effects(), 3);
+    assert_eq!(e.up.effects(), 9);
 }
 
 /// The admin record of `key` on the `held` route, as JSON.

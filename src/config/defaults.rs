@@ -71,6 +71,8 @@ pub const DEFAULT_ON_UNKNOWN: OnUnknown = OnUnknown::Retry;
 /// `unknown_statuses` is checked first, so 504 is not among these.
 pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
     StatusSpec::Code(408),
+    StatusSpec::Code(409),
+    StatusSpec::Code(425),
     StatusSpec::Code(429),
     StatusSpec::Class(5),
 ];
