@@ -322,7 +322,11 @@ async fn not_executed_statuses_release_and_504_keeps_the_claim(b: Backend) {
             .await;
         assert_eq!(r.status.as_str(), status);
         let retry = e.http.post(&url, &h, "{}").await;
-        assert_eq!(retry.status, StatusCode::CREATED, "{status} released the key");
+        assert_eq!(
+            retry.status,
+            StatusCode::CREATED,
+            "{status} released the key"
+        );
         assert!(!retry.replayed());
         assert_eq!(e.up.effects(), 2 * (n as u64 + 1));
     }
@@ -957,6 +961,43 @@ async fn an_http2_connection_that_never_opens_a_stream_gives_its_slot_back() {
         closed.is_ok(),
         "the idle HTTP/2 connection was never closed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_on_a_key_in_flight_is_when_the_routes_calls_usually_end() {
+    let e = env(Backend::Memory).await;
+    let url = e.gw.url("/v1/payments/slow");
+    // The route's calls take 1.2 s: a duplicate should come back in 2 s, not when the
+    // 10 s lease would run out (urllib3 honours Retry-After and waited all of it).
+    for key in ["warm-1", "warm-2"] {
+        let h = [
+            ("Idempotency-Key", key),
+            AUTH_A,
+            ("x-test-delay-ms", "1200"),
+        ];
+        assert_eq!(
+            e.http.post(&url, &h, "{}").await.status,
+            StatusCode::CREATED
+        );
+    }
+    let (http, u) = (e.http.clone(), url.clone());
+    let first = tokio::spawn(async move {
+        let h = [
+            ("Idempotency-Key", "long"),
+            AUTH_A,
+            ("x-test-delay-ms", "3000"),
+        ];
+        http.post(&u, &h, "{}").await
+    });
+    e.up.wait_for_effects(3).await;
+    let dup = e
+        .http
+        .post(&url, &[("Idempotency-Key", "long"), AUTH_A], "{}")
+        .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    assert_eq!(dup.headers["retry-after"], "2", "{:?}", dup.headers);
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(e.up.effects(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,7 +54,8 @@ impl Forwarder {
             key,
             scope,
         } = self;
-        let route: &Route = &live.config.routes[route];
+        let route_idx = route;
+        let route: &Route = &live.config.routes[route_idx];
         let req = Request::from_parts(parts, full(body));
         let fence = match forward {
             Forward::Owned(fence) => fence,
@@ -80,6 +81,7 @@ impl Forwarder {
         };
         let took = started.elapsed();
         metrics.upstream(&route.name, resp.status().as_u16(), took);
+        live.recent[route_idx].record(took);
         call.answered(resp, took, deadline).await
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
+use super::recent::RecentLatency;
 use crate::config::Config;
 use crate::dedupe::Env;
 use crate::metrics::Metrics;
@@ -30,6 +31,24 @@ pub struct Live {
     pub config: Config,
     /// The pooled upstream client.
     pub upstream: Upstream,
+    /// What each route's upstream calls took lately (by route index), for `Retry-After`.
+    pub(super) recent: Vec<RecentLatency>,
+}
+
+impl Live {
+    fn new(config: Config) -> Self {
+        let upstream = Upstream::new(&config.server);
+        let recent = config
+            .routes
+            .iter()
+            .map(|_| RecentLatency::default())
+            .collect();
+        Self {
+            config,
+            upstream,
+            recent,
+        }
+    }
 }
 
 /// The gateway: reloadable configuration, the store, the metrics.
@@ -52,10 +71,9 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway over a validated config and a store.
     pub fn new(config: Config, store: Store) -> Arc<Self> {
-        let upstream = Upstream::new(&config.server);
         let keyring = config.store.encryption.clone();
         Arc::new(Self {
-            live: ArcSwap::from_pointee(Live { config, upstream }),
+            live: ArcSwap::from_pointee(Live::new(config)),
             store,
             keyring,
             metrics: Metrics::new(),
@@ -75,8 +93,7 @@ impl Gateway {
     /// only take effect after a restart (listeners and store).
     pub fn reload(&self, config: Config) -> Vec<&'static str> {
         let (config, restart) = crate::reload::merge(&self.live().config, config);
-        let upstream = Upstream::new(&config.server);
-        self.live.store(Arc::new(Live { config, upstream }));
+        self.live.store(Arc::new(Live::new(config)));
         restart
     }
 

@@ -12,6 +12,7 @@ use super::access::{Access, Origin};
 use super::detach::{TaskSide, Tether};
 use super::forwarder::Forwarder;
 use super::passthrough::Forwarded;
+use super::recent::RecentLatency;
 use super::request::Handled;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
@@ -48,6 +49,8 @@ impl KeyedRequest {
             let _task = TaskSide(tether);
             let env = gateway.env();
             let keyed = &this.keyed;
+            // The forwarder goes into the protocol; the route's latencies stay for a 409.
+            let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
             let order = keyed.order.as_ref().map(|(entity, o)| Order {
                 entity,
                 version: &o.version,
@@ -74,6 +77,7 @@ impl KeyedRequest {
             }
             let answered = Answered {
                 keyed: &this.keyed,
+                recent: &live.recent[route],
                 route_name: &this.route_name,
                 advertise_expiry: this.advertise_expiry,
             };
@@ -101,6 +105,7 @@ impl KeyedRequest {
 /// What a keyed request's response is made from, once the protocol has answered.
 struct Answered<'a> {
     keyed: &'a Keyed,
+    recent: &'a RecentLatency,
     route_name: &'a str,
     advertise_expiry: bool,
 }
@@ -131,7 +136,10 @@ impl Answered<'_> {
                 replay::respond(&record, &keyed.store_key, self.advertise_expiry),
                 None,
             ),
-            Answer::Conflict { retry_after } => (Err(GatewayError::Conflict { retry_after }), None),
+            Answer::Conflict { retry_after } => {
+                let retry_after = self.recent.retry_after(retry_after);
+                (Err(GatewayError::Conflict { retry_after }), None)
+            }
             Answer::Mismatch => (Err(GatewayError::Mismatch), None),
             Answer::OutcomeUnknown { fence, first } => {
                 // Once per held key (the store tells the first claim to see it): a person

@@ -13,6 +13,7 @@
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
 //!   (`Gathered`) a deduped request's body.
 //! - `detach`: counting requests that outlive their client, so they can be bounded.
+//! - `recent`: what a route's upstream calls took lately, for `Retry-After`.
 //! - `replay`: answering from a stored record.
 //! - `access`: the access record, logged and counted once per request.
 
@@ -23,6 +24,7 @@ mod forwarder;
 pub mod gateway;
 mod keyed;
 mod passthrough;
+mod recent;
 mod replay;
 mod request;
 
