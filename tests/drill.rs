@@ -300,3 +300,26 @@ async fn run_logs_store_findings_at_start_up() {
     gw.wait_logged("store check: maxmemory-policy is allkeys-lru")
         .await;
 }
+
+/// A route that holds unknown outcomes (`on_unknown = "hold"`, the setting the README
+/// advises for payments) passes its crash drill: the dead winner's key answers 409
+/// `outcome-unknown` instead of being taken over, and an operator's resolve frees it.
+#[test]
+fn the_crash_drill_on_a_holding_route_checks_the_hold_and_its_resolve() {
+    let redis = RedisServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let route = "[[routes]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"/v1/pay/**\"\nkey = { header = \"Idempotency-Key\" }\non_unknown = \"hold\"\n";
+    let base = "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
+    for store in [
+        "[store]\nbackend = \"memory\"\n".to_owned(),
+        format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\n", redis.url()),
+    ] {
+        let file = write(&tmp, &format!("{base}{store}{route}"));
+        let (code, out, err) = drill(&file, &["--lease", "1s"], &[]);
+        assert_eq!(code, Some(0), "{store}\n{out}\n{err}");
+        assert!(out.contains("PASS pay/crash"), "{out}");
+        assert!(out.contains("held_status=409"), "{out}");
+        assert!(out.contains("effects_while_held=1"), "{out}");
+        assert!(out.contains("resolved=true"), "{out}");
+    }
+}

@@ -35,6 +35,12 @@ impl Reply {
         self.headers.get(&REPLAYED).is_some_and(|v| v == "true")
     }
 
+    /// The problem+json `type`, when the answer is a problem.
+    pub fn problem_type(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v.get("type")?.as_str().map(str::to_owned)
+    }
+
     /// Same status, headers (apart from the replay mark) and body as `other`.
     pub fn same_answer(&self, other: &Reply) -> bool {
         self.status == other.status

@@ -18,9 +18,9 @@ use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
 use crate::config::{Config, StoreBackend, UpstreamTarget};
 use crate::http::Gateway;
-use crate::route::{Mode, OnConflict, Route};
+use crate::route::{Mode, OnConflict, OnUnknown, Route};
 use crate::server::{serve, Listeners};
-use crate::store::{Store, StoreKey};
+use crate::store::{Fence, Resolution, Store, StoreKey};
 
 mod crash;
 
@@ -269,7 +269,7 @@ impl Rig<'_> {
         let (pass, evidence, note) = match drill {
             Drill::Replay => self.replay(&req).await?,
             Drill::Lease => self.lease_drill(route, &req).await?,
-            Drill::Crash => self.crash(&req).await?,
+            Drill::Crash => self.crash(route, &req).await?,
             Drill::Race => self.race_drill(&req).await?,
             Drill::Misuse => self.misuse(route, &req).await?,
         };

@@ -3,8 +3,25 @@
 
 use super::*;
 
+/// The winner's gateway, killed mid-call: when its request was sent, when it died, and
+/// whether its client got no answer (it must not: the gateway died before answering).
+struct Killed {
+    sent: Instant,
+    killed_ms: u64,
+    first_failed: bool,
+}
+
 impl Rig<'_> {
-    pub(super) async fn crash(&self, req: &DrillRequest) -> Result<Verdict, String> {
+    pub(super) async fn crash(&self, route: &Route, req: &DrillRequest) -> Result<Verdict, String> {
+        let killed = self.kill_mid_call(req).await?;
+        match route.on_unknown {
+            OnUnknown::Retry => self.taken_over(req, &killed).await,
+            OnUnknown::Hold => self.held(route, req, &killed).await,
+        }
+    }
+
+    /// Sends `req` through a second gateway, which dies while the upstream holds the call.
+    async fn kill_mid_call(&self, req: &DrillRequest) -> Result<Killed, String> {
         // The doomed gateway shares the embedded store (one process) or dials the same
         // Redis; its death takes its tasks, connections and store client with it.
         let shared = match self.config.store.backend {
@@ -33,22 +50,45 @@ impl Rig<'_> {
         }
         doomed.kill().await;
         let killed_ms = sent.elapsed().as_millis() as u64;
-        let first_reply = first.await.map_err(|e| e.to_string())?;
+        let first_failed = first.await.map_err(|e| e.to_string())?.is_err();
+        Ok(Killed {
+            sent,
+            killed_ms,
+            first_failed,
+        })
+    }
 
+    /// Retries `req` every 100 ms while it meets the dead claim's live lease (409
+    /// `request-in-flight`), up to the lease and 10 s more; the first other answer, and
+    /// every (ms after the kill's send, status) on the way.
+    async fn retry_past_the_lease(
+        &self,
+        req: &DrillRequest,
+        sent: Instant,
+    ) -> Result<(Reply, Vec<(u64, u16)>), String> {
         let deadline = sent + self.lease + Duration::from_secs(10);
         let mut attempts: Vec<(u64, u16)> = Vec::new();
-        let last = loop {
+        loop {
             let r = self.send(req).await?;
             attempts.push((
                 r.sent.duration_since(sent).as_millis() as u64,
                 r.status.as_u16(),
             ));
-            if r.status == StatusCode::CONFLICT && Instant::now() < deadline {
+            let in_flight = r.status == StatusCode::CONFLICT
+                && r.problem_type()
+                    .is_some_and(|t| t.ends_with(":request-in-flight"));
+            if in_flight && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            break r;
-        };
+            return Ok((r, attempts));
+        }
+    }
+
+    /// `on_unknown = "retry"`: after the lease a retry takes over under a higher fence.
+    async fn taken_over(&self, req: &DrillRequest, killed: &Killed) -> Result<Verdict, String> {
+        let sent = killed.sent;
+        let (last, attempts) = self.retry_past_the_lease(req, sent).await?;
         let after = self.send(req).await?;
         let effects = self.upstream.effects(&req.key);
         let (f1, f2) = (
@@ -66,7 +106,7 @@ impl Rig<'_> {
         let earlier_all_409 = attempts[..attempts.len() - 1]
             .iter()
             .all(|&(_, s)| s == 409);
-        let pass = first_reply.is_err()
+        let pass = killed.first_failed
             && effects.len() == 2
             && higher
             && honoured
@@ -98,11 +138,84 @@ impl Rig<'_> {
                 "effects": effects.len(),
                 "first_fence": f1,
                 "takeover_fence": f2,
-                "killed_after_ms": killed_ms,
+                "killed_after_ms": killed.killed_ms,
                 "retries_409": conflicts,
                 "takeover_after_ms": takeover_after.as_millis() as u64,
                 "lease_ms": self.lease.as_millis() as u64,
                 "takeover_status": last.status.as_u16(),
+                "then_replayed": after.replayed(),
+            })),
+            note,
+        ))
+    }
+
+    /// `on_unknown = "hold"`: after the lease the key answers 409 `outcome-unknown`, never
+    /// a takeover, until an operator resolves it; resolved with `retry`, the next request
+    /// executes under a higher fence.
+    async fn held(
+        &self,
+        route: &Route,
+        req: &DrillRequest,
+        killed: &Killed,
+    ) -> Result<Verdict, String> {
+        let (last, attempts) = self.retry_past_the_lease(req, killed.sent).await?;
+        let held = last.status == StatusCode::CONFLICT
+            && last
+                .problem_type()
+                .is_some_and(|t| t.ends_with(":outcome-unknown"));
+        let while_held = self.upstream.effects(&req.key).len();
+        let f1 = self
+            .upstream
+            .effects(&req.key)
+            .first()
+            .and_then(|e| e.fence);
+        // The operator's resolve, as the admin API makes it: under the held claim's fence.
+        let store_key = req.store_key(self.config.store.namespace(), &route.name);
+        let resolved = match f1 {
+            Some(f) => self
+                .store
+                .resolve(&store_key, Fence::new(f), Resolution::Retry, route.window)
+                .await
+                .map_err(|e| format!("resolve: {e}"))?,
+            None => false,
+        };
+        let again = self.send(req).await?;
+        let after = self.send(req).await?;
+        let effects = self.upstream.effects(&req.key);
+        let f2 = effects.get(1).and_then(|e| e.fence);
+        let higher = matches!((f1, f2), (Some(a), Some(b)) if b > a);
+        let pass = killed.first_failed
+            && held
+            && while_held == 1
+            && resolved
+            && again.status.as_u16() < 500
+            && !again.replayed()
+            && effects.len() == 2
+            && higher
+            && after.replayed()
+            && after.same_answer(&again);
+        let note = if pass {
+            Some("held: the dead owner's key answered 409 outcome-unknown and never executed again until an operator resolved it; then the next request executed under a higher fence".to_owned())
+        } else if !held {
+            Some(format!(
+                "the dead owner's key was not held: after the lease it answered {} (expected 409 outcome-unknown)",
+                last.status
+            ))
+        } else {
+            Some("the held key did not behave as expected: see the evidence".to_owned())
+        };
+        Ok((
+            pass,
+            evidence(json!({
+                "effects": effects.len(),
+                "effects_while_held": while_held,
+                "first_fence": f1,
+                "after_resolve_fence": f2,
+                "killed_after_ms": killed.killed_ms,
+                "retries_409": attempts.len().saturating_sub(1),
+                "held_status": last.status.as_u16(),
+                "resolved": resolved,
+                "after_resolve_status": again.status.as_u16(),
                 "then_replayed": after.replayed(),
             })),
             note,
