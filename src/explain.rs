@@ -234,7 +234,7 @@ fn route_line(out: &mut String, r: &Route) {
 fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'_>) {
     let verdict = match route.verdict_from_headers(view.headers) {
         Some(skip) => Verdict::Skip(skip),
-        None => route.verdict(config.store.namespace(), view),
+        None => route.verdict(config.store.namespace(), config.server.max_body, view),
     };
     let keyed = match verdict {
         Verdict::Claim(keyed) => keyed,

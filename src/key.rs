@@ -6,6 +6,7 @@
 //! each part (no two different inputs can concatenate to the same bytes) and carries a
 //! domain tag (a fingerprint can never equal a request hash or a scope hash).
 
+pub mod coding;
 mod json;
 pub mod order;
 
@@ -143,6 +144,9 @@ pub enum KeyError {
     /// The version of an ordered route's request is unusable (see [`order`]).
     #[error("the version {0}")]
     BadVersion(String),
+    /// The body's content coding could not be undone (see [`coding`]).
+    #[error(transparent)]
+    Coding(#[from] coding::CodingError),
 }
 
 /// Longest client key accepted, in bytes.

@@ -10,6 +10,7 @@ use http::{Response, StatusCode};
 use serde::Serialize;
 
 use crate::headers::{REPLAYED, STALE};
+use crate::key::coding::CodingError;
 use crate::key::KeyError;
 use crate::path::PathError;
 use crate::record::StoredBody;
@@ -191,6 +192,21 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "version-invalid",
                 "Request version unusable",
+            ),
+            Key(KeyError::Coding(CodingError::Unsupported(_))) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "content-encoding-unsupported",
+                "Request body content coding not supported",
+            ),
+            Key(KeyError::Coding(CodingError::TooLarge { .. })) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+            ),
+            Key(KeyError::Coding(CodingError::Corrupt { .. })) => (
+                StatusCode::BAD_REQUEST,
+                "content-encoding-invalid",
+                "Request body not valid in its content coding",
             ),
             Mismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,

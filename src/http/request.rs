@@ -113,7 +113,11 @@ impl Gateway {
             Ok(body) => body,
             Err(e) => return early(&route.name, Outcome::Rejected, Err(e)),
         };
-        let keyed = match route.verdict(live.config.store.namespace(), &view(&parts, &body)) {
+        let keyed = match route.verdict(
+            live.config.store.namespace(),
+            live.config.server.max_body,
+            &view(&parts, &body),
+        ) {
             Verdict::Claim(keyed) => keyed,
             Verdict::Skip(skip) => {
                 let req = Request::from_parts(parts, full(body));

@@ -4,11 +4,14 @@
 //! The request pipeline, `check --request`, the drill's request generator and the admin
 //! API all come here, so what `check --request` predicts is what the gateway does.
 
+use std::borrow::Cow;
+
 use http::HeaderMap;
 
 use super::{Mode, Route};
+use crate::key::coding::{self, CodingError};
 use crate::key::order::{self, Ordered};
-use crate::key::{self, KeyError, KeyRule, RequestView};
+use crate::key::{self, KeyError, KeyRule, MatchRule, RequestPart, RequestView};
 use crate::tokens::{RequestHash, StoreKey};
 
 /// How the store names records: what the derivation needs of `[store]`.
@@ -118,13 +121,54 @@ impl Route {
         }
     }
 
-    /// The verdict on a whole request (its path normalised, its body read).
-    pub fn verdict(&self, ns: Namespace<'_>, req: &RequestView<'_>) -> Verdict {
-        match self.derive(req) {
+    /// The verdict on a whole request (its path normalised, its body read, at most
+    /// `max_body` bytes once its content coding is undone).
+    pub fn verdict(&self, ns: Namespace<'_>, max_body: u64, req: &RequestView<'_>) -> Verdict {
+        let body = match self.content(req, max_body) {
+            Ok(body) => body,
+            Err(error) => return Verdict::Skip(self.refuse(error.into())),
+        };
+        let req = RequestView {
+            body: &body,
+            ..*req
+        };
+        match self.derive(&req) {
             Ok(Some(derived)) => Verdict::Claim(self.keyed(ns, derived)),
             Ok(None) => Verdict::Skip(Skip::NoKey),
             Err(error) => Verdict::Skip(self.refuse(error)),
         }
+    }
+
+    /// The body as this route keys it: its content coding undone when any rule reads the
+    /// body (the same content compressed twice is one request); as sent otherwise.
+    fn content<'b>(
+        &self,
+        req: &RequestView<'b>,
+        max_body: u64,
+    ) -> Result<Cow<'b, [u8]>, CodingError> {
+        if self.reads_body() {
+            coding::decoded(req.headers, req.body, max_body)
+        } else {
+            Ok(Cow::Borrowed(req.body))
+        }
+    }
+
+    /// Whether the key, scope, `match` or order read the body.
+    pub fn reads_body(&self) -> bool {
+        let body = |p: &RequestPart| matches!(p, RequestPart::Body | RequestPart::Json(_));
+        let key = match &self.key {
+            KeyRule::Header { .. } => false,
+            KeyRule::Fingerprint(parts) => parts.iter().any(body),
+        };
+        let must_match = match &self.must_match {
+            MatchRule::Request => true,
+            MatchRule::Parts(parts) => parts.iter().any(body),
+        };
+        let order = self
+            .order
+            .as_ref()
+            .is_some_and(|o| body(&o.entity) || body(&o.version));
+        key || must_match || order || self.scope.iter().any(body)
     }
 
     /// Key, scope, request hash and order of a request; `Ok(None)` when an optional key

@@ -84,11 +84,23 @@ impl Http {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Result<Reply, String> {
+        self.send_bytes(method, url, headers, Bytes::from(body.to_owned()))
+            .await
+    }
+
+    /// Sends one request with a body of any bytes (a compressed one, say).
+    pub async fn send_bytes(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Reply, String> {
         let mut b = Request::builder().method(method).uri(url);
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        let req = b.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+        let req = b.body(Full::new(body)).unwrap();
         let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();

@@ -1,0 +1,202 @@
+//! Content codings of request bodies (RFC 9110 §8.4), undone before a body is keyed: the
+//! same content compressed twice (a gzip header carries a time) is the same request, and a
+//! `json:` part reads the JSON, not its compressed bytes. The upstream still gets the bytes
+//! the client sent. Pure, and bounded: the decoded body may not exceed the limit the
+//! raw body has (`server.max_body`), so a decompression bomb is a 413, not a heap.
+
+use std::borrow::Cow;
+use std::io::Read;
+
+use http::header::CONTENT_ENCODING;
+use http::HeaderMap;
+
+/// Why a body's coding could not be undone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodingError {
+    /// A coding the gateway does not decode (415).
+    #[error("the content coding {0:?} is not supported here (gzip, deflate, br, zstd)")]
+    Unsupported(String),
+    /// The decoded body is larger than `server.max_body` (413).
+    #[error("the decoded request body exceeds {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// The body is not valid in the coding it names (400).
+    #[error("the request body is not valid {coding}")]
+    Corrupt {
+        /// The coding.
+        coding: &'static str,
+    },
+}
+
+/// The codings a body may carry, as named in `Content-Encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Gzip,
+    Deflate,
+    Brotli,
+    Zstd,
+}
+
+impl Coding {
+    fn parse(name: &str) -> Result<Option<Self>, CodingError> {
+        Ok(Some(match name.to_ascii_lowercase().as_str() {
+            "identity" | "" => return Ok(None),
+            "gzip" | "x-gzip" => Self::Gzip,
+            "deflate" => Self::Deflate,
+            "br" => Self::Brotli,
+            "zstd" => Self::Zstd,
+            _ => return Err(CodingError::Unsupported(name.chars().take(64).collect())),
+        }))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Gzip => "gzip",
+            Self::Deflate => "deflate",
+            Self::Brotli => "br",
+            Self::Zstd => "zstd",
+        }
+    }
+
+    /// `body` decoded, at most `limit` bytes of it.
+    fn decode(self, body: &[u8], limit: u64) -> Result<Vec<u8>, CodingError> {
+        let corrupt = CodingError::Corrupt {
+            coding: self.name(),
+        };
+        match self {
+            Self::Gzip => bounded(flate2::read::MultiGzDecoder::new(body), limit, corrupt),
+            // RFC 9110's "deflate" is the zlib format; some clients send raw deflate.
+            Self::Deflate => bounded(flate2::read::ZlibDecoder::new(body), limit, corrupt.clone())
+                .or_else(|e| match e {
+                    CodingError::Corrupt { .. } => {
+                        bounded(flate2::read::DeflateDecoder::new(body), limit, corrupt)
+                    }
+                    other => Err(other),
+                }),
+            Self::Brotli => bounded(
+                brotli_decompressor::Decompressor::new(body, 4096),
+                limit,
+                corrupt,
+            ),
+            Self::Zstd => {
+                let decoder =
+                    ruzstd::decoding::StreamingDecoder::new(body).map_err(|_| corrupt.clone())?;
+                bounded(decoder, limit, corrupt)
+            }
+        }
+    }
+}
+
+/// Reads `reader` to its end, refusing more than `limit` bytes.
+fn bounded(reader: impl Read, limit: u64, corrupt: CodingError) -> Result<Vec<u8>, CodingError> {
+    let mut out = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|_| corrupt)?;
+    if out.len() as u64 > limit {
+        return Err(CodingError::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+/// The body with every coding `Content-Encoding` names undone (the last applied first);
+/// the body itself when it names none.
+pub fn decoded<'a>(
+    headers: &HeaderMap,
+    body: &'a [u8],
+    limit: u64,
+) -> Result<Cow<'a, [u8]>, CodingError> {
+    let mut codings = Vec::new();
+    for value in headers.get_all(CONTENT_ENCODING) {
+        let text = value.to_str().map_err(|_| {
+            CodingError::Unsupported(String::from_utf8_lossy(value.as_bytes()).into())
+        })?;
+        for name in text.split(',') {
+            if let Some(c) = Coding::parse(name.trim())? {
+                codings.push(c);
+            }
+        }
+    }
+    let mut body = Cow::Borrowed(body);
+    for coding in codings.into_iter().rev() {
+        body = Cow::Owned(coding.decode(&body, limit)?);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const JSON: &[u8] = br#"{"order_id":"o-1","amount":1200}"#;
+
+    fn headers(encoding: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_ENCODING, encoding.parse().unwrap());
+        h
+    }
+
+    fn gzip(data: &[u8], mtime: u32) -> Vec<u8> {
+        let mut e = flate2::GzBuilder::new()
+            .mtime(mtime)
+            .write(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn every_coding_decodes_to_the_same_content() {
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        zlib.write_all(JSON).unwrap();
+        let mut raw = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        raw.write_all(JSON).unwrap();
+        let mut br = Vec::new();
+        brotli::BrotliCompress(&mut &JSON[..], &mut br, &Default::default()).unwrap();
+        let zstd =
+            ruzstd::encoding::compress_to_vec(JSON, ruzstd::encoding::CompressionLevel::Fastest);
+        for (name, bytes) in [
+            ("gzip", gzip(JSON, 1)),
+            ("x-gzip", gzip(JSON, 2)),
+            ("deflate", zlib.finish().unwrap()),
+            ("deflate", raw.finish().unwrap()),
+            ("br", br),
+            ("zstd", zstd),
+            ("identity", JSON.to_vec()),
+        ] {
+            let got = decoded(&headers(name), &bytes, 1 << 20).unwrap();
+            assert_eq!(&*got, JSON, "{name}");
+        }
+        // Two codings: the last applied is undone first.
+        let twice = gzip(&gzip(JSON, 3), 4);
+        assert_eq!(
+            &*decoded(&headers("gzip, gzip"), &twice, 1 << 20).unwrap(),
+            JSON
+        );
+    }
+
+    #[test]
+    fn a_bomb_is_too_large_and_garbage_is_corrupt() {
+        let bomb = gzip(&vec![b'a'; 10 << 20], 0);
+        assert!(bomb.len() < 64 << 10);
+        assert_eq!(
+            decoded(&headers("gzip"), &bomb, 1 << 20),
+            Err(CodingError::TooLarge { limit: 1 << 20 })
+        );
+        assert_eq!(
+            decoded(&headers("gzip"), b"not gzip", 1 << 20),
+            Err(CodingError::Corrupt { coding: "gzip" })
+        );
+        assert_eq!(
+            decoded(&headers("compress"), JSON, 1 << 20),
+            Err(CodingError::Unsupported("compress".into()))
+        );
+        assert!(matches!(
+            decoded(&HeaderMap::new(), JSON, 1),
+            Ok(Cow::Borrowed(_))
+        ));
+    }
+}
