@@ -98,7 +98,11 @@ async fn a_frozen_winner_is_taken_over_and_its_stale_write_refused_by_upstream_a
         "the zombie's client gets the upstream's refusal: {}",
         first.text()
     );
-    zombie.wait_logged("completion refused").await;
+    // The upstream's 409 says it did not act (a default retry status): the zombie's
+    // release of the key is refused under its old fence, as a completion would be.
+    zombie
+        .wait_logged("refused: the key was taken over under a newer fence")
+        .await;
     let metrics = http.get(&zombie.admin_url("/metrics"), &[]).await.text();
     assert!(
         metrics.contains(r#"dedupe_requests_total{route="orders",outcome="fenced_out"} 1"#),

@@ -8,16 +8,18 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use http::header::{HeaderValue, SET_COOKIE};
 use http::request::Parts;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
 
-use super::capture::{capture, Captured, Prefixed};
 use super::passthrough::{self, stream_response, Forwarded};
+use super::replay;
+use super::stream::{self, Delivery, Ready, StreamedMark};
 use super::Live;
 use crate::dedupe::{Attempt, Forward};
 use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
+use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, StoreKey};
@@ -35,6 +37,8 @@ pub(super) struct Forwarder {
     pub key: String,
     /// The scope hash, forwarded as `Idempotency-Scope`.
     pub scope: String,
+    /// Where a streamed answer's head goes at once.
+    pub delivery: Delivery,
 }
 
 impl Forwarder {
@@ -53,6 +57,7 @@ impl Forwarder {
             remote,
             key,
             scope,
+            delivery,
         } = self;
         let route_idx = route;
         let route: &Route = &live.config.routes[route_idx];
@@ -72,6 +77,8 @@ impl Forwarder {
             route,
             store_key,
             fence,
+            idle: live.config.server.upstream_timeout,
+            delivery: &delivery,
         };
         let deadline = live.upstream.deadline();
         let started = Instant::now();
@@ -82,7 +89,7 @@ impl Forwarder {
         let took = started.elapsed();
         metrics.upstream(&route.name, resp.status().as_u16(), took);
         live.recent[route_idx].record(took);
-        call.answered(resp, took, deadline).await
+        call.answered(resp, took).await
     }
 }
 
@@ -99,11 +106,24 @@ fn owner_headers(headers: &mut http::HeaderMap, key: &str, scope: &str, fence: F
     }
 }
 
+/// A final answer as the store keeps it, with this client's response.
+struct Kept {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: StoredBody,
+    response: Result<Response<crate::Body>, GatewayError>,
+    /// A streamed answer's end, sent once the record is stored.
+    tail: Option<stream::Tail>,
+}
+
 /// The key owner's upstream call, classified for the protocol.
 struct OwnedCall<'a> {
     route: &'a Route,
     store_key: &'a StoreKey,
     fence: Fence,
+    /// The longest wait for the next frame of a streamed answer (`server.upstream_timeout`).
+    idle: Duration,
+    delivery: &'a Delivery,
 }
 
 impl OwnedCall<'_> {
@@ -120,18 +140,14 @@ impl OwnedCall<'_> {
     }
 
     /// A response head: what its status means for the claim, and for a final one, the
-    /// record to store (its body captured by `deadline`).
-    async fn answered(
-        &self,
-        resp: Response<UpstreamBody>,
-        took: Duration,
-        deadline: tokio::time::Instant,
-    ) -> Attempt<Forwarded> {
+    /// record to store once its body has been read (streamed to the client meanwhile).
+    async fn answered(&self, resp: Response<UpstreamBody>, took: Duration) -> Attempt<Forwarded> {
         let route = self.route;
         let forwarded = |response| Forwarded {
             response,
             upstream: Some(took),
             expires: None,
+            tail: None,
         };
         match route.statuses.classify(resp.status().as_u16()) {
             // The upstream says it did not act: the next retry should execute again.
@@ -151,70 +167,105 @@ impl OwnedCall<'_> {
         // The store forgets the key a window after completion, which follows at once: to
         // the second, this is when, and never later than the store does.
         let expires = SystemTime::now() + route.window;
-        let (stored, response) = if route.store_body {
-            self.captured(&head, body, deadline).await
+        let kept = if route.store_body {
+            self.kept(head, body, expires).await
         } else {
             // Only the outcome is kept: the body streams to this client alone.
             let body = body.map_err(BoxError::from).boxed();
-            ((http::HeaderMap::new(), StoredBody::NotStored), Some(body))
+            Kept {
+                status: head.status,
+                headers: http::HeaderMap::new(),
+                body: StoredBody::NotStored,
+                response: Ok(Response::from_parts(head, body)),
+                tail: None,
+            }
         };
-        let (headers, body) = stored;
         let record = StoredResponse {
-            status: head.status,
-            headers,
-            body,
+            status: kept.status,
+            headers: kept.headers,
+            body: kept.body,
             expires: Some(expires),
         }
         .encode(self.store_key);
-        let response = match response {
-            Some(body) => Ok(Response::from_parts(head, body)),
-            None => Err(UpstreamFailure::Broken("the response body broke off".into()).into()),
-        };
         Attempt::Final {
             record,
             response: Forwarded {
                 expires: Some(expires),
-                ..forwarded(response)
+                tail: kept.tail,
+                ..forwarded(kept.response)
             },
         }
     }
 
-    /// The headers and body to store under the replay policy, and the body for this
-    /// client (`None` when it broke off).
-    async fn captured(
+    /// The status, headers and body to store under the replay policy, and this client's
+    /// response: from memory when the body was already whole, streamed otherwise (then the
+    /// client has it already, and what comes back only carries its status).
+    async fn kept(
         &self,
-        head: &http::response::Parts,
+        head: http::response::Parts,
         body: UpstreamBody,
-        deadline: tokio::time::Instant,
-    ) -> ((http::HeaderMap, StoredBody), Option<crate::Body>) {
+        expires: SystemTime,
+    ) -> Kept {
         let route = self.route;
         let limit = route.max_cached_body;
         // The replay policy applies before the store: dropped headers never reach it.
-        let mut stored_headers = head.headers.clone();
-        stored_headers.remove(SET_COOKIE);
-        routes::drop_headers(&route.replay_drop_headers, &mut stored_headers);
-        let (stored_body, client_body) = match capture(body, limit, deadline).await {
-            Captured::Whole(bytes) => (StoredBody::Stored(bytes.clone()), Some(full(bytes))),
-            Captured::TooLarge(prefix, rest) => {
-                info!(
-                    route = &*route.name,
-                    limit, "response body larger than max_cached_body: stored without its body"
-                );
-                let streamed = Prefixed {
-                    prefix: Some(prefix),
-                    rest,
-                };
-                (
-                    StoredBody::TooLarge,
-                    Some(streamed.map_err(BoxError::from).boxed()),
-                )
-            }
-            Captured::Broken(reason) => {
-                warn!(route = &*route.name, store_key = %self.store_key, fence = self.fence.get(), reason,
-                    "upstream answered but its body broke off: stored as executed without a replayable body");
-                (StoredBody::Incomplete, None)
-            }
+        let mut headers = head.headers.clone();
+        headers.remove(SET_COOKIE);
+        routes::drop_headers(&route.replay_drop_headers, &mut headers);
+        let status = head.status;
+        let kept = |body, response, tail| Kept {
+            status,
+            headers,
+            body,
+            response,
+            tail,
         };
-        ((stored_headers, stored_body), client_body)
+        let (read, over, rest) = match stream::read_ready(body, limit).await {
+            Ready::Whole(bytes) => {
+                let response = Ok(Response::from_parts(head, full(bytes.clone())));
+                return kept(StoredBody::Stored(bytes), response, None);
+            }
+            Ready::Broken(reason) => {
+                self.broke(&reason);
+                let broken = UpstreamFailure::Broken("the response body broke off".into());
+                return kept(StoredBody::Incomplete, Err(broken.into()), None);
+            }
+            Ready::More { read, over, rest } => (read, over, rest),
+        };
+        if over {
+            info!(
+                route = &*route.name,
+                limit, "response body larger than max_cached_body: stored without its body"
+            );
+        }
+        let length = head
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let (tx, streamed) = stream::channel();
+        let mut head = head;
+        // Sent with the head, before the record exists: a streamed answer is stored at
+        // its end, under this expiry.
+        if route.advertise_expiry {
+            replay::advertise(&mut head.headers, Some(expires));
+        }
+        let mut response = Response::from_parts(head, streamed.boxed());
+        response.extensions_mut().insert(StreamedMark);
+        self.delivery.deliver(response);
+        let (body, broke, tail) =
+            stream::pump(read, over, rest, limit, self.idle, length, tx).await;
+        if let Some(reason) = broke {
+            self.broke(&reason);
+        }
+        // The client has its response; this one only carries its status to the log.
+        let mut delivered = Response::new(full(Bytes::new()));
+        *delivered.status_mut() = status;
+        delivered.extensions_mut().insert(StreamedMark);
+        kept(body, Ok(delivered), Some(tail))
+    }
+
+    fn broke(&self, reason: &str) {
+        warn!(route = &*self.route.name, store_key = %self.store_key, fence = self.fence.get(), reason,
+            "upstream answered but its body broke off: stored as executed without a replayable body");
     }
 }

@@ -14,6 +14,7 @@ use super::forwarder::Forwarder;
 use super::passthrough::Forwarded;
 use super::recent::RecentLatency;
 use super::request::Handled;
+use super::stream::Delivery;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::problem::GatewayError;
@@ -37,11 +38,9 @@ impl KeyedRequest {
     ///
     /// A plain function, not part of `dispatch`'s state: built there, the task's future
     /// (several KiB) was kept in the request future too and copied with it on every move.
-    pub(super) fn spawn(
-        self,
-        gateway: &Arc<Gateway>,
-        tether: Tether,
-    ) -> tokio::task::JoinHandle<Response<Body>> {
+    /// The response goes to `delivery`: early, by the forwarder, when the winner's answer
+    /// streams; at the task's end otherwise.
+    pub(super) fn spawn(self, gateway: &Arc<Gateway>, tether: Tether, delivery: Delivery) {
         let this = self;
         let gateway = gateway.clone();
         let tasks = gateway.tasks.clone();
@@ -57,7 +56,7 @@ impl KeyedRequest {
             });
             let (key, scope, route_name): (&str, &str, &str) =
                 (&keyed.key, &keyed.scope, &this.route_name);
-            let settled = dedupe::run(
+            let mut settled = dedupe::run(
                 &env,
                 &keyed.store_key,
                 &keyed.request_hash,
@@ -69,6 +68,12 @@ impl KeyedRequest {
                 },
             )
             .await;
+            // The record is stored (or refused): a streamed answer may end now.
+            if let Answer::Forwarded(f) = &mut settled.answer {
+                if let Some(tail) = f.tail.take() {
+                    tail.finish().await;
+                }
+            }
             if settled.outcome == Outcome::Stale {
                 if let Some((_, o)) = &keyed.order {
                     warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
@@ -92,13 +97,13 @@ impl KeyedRequest {
                 key: Some((this.keyed.key, this.keyed.scope)),
                 would: settled.would,
             };
-            gateway.conclude(Handled { response, access }, &this.origin)
+            delivery.deliver(gateway.conclude(Handled { response, access }, &this.origin));
         };
         // Boxed: spawning moved the 3.4 KiB future into its task's cell three times, and
         // the task moved its stage three times more by the end; a box makes each move a
         // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
         // `memmove` per request (a uprobe on it, copies of 256 bytes and more).
-        tasks.spawn(Box::pin(task.in_current_span()))
+        tasks.spawn(Box::pin(task.in_current_span()));
     }
 }
 
@@ -124,6 +129,7 @@ impl Answered<'_> {
                 mut response,
                 upstream,
                 expires,
+                ..
             }) => {
                 // Only a stored record has an expiry to advertise.
                 let stored = finish == Some(Finish::Completed);

@@ -10,6 +10,8 @@
 //! - `passthrough`: streaming a request without dedupe.
 //! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
 //!   one when failing open or in shadow mode), classified for the protocol.
+//! - `stream`: the winner's answer streamed to its client while a copy is kept for the
+//!   store, and the hand-off of a keyed request's response.
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
 //!   (`Gathered`) a deduped request's body.
 //! - `detach`: counting requests that outlive their client, so they can be bounded.
@@ -27,5 +29,6 @@ mod passthrough;
 mod recent;
 mod replay;
 mod request;
+mod stream;
 
 pub use self::gateway::{ConnInfo, Gateway, Live};

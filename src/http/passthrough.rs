@@ -9,6 +9,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use tracing::warn;
 
+use super::stream::Tail;
 use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
@@ -21,6 +22,8 @@ pub(super) struct Forwarded {
     pub upstream: Option<Duration>,
     /// The expiry the winner's record carries, once stored: `Idempotency-Expires`.
     pub expires: Option<SystemTime>,
+    /// A streamed answer's end, sent once its record is stored.
+    pub tail: Option<Tail>,
 }
 
 impl Forwarded {
@@ -30,6 +33,7 @@ impl Forwarded {
             response: Err(e),
             upstream: None,
             expires: None,
+            tail: None,
         }
     }
 }
@@ -56,6 +60,7 @@ pub(super) async fn forward(
                 response: Ok(stream_response(resp)),
                 upstream: Some(took),
                 expires: None,
+                tail: None,
             }
         }
     }

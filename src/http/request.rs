@@ -11,6 +11,7 @@ use http::request::Parts;
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use tokio::sync::oneshot;
 use tracing::{error, warn, Instrument};
 
 use super::access::{Access, Origin};
@@ -19,6 +20,7 @@ use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::keyed::KeyedRequest;
 use super::passthrough;
+use super::stream::{Delivery, StreamedMark, Tethered};
 use super::{ConnInfo, Gateway, Live};
 use crate::config::Config;
 use crate::dedupe::{Outcome, Policy, Would};
@@ -131,7 +133,9 @@ impl Gateway {
                 Err(GatewayError::Overloaded),
             );
         }
+        let (delivery, delivered) = Delivery::new();
         let forwarder = Forwarder {
+            delivery: delivery.clone(),
             live: live.clone(),
             route: route_idx,
             parts,
@@ -149,7 +153,7 @@ impl Gateway {
             started,
             origin: origin.clone(),
         };
-        self.claim(keyed_request).await
+        self.claim(keyed_request, delivery, delivered).await
     }
 
     /// Requests whose clients left keep running (their claims must settle), but only so
@@ -169,14 +173,30 @@ impl Gateway {
     /// Runs a keyed request's protocol in its own task, tracked for shutdown: a client
     /// that hangs up must not abandon a claim or an upstream call under way and leave its
     /// outcome unknown.
-    async fn claim(self: &Arc<Self>, keyed_request: KeyedRequest) -> Dispatched {
+    async fn claim(
+        self: &Arc<Self>,
+        keyed_request: KeyedRequest,
+        delivery: Delivery,
+        delivered: oneshot::Receiver<Response<Body>>,
+    ) -> Dispatched {
         let tether = Tether::new(&self.detached);
-        let _client = tether.client();
-        let task = keyed_request.spawn(self, tether);
-        Dispatched::Settled(match task.await {
+        let client = tether.client();
+        keyed_request.spawn(self, tether, delivery);
+        Dispatched::Settled(match delivered.await {
+            // A streamed answer's task runs on while the client reads: counted as
+            // attached until the client lets go of the body.
+            Ok(response) if response.extensions().get::<StreamedMark>().is_some() => {
+                response.map(|body| {
+                    Tethered {
+                        body,
+                        _client: client,
+                    }
+                    .boxed()
+                })
+            }
             Ok(response) => response,
-            Err(e) => {
-                error!(error = %e, "request task failed");
+            Err(_) => {
+                error!("request task ended without a response");
                 GatewayError::Internal.to_response()
             }
         })

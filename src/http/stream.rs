@@ -1,0 +1,246 @@
+//! The winner's answer, streamed to its client as it arrives while a copy is kept for the
+//! store: server-sent events and long chunked answers reach the client event by event,
+//! and the record is stored once the body ends.
+//!
+//! A body that is already whole when its head arrives (the common small answer) takes no
+//! detour: it is read at once and answered from memory, as a replay would be.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::BodyExt;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use tokio::sync::{mpsc, oneshot};
+
+use super::capture::Gathered;
+use super::detach::ClientSide;
+use crate::record::StoredBody;
+use crate::upstream::UpstreamBody;
+use crate::{Body, BoxError};
+
+/// Frames a streamed answer buffers between the upstream and a slow client.
+const CHANNEL_FRAMES: usize = 8;
+
+/// What the winner's body holds without waiting.
+pub(super) enum Ready {
+    /// All of it: the body ended.
+    Whole(Bytes),
+    /// It broke off.
+    Broken(String),
+    /// Not all of it yet: what was read (over `limit` already when `over`), and the rest.
+    More {
+        read: Gathered,
+        over: bool,
+        rest: UpstreamBody,
+    },
+}
+
+/// Reads the frames the body already holds, without waiting for more.
+pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
+    let mut read = Gathered::default();
+    loop {
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
+        match polled {
+            Poll::Pending => {
+                return Ready::More {
+                    read,
+                    over: false,
+                    rest: body,
+                }
+            }
+            Poll::Ready(None) => return Ready::Whole(read.into_bytes()),
+            Poll::Ready(Some(Err(e))) => return Ready::Broken(e.to_string()),
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if read.push(data) as u64 > limit {
+                    return Ready::More {
+                        read,
+                        over: true,
+                        rest: body,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The end of a streamed answer, held back until its record is stored: a client that has
+/// read the whole answer and retries at once must find the record (the same order as an
+/// answer from memory, which goes out after its record is stored). On a body of known
+/// length its last frame is held back too, since the client counts bytes instead of
+/// waiting for the end. Dropped unfinished, it still sends what it holds.
+pub(super) struct Tail {
+    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    held: Option<Frame<Bytes>>,
+}
+
+impl Tail {
+    /// Sends what was held back and ends the client's stream.
+    pub(super) async fn finish(mut self) {
+        if let Some(frame) = self.held.take() {
+            let _ = self.tx.send(Ok(frame)).await;
+        }
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        if let Some(frame) = self.held.take() {
+            let _ = self.tx.try_send(Ok(frame));
+        }
+    }
+}
+
+/// Sends what was read, then every frame of `rest` as it arrives, to the client's end of
+/// `tx`, keeping a copy of at most `limit` bytes; waits at most `idle` for each frame.
+/// What the store keeps: the whole body, none past the limit, or none when the body broke
+/// off or stalled (the client's stream then ends in an error). A client that leaves does
+/// not stop the copy: the record is still stored. The stream's end (and, when `length` is
+/// known, the frame that completes it) comes back as the [`Tail`].
+pub(super) async fn pump(
+    read: Gathered,
+    over: bool,
+    mut rest: UpstreamBody,
+    limit: u64,
+    idle: Duration,
+    length: Option<u64>,
+    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+) -> (StoredBody, Option<String>, Tail) {
+    let prefix = read.into_bytes();
+    let mut kept = (!over).then(|| {
+        let mut g = Gathered::default();
+        g.push(prefix.clone());
+        g
+    });
+    let mut sent = 0u64;
+    let mut held = None;
+    let mut next = (!prefix.is_empty()).then(|| Frame::data(prefix));
+    loop {
+        if let Some(frame) = next.take() {
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            sent += n;
+            if n > 0 && length == Some(sent) {
+                held = Some(frame);
+            } else {
+                // A client that left: keep reading for the record.
+                let _ = tx.send(Ok(frame)).await;
+            }
+        }
+        let frame = match tokio::time::timeout(idle, rest.frame()).await {
+            Err(_) => {
+                let why = "the upstream body stalled for server.upstream_timeout";
+                let _ = tx.send(Err(why.into())).await;
+                return (
+                    StoredBody::Incomplete,
+                    Some(why.to_owned()),
+                    Tail { tx, held: None },
+                );
+            }
+            Ok(None) => {
+                let stored = match kept {
+                    Some(g) => StoredBody::Stored(g.into_bytes()),
+                    None => StoredBody::TooLarge,
+                };
+                return (stored, None, Tail { tx, held });
+            }
+            Ok(Some(Err(e))) => {
+                let why = e.to_string();
+                let _ = tx.send(Err(Box::new(e))).await;
+                return (StoredBody::Incomplete, Some(why), Tail { tx, held: None });
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let (Some(data), Some(g)) = (frame.data_ref(), kept.as_mut()) {
+            if g.push(data.clone()) as u64 > limit {
+                kept = None;
+            }
+        }
+        next = Some(frame);
+    }
+}
+
+/// A streamed answer's body: the frames the pump sends.
+pub(super) struct Streamed {
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+}
+
+/// Marks a response whose head went to the client before its body was read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StreamedMark;
+
+/// A channel for a streamed answer: the pump's end and the client's body.
+pub(super) fn channel() -> (mpsc::Sender<Result<Frame<Bytes>, BoxError>>, Streamed) {
+    let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
+    (tx, Streamed { rx })
+}
+
+impl HttpBody for Streamed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.rx.poll_recv(cx)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// The hand-off of a keyed request's response to its client: early, by the forwarder,
+/// when the answer streams; otherwise by the request's task at its end. Whichever comes
+/// first delivers; the other finds it done.
+#[derive(Clone)]
+pub(super) struct Delivery(Arc<Mutex<Option<oneshot::Sender<Response<Body>>>>>);
+
+impl Delivery {
+    /// A delivery and the client's end of it.
+    pub(super) fn new() -> (Self, oneshot::Receiver<Response<Body>>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(Arc::new(Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Hands `response` to the client, unless one was handed already.
+    pub(super) fn deliver(&self, response: Response<Body>) {
+        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(tx) = sender {
+            let _ = tx.send(response);
+        }
+    }
+}
+
+/// A streamed body that keeps its request counted as attached while the client reads it.
+pub(super) struct Tethered {
+    pub(super) body: Body,
+    pub(super) _client: ClientSide,
+}
+
+impl HttpBody for Tethered {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
