@@ -210,3 +210,158 @@ async fn a_quoted_key_reaches_the_upstream_as_the_same_sf_string() {
     assert_eq!(seen[0].headers["idempotency-key"], r#""\"abc\"""#);
     assert_eq!(seen[1].headers["idempotency-key"], "abc");
 }
+
+mod operator_on_a_live_claim {
+    use super::*;
+    use dedupe_test_support::{on_every_store, Backend};
+
+    on_every_store!(resolve_and_delete_refuse_a_live_claim_unless_forced);
+
+    /// A gateway with an admin port, and a 2.5 s call in flight under `key`: its fence.
+    async fn live_call(
+        b: Backend,
+        key: &'static str,
+    ) -> (
+        Upstream,
+        TestGateway,
+        Option<dedupe_test_support::RedisServer>,
+        u64,
+        tokio::task::JoinHandle<dedupe_test_support::Reply>,
+    ) {
+        let up = Upstream::start().await;
+        let (store, redis) = b.start_store();
+        let cfg = GatewayConfig::new(up.url())
+            .store(store)
+            .admin()
+            .upstream_timeout("10s")
+            .route(
+                RouteCfg::header("pay", "/pay/**")
+                    .lease("1s")
+                    .on_unknown_hold(),
+            );
+        let gw = TestGateway::start(&cfg).await;
+        let url = gw.url("/pay/1");
+        let slow = tokio::spawn(async move {
+            Http::new()
+                .post(
+                    &url,
+                    &[("Idempotency-Key", key), ("x-test-delay-ms", "2500")],
+                    "{}",
+                )
+                .await
+        });
+        up.wait_for_effects(1).await;
+        let r = Http::new()
+            .get(&gw.admin_url(&format!("/keys/pay/{key}")), &[])
+            .await;
+        let rec: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(rec["state"], "in-flight", "{rec}");
+        let fence = rec["fence"].as_u64().unwrap();
+        (up, gw, redis, fence, slow)
+    }
+
+    async fn resolve_and_delete_refuse_a_live_claim_unless_forced(b: Backend) {
+        let http = Http::new();
+        let (up, gw, _redis, fence, slow) = live_call(b, "live-1").await;
+        let resolve_url = gw.admin_url("/keys/pay/live-1/resolve");
+        for body in [
+            format!(r#"{{"fence": {fence}, "as": "retry"}}"#),
+            format!(r#"{{"fence": {fence}, "as": "done", "status": 201, "body": "x"}}"#),
+        ] {
+            let r = http.post(&resolve_url, &[], &body).await;
+            assert_eq!(r.status, StatusCode::CONFLICT, "{body}: {}", r.text());
+            assert_eq!(r.problem_type(), "urn:dedupe-gateway:problem:claim-live");
+            let p: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(p["fence"], fence);
+            assert!(p["lease_left_ms"].as_u64().unwrap() > 0, "{p}");
+        }
+        let del = http
+            .send("DELETE", &gw.admin_url("/keys/pay/live-1"), &[], "")
+            .await
+            .unwrap();
+        assert_eq!(del.status, StatusCode::CONFLICT, "{}", del.text());
+        assert_eq!(del.problem_type(), "urn:dedupe-gateway:problem:claim-live");
+        // A retry meanwhile does not execute: the claim is still the first request's.
+        let retry = http
+            .post(&gw.url("/pay/1"), &[("Idempotency-Key", "live-1")], "{}")
+            .await;
+        assert_eq!(retry.status, StatusCode::CONFLICT, "{}", retry.text());
+        assert_eq!(slow.await.unwrap().status, StatusCode::CREATED);
+        assert_eq!(up.effects(), 1, "one execution");
+
+        // `force` acts on a live claim, by the operator's explicit choice.
+        let (up, gw, _redis, fence, slow) = live_call(b, "live-2").await;
+        let forced = http
+            .post(
+                &gw.admin_url("/keys/pay/live-2/resolve"),
+                &[],
+                &format!(r#"{{"fence": {fence}, "as": "retry", "force": true}}"#),
+            )
+            .await;
+        assert_eq!(forced.status, StatusCode::NO_CONTENT, "{}", forced.text());
+        let _ = slow.await;
+        let (_up3, gw3, _redis3, _fence, slow3) = live_call(b, "live-3").await;
+        let del = http
+            .send(
+                "DELETE",
+                &gw3.admin_url("/keys/pay/live-3?force=true"),
+                &[],
+                "",
+            )
+            .await
+            .unwrap();
+        assert_eq!(del.status, StatusCode::NO_CONTENT, "{}", del.text());
+        let _ = slow3.await;
+        assert_eq!(up.effects(), 1);
+        drop(gw);
+    }
+}
+
+/// A held claim (its 504 outcome unknown, its lease over) resolved `done` with framing
+/// headers over a 3-byte body: refused, so every replay stays whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_done_refuses_hop_by_hop_and_framing_headers() {
+    let up = Upstream::start().await;
+    let cfg = GatewayConfig::new(up.url())
+        .store(StoreCfg::memory())
+        .admin()
+        .route(
+            RouteCfg::header("pay", "/pay/**")
+                .lease("300ms")
+                .on_unknown_hold(),
+        );
+    let gw = TestGateway::start(&cfg).await;
+    let http = Http::new();
+    let key = [("Idempotency-Key", "held-1")];
+    let r = http
+        .post(&gw.url("/pay/1"), &[key[0], ("x-test-status", "504")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rec = http.get(&gw.admin_url("/keys/pay/held-1"), &[]).await;
+    let rec: serde_json::Value = serde_json::from_slice(&rec.body).unwrap();
+    assert_eq!(rec["state"], "unknown", "{rec}");
+    let fence = rec["fence"].as_u64().unwrap();
+    let url = gw.admin_url("/keys/pay/held-1/resolve");
+    for (name, value) in [
+        ("content-length", "1000"),
+        ("transfer-encoding", "chunked"),
+        ("connection", "close"),
+    ] {
+        let body = format!(
+            r#"{{"fence": {fence}, "as": "done", "status": 201, "headers": {{"{name}": "{value}"}}, "body": "abc"}}"#
+        );
+        let r = http.post(&url, &[], &body).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{name}: {}", r.text());
+        assert!(r.text().contains(name), "{}", r.text());
+    }
+    let body = format!(r#"{{"fence": {fence}, "as": "done", "status": 201, "body": "abc"}}"#);
+    assert_eq!(
+        http.post(&url, &[], &body).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let replay = http.post(&gw.url("/pay/1"), &key, "{}").await;
+    assert!(replay.replayed());
+    assert_eq!(replay.text(), "abc");
+    assert_eq!(up.effects(), 1);
+}
