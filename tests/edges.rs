@@ -24,7 +24,11 @@ async fn start() -> (Upstream, TestGateway) {
 
 /// Writes `head` (and `Connection: close` is up to the caller) and reads the whole answer.
 async fn raw(gw: &TestGateway, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    raw_to(gw.addr, request).await
+}
+
+async fn raw_to(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(request).await.unwrap();
     let mut out = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
@@ -364,4 +368,40 @@ async fn resolve_done_refuses_hop_by_hop_and_framing_headers() {
     assert!(replay.replayed());
     assert_eq!(replay.text(), "abc");
     assert_eq!(up.effects(), 1);
+}
+
+/// With the admin port's 4 slots held by silent connections, and six more arriving every
+/// second, probes on fresh connections (as a kubelet sends them) are still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_are_answered_with_silent_connections_at_the_admin_cap() {
+    let up = Upstream::start().await;
+    let cfg = GatewayConfig::new(up.url())
+        .store(StoreCfg::memory())
+        .header_read_timeout("10s")
+        .admin_max_connections(4);
+    let gw = TestGateway::start(&cfg).await;
+    let admin = gw.admin.unwrap();
+    let mut silent = Vec::new();
+    for _ in 0..10 {
+        silent.push(TcpStream::connect(admin).await.unwrap());
+    }
+    let flood = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            for _ in 0..6 {
+                held.push(TcpStream::connect(admin).await);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for path in ["/healthz", "/readyz", "/healthz", "/readyz", "/healthz"] {
+        let probe = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+        // `raw_to` waits at most 5 s: a liveness bound, not a speed claim.
+        let a = raw_to(admin, probe.as_bytes()).await;
+        assert_eq!(status(&a), 200, "{path}: {a}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    flood.abort();
+    drop(silent);
 }
