@@ -7,6 +7,9 @@
 //! `POST /keys/{route}/{key}/resolve` settles a claim by hand (an unknown outcome held for
 //! a person): released for a retry, or completed with a given response, under the fence
 //! `GET` showed; the store refuses a stale fence and a second resolution atomically.
+//! Neither it nor `DELETE` acts on a claim whose lease is live (409 `claim-live`) unless
+//! the operator adds `"force": true` (`?force=true` on `DELETE`); `DELETE ...?fence=N`
+//! deletes only the record under that fence.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +31,7 @@ use crate::route::Route;
 use crate::store::{Fence, RecordState, Resolution, StoreKey};
 use crate::{full, Body};
 
+mod live;
 mod resolve;
 
 use self::resolve::{read_body, resolve};
@@ -202,6 +206,21 @@ async fn keys(
     let located_order = route.order.as_ref().map(|o| o.compare);
 
     if method == Method::DELETE {
+        let fence = live::fence_param(query)?;
+        let act = live::Act {
+            what: "delete",
+            force: live::forced(query)?,
+            fence,
+            route: route_name,
+            key: &key,
+        };
+        let info = live::guard(gateway, &store_key, act)
+            .await?
+            .ok_or(GatewayError::RecordNotFound)?;
+        // `fence=N`: only the record the caller saw (the drill deletes only its own).
+        if fence.is_some_and(|f| f != info.fence.get()) {
+            return Err(GatewayError::StaleFence);
+        }
         let existed = gateway
             .store()
             .forget(&store_key)

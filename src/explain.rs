@@ -45,6 +45,8 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         }
     };
     let _ = writeln!(out, "normalised path: {path}");
+    // Routes and keys read the path with bytes outside ASCII percent-encoded.
+    let path = path::match_form(&path).into_owned();
     let Some(route) = found(&mut out, config, &probe.method, &path) else {
         let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
         return out;

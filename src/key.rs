@@ -202,6 +202,26 @@ impl KeyRule {
     }
 }
 
+/// A header key as forwarded upstream in `Idempotency-Key`: bare, as most clients send it,
+/// unless it starts with `"`. Then it is sent as an sf-string of itself: the key `"abc"`
+/// (a client's `"\"abc\""`) forwarded bare would read as the key `abc` to an upstream
+/// that parses sf-strings, as it does to the gateway.
+pub fn forwarded_key(key: &str) -> std::borrow::Cow<'_, str> {
+    if !key.starts_with('"') {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    let mut out = String::with_capacity(key.len() + 4);
+    out.push('"');
+    for c in key.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    std::borrow::Cow::Owned(out)
+}
+
 /// The content of an RFC 8941 sf-string (`"..."` with `\"` and `\\` escapes), or `None`
 /// when it is malformed. The IETF Idempotency-Key draft makes the header an sf-string,
 /// while most clients send the bare key: both spell the same key. Parameters after the

@@ -21,6 +21,7 @@
 //!
 //! # The modules, lowest first (no module imports one listed after it; tests aside)
 //!
+//! - [`files`]: reading the files the gateway is given within a size limit each.
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
 //!   [`tokens::RequestHash`], [`tokens::Claimant`]), as types that cannot be swapped.
@@ -57,6 +58,7 @@ pub mod config;
 pub mod dedupe;
 pub mod drill;
 pub mod explain;
+pub mod files;
 pub mod framing;
 pub mod headers;
 pub mod http;

@@ -327,7 +327,7 @@ fn drill(args: DrillArgs) -> ExitCode {
                 report("drill --target sends real requests to the real upstream: refusing without --yes");
                 return ExitCode::from(EXIT_CONFIG);
             }
-            Ok(runtime.block_on(target::run(&plan)))
+            runtime.block_on(target::run(&plan))
         }
         _ => {
             let opts = local::LocalOptions {

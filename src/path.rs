@@ -8,7 +8,12 @@
 //! upstream acts on `/v1/x`. Hence RFC 3986 §6.2.2 normalisation (percent-encoded
 //! unreserved characters decoded, the remaining escapes in uppercase, dot segments
 //! removed) plus merging repeated slashes, and the result is what is forwarded. What
-//! cannot be normalised without guessing how the upstream decodes it is refused.
+//! cannot be normalised without guessing how the upstream decodes it is refused: `%2F`,
+//! `%5C` and `%00`, and a raw `\`, which some upstreams read as `/`.
+//!
+//! Bytes outside ASCII (raw UTF-8, as many clients send it) are forwarded as sent. Routes
+//! and keys see them percent-encoded ([`match_form`]), so `/café` and `/caf%C3%A9`,
+//! one path to any upstream that decodes, are one path to the routes too.
 
 use std::borrow::Cow;
 
@@ -27,6 +32,9 @@ pub enum PathError {
     /// `..` would climb above `/`.
     #[error("the path's dot segments climb above the root")]
     AboveRoot,
+    /// A raw `\`: some upstreams read it as `/`, so no normal form is safe (as `%5C`).
+    #[error("the path contains a backslash, which some upstreams read as '/'; send '/' or an escaped character")]
+    Backslash,
 }
 
 /// The normal form of an origin-form path (without query). Paths that do not start with
@@ -34,7 +42,9 @@ pub enum PathError {
 ///
 /// - `%XX` of an unreserved character (`A-Z a-z 0-9 - . _ ~`) is decoded; every other
 ///   escape is kept with uppercase hex digits;
-/// - `%2F` (`/`), `%5C` (`\`) and `%00` are refused, as is a malformed escape;
+/// - `%2F` (`/`), `%5C` (`\`) and `%00` are refused, as are a raw `\` and a malformed
+///   escape;
+/// - every other byte, raw UTF-8 included, is kept as sent;
 /// - runs of `/` become one `/`;
 /// - `.` segments are removed and `..` removes the segment before it (RFC 3986 §5.2.4),
 ///   refused when nothing is left to remove. A trailing `.` or `..` leaves a trailing `/`.
@@ -80,15 +90,19 @@ pub fn normalise(path: &str) -> Result<Cow<'_, str>, PathError> {
     })
 }
 
-/// One segment with unreserved escapes decoded and the rest in uppercase.
+/// One segment with unreserved escapes decoded and the rest in uppercase. Built from
+/// bytes: a raw UTF-8 character is copied byte for byte, never re-encoded.
 fn decode_unreserved(segment: &str) -> Result<String, PathError> {
     let bytes = segment.as_bytes();
-    let mut out = String::with_capacity(segment.len());
+    let mut out: Vec<u8> = Vec::with_capacity(segment.len());
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
+        if b == b'\\' {
+            return Err(PathError::Backslash);
+        }
         if b != b'%' {
-            out.push(char::from(b));
+            out.push(b);
             i += 1;
             continue;
         }
@@ -103,14 +117,39 @@ fn decode_unreserved(segment: &str) -> Result<String, PathError> {
             b'/' => return Err(PathError::AmbiguousEscape("%2F")),
             b'\\' => return Err(PathError::AmbiguousEscape("%5C")),
             0 => return Err(PathError::AmbiguousEscape("%00")),
-            c if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
-                out.push(char::from(c))
-            }
-            c => out.push_str(&format!("%{c:02X}")),
+            c if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => out.push(c),
+            c => push_escape(&mut out, c),
         }
         i += 3;
     }
-    Ok(out)
+    // Escapes and ASCII were replaced by ASCII, every other byte copied from valid UTF-8 at
+    // character boundaries (a byte >= 0x80 is never `%` or `\`): still valid UTF-8.
+    String::from_utf8(out).map_err(|_| PathError::MalformedEscape)
+}
+
+/// `%XX` in uppercase.
+fn push_escape(out: &mut Vec<u8>, c: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.extend_from_slice(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
+}
+
+/// The form routes are matched in and keys read: a normal path with every byte outside
+/// ASCII percent-encoded in uppercase. The upstream still gets the normal form as sent;
+/// this only makes its two spellings of one character one path to the routes.
+pub fn match_form(normal: &str) -> Cow<'_, str> {
+    if normal.is_ascii() {
+        return Cow::Borrowed(normal);
+    }
+    let mut out = Vec::with_capacity(normal.len() * 2);
+    for &b in normal.as_bytes() {
+        if b.is_ascii() {
+            out.push(b);
+        } else {
+            push_escape(&mut out, b);
+        }
+    }
+    // Only ASCII was written.
+    Cow::Owned(String::from_utf8(out).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -199,6 +238,27 @@ mod tests {
         assert_eq!(normalise("/%2e%2e/a"), Err(PathError::AboveRoot));
         for bad in ["/a%", "/a%2", "/a%zz", "/a%2g"] {
             assert_eq!(normalise(bad), Err(PathError::MalformedEscape), "{bad}");
+        }
+    }
+
+    #[test]
+    fn raw_utf8_is_kept_as_sent_and_matched_encoded() {
+        assert_eq!(n("/files/na\u{ef}ve.txt"), "/files/na\u{ef}ve.txt");
+        assert!(matches!(
+            normalise("/files/na\u{ef}ve.txt"),
+            Ok(Cow::Borrowed(_))
+        ));
+        assert_eq!(n("/a/./caf\u{e9}/"), "/a/caf\u{e9}/");
+        assert_eq!(n("/\u{1F600}/%7e"), "/\u{1F600}/~");
+        assert_eq!(match_form(&n("/v1/caf\u{e9}/x")), "/v1/caf%C3%A9/x");
+        assert_eq!(match_form(&n("/v1/caf%c3%a9/x")), "/v1/caf%C3%A9/x");
+        assert!(matches!(match_form("/v1/x"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_raw_backslash_is_refused() {
+        for p in ["/v1\\payments", "/v1/payments\\..\\x", "/\\"] {
+            assert_eq!(normalise(p), Err(PathError::Backslash), "{p}");
         }
     }
 

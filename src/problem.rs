@@ -26,6 +26,15 @@ pub enum GatewayError {
     /// A path that cannot be normalised safely.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// `CONNECT`: a reverse proxy opens no tunnels.
+    #[error("CONNECT is not supported")]
+    MethodNotSupported,
+    /// A method in other than upper case where a route would match its upper-case form.
+    #[error("method not in upper case")]
+    MethodCase,
+    /// `Host` missing, repeated or malformed.
+    #[error("{0}")]
+    HostInvalid(&'static str),
     /// The request body exceeds `server.max_body`.
     #[error("request body exceeds {limit} bytes")]
     BodyTooLarge {
@@ -76,6 +85,15 @@ pub enum GatewayError {
     /// Admin: a resolution under a fence that no longer owns the claim.
     #[error("stale fence")]
     StaleFence,
+    /// Admin: resolve or DELETE on a claim whose lease is live (its owner may still be
+    /// executing it), without `"force": true`.
+    #[error("the claim's lease is live")]
+    ClaimLive {
+        /// The claim's fence.
+        fence: u64,
+        /// Lease time left.
+        lease_left: Duration,
+    },
     /// The store failed and the route fails closed.
     #[error("dedupe store unavailable")]
     StoreUnavailable,
@@ -110,6 +128,11 @@ struct Problem<'a> {
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
+    /// `claim-live`: the live claim's fence and lease left (extension members).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_left_ms: Option<u128>,
 }
 
 impl GatewayError {
@@ -126,6 +149,21 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "path-invalid",
                 "Request path cannot be normalised safely",
+            ),
+            MethodNotSupported => (
+                StatusCode::NOT_IMPLEMENTED,
+                "method-not-supported",
+                "Method not supported by the gateway",
+            ),
+            MethodCase => (
+                StatusCode::BAD_REQUEST,
+                "method-case",
+                "Method must be in upper case",
+            ),
+            HostInvalid(_) => (
+                StatusCode::BAD_REQUEST,
+                "host-invalid",
+                "Host header missing, repeated or malformed",
             ),
             BodyTooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -233,6 +271,11 @@ impl GatewayError {
                 "stale-fence",
                 "The claim is no longer in flight under this fence",
             ),
+            ClaimLive { .. } => (
+                StatusCode::CONFLICT,
+                "claim-live",
+                "The claim's lease is live: its owner may still be executing it",
+            ),
             StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store-unavailable",
@@ -282,6 +325,19 @@ impl GatewayError {
             GatewayError::Key(e) => Some(e.to_string()),
             GatewayError::Path(e) => Some(e.to_string()),
             GatewayError::BadAdminRequest(e) => Some(e.clone()),
+            GatewayError::HostInvalid(e) => Some((*e).to_owned()),
+            GatewayError::MethodCase => Some(
+                "methods are case-sensitive: a route dedupes this method in upper case; send it so"
+                    .to_owned(),
+            ),
+            GatewayError::MethodNotSupported => {
+                Some("the gateway is a reverse proxy: it opens no tunnels".to_owned())
+            }
+            GatewayError::ClaimLive { fence, lease_left } => Some(format!(
+                "fence {fence} holds a live lease for {} ms more: its request may still be \
+                 executing; wait for the lease to end, or add \"force\": true to act anyway",
+                lease_left.as_millis()
+            )),
             GatewayError::OutcomeUnknown => Some(
                 "an earlier request with this key may or may not have taken effect; it will not be \
                  executed again automatically: an operator must resolve the key"
@@ -334,6 +390,14 @@ impl GatewayError {
             title,
             status: status.as_u16(),
             detail: self.detail(),
+            fence: match self {
+                GatewayError::ClaimLive { fence, .. } => Some(*fence),
+                _ => None,
+            },
+            lease_left_ms: match self {
+                GatewayError::ClaimLive { lease_left, .. } => Some(lease_left.as_millis()),
+                _ => None,
+            },
         };
         // Serialising a struct of strings and an integer cannot fail.
         let body = serde_json::to_vec(&problem).unwrap_or_default();

@@ -171,7 +171,8 @@ pub enum MatchMode {
     Key,
 }
 
-/// A path pattern, matched against the normalised path ([`crate::path::normalise`]):
+/// A path pattern, matched against the normalised path in its match form
+/// ([`crate::path::normalise`], [`crate::path::match_form`]):
 /// an exact path; a collection `P/**`, which matches `P` itself and everything under
 /// `P/`; or a glob where `*` matches any run of characters (slashes included), so
 /// `/v1/payments/*` matches everything under `/v1/payments/` but not `/v1/payments`.
@@ -208,7 +209,9 @@ impl PathPattern {
         if !pattern.starts_with('/') {
             return Err(format!("{pattern:?} must start with '/'"));
         }
-        match crate::path::normalise(pattern) {
+        // Requests are matched in their match form: raw UTF-8 in a pattern is written
+        // percent-encoded, as requests are matched.
+        match crate::path::normalise(pattern).map(|n| crate::path::match_form(&n).into_owned()) {
             Ok(normal) if normal == pattern => {}
             Ok(normal) => {
                 return Err(format!(

@@ -22,11 +22,13 @@ use crate::tls::ListenerCert;
 
 mod accept;
 mod connection;
+mod evict;
 mod greeting;
 mod write_deadline;
 
 use self::accept::Listener;
 use self::connection::Serving;
+use self::evict::Evictable;
 pub use self::write_deadline::WriteDeadline;
 
 /// Why the gateway could not run.
@@ -247,14 +249,18 @@ async fn accept_admin(
     gateway: &Arc<Gateway>,
     graceful: &GracefulShutdown,
 ) {
+    // Probes must be answered however many silent connections arrive: when every slot is
+    // taken, the oldest connection that has not begun a request makes room.
+    let evictable = Evictable::default();
     loop {
-        let Some((slot, stream, remote)) = listener.next().await else {
+        let Some((slot, stream, remote)) = listener.next_evicting(&evictable).await else {
             continue;
         };
         let (serving, gateway) = (serving.clone(), gateway.clone());
         let watcher = graceful.watcher();
+        let entry = evictable.register();
         tokio::spawn(async move {
-            serving.admin(stream, remote, gateway, watcher).await;
+            serving.admin(stream, remote, gateway, watcher, entry).await;
             drop(slot);
         });
     }

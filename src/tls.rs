@@ -45,10 +45,11 @@ impl PemFile {
     /// Reads the file.
     pub fn read(path: impl AsRef<Path>) -> Result<Self, PemError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| PemError {
-            path: path.display().to_string(),
-            reason: format!("cannot read: {e}"),
-        })?;
+        let bytes =
+            crate::files::read_bounded(path, crate::files::MAX_PEM_FILE).map_err(|e| PemError {
+                path: path.display().to_string(),
+                reason: format!("cannot read: {e}"),
+            })?;
         Ok(Self {
             path: path.to_owned(),
             bytes: bytes.into(),

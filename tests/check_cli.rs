@@ -240,3 +240,28 @@ fn every_shipped_config_passes_strict() {
         }
     }
 }
+
+/// Every file the gateway reads is bounded: a key file, a certificate or a private key that
+/// is `/dev/zero` is refused at once (exit 64) instead of growing `check` without end.
+#[test]
+fn endless_key_and_certificate_files_are_refused_with_their_name() {
+    let with_key = format!("{BASE}[store]\nencryption_keys = [\"file:/dev/zero\"]\n");
+    let with_cert = BASE
+        .replace("http://", "https://")
+        .replace("upstream =", "upstream_ca_file = \"/dev/zero\"\nupstream =");
+    let with_tls =
+        format!("{BASE}[server.tls]\ncert_file = \"/dev/zero\"\nkey_file = \"/dev/zero\"\n");
+    for (text, names) in [
+        (with_key, "store.encryption_keys[0]"),
+        (with_cert, "/dev/zero"),
+        (with_tls, "/dev/zero"),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, out, err) = check(&text, &[]);
+        assert_eq!(code, Some(64), "{text}\n{out}\n{err}");
+        assert!(err.contains(names), "{err}");
+        assert!(err.contains("larger than"), "{err}");
+        // A liveness bound: it stopped reading rather than reading 6 GB.
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+}

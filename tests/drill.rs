@@ -228,6 +228,20 @@ async fn drill_target(
     route: &str,
     yes: bool,
 ) -> (Option<i32>, String, String) {
+    let mut args = vec!["--token", "s3cret"];
+    if yes {
+        args.push("--yes");
+    }
+    drill_target_with(cfg, gw, route, &args).await
+}
+
+/// `drill --target` on `route` with `extra` arguments (token, headers, --yes).
+async fn drill_target_with(
+    cfg: &GatewayConfig,
+    gw: &GatewayProcess,
+    route: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let p = write(&tmp, &cfg.to_toml());
     let mut args = vec![
@@ -235,14 +249,10 @@ async fn drill_target(
         gw.url(""),
         "--admin".to_owned(),
         gw.admin_url(""),
-        "--token".to_owned(),
-        "s3cret".to_owned(),
         "--route".to_owned(),
         route.to_owned(),
     ];
-    if yes {
-        args.push("--yes".to_owned());
-    }
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         drill(&p, &args, &[])
@@ -276,6 +286,53 @@ async fn drill_target_passes_against_a_running_gateway_and_leaves_no_records() {
     assert_eq!(upstream.effects(), 5);
     let keys: i64 = redis.cmd(&["DBSIZE"]);
     assert_eq!(keys, 0, "the drill left records behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_target_without_admin_access_sends_nothing() {
+    let (upstream, redis, gw, cfg) = live_gateway().await;
+    for extra in [&["--token", "wrong", "--yes"][..], &["--yes"]] {
+        let (code, out, err) = drill_target_with(&cfg, &gw, "orders", extra).await;
+        assert_eq!(code, Some(64), "{extra:?}\n{out}\n{err}");
+        assert!(err.contains("401"), "{err}");
+        assert!(err.contains("nothing was sent"), "{err}");
+    }
+    assert_eq!(upstream.effects(), 0, "no request reached the upstream");
+    let keys: i64 = redis.cmd(&["DBSIZE"]);
+    assert_eq!(keys, 0, "no record was made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_target_refuses_a_key_header_and_never_touches_a_real_record() {
+    let (upstream, _redis, gw, cfg) = live_gateway().await;
+    let http = dedupe_test_support::Http::new();
+    let real = [
+        ("Idempotency-Key", "real-order-1"),
+        ("Authorization", "Bearer real"),
+    ];
+    let first = http.post(&gw.url("/orders"), &real, "{}").await;
+    assert_eq!(first.status, http::StatusCode::CREATED);
+    let (code, out, err) = drill_target_with(
+        &cfg,
+        &gw,
+        "orders",
+        &[
+            "--token",
+            "s3cret",
+            "--yes",
+            "--header",
+            "Idempotency-Key: real-order-1",
+            "--header",
+            "Authorization: Bearer real",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(64), "{out}\n{err}");
+    assert!(err.contains("--header idempotency-key"), "{err}");
+    // The real client's record is still there: its retry replays, nothing executes again.
+    let retry = http.post(&gw.url("/orders"), &real, "{}").await;
+    assert!(retry.replayed(), "{}", retry.text());
+    assert_eq!(upstream.effects(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

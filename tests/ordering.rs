@@ -48,7 +48,10 @@ impl Env {
                 "json:/id",
                 "header:x-event-time",
                 "timestamp",
-            ));
+            ))
+            .route(
+                RouteCfg::header("labelled", "/labelled/*").order("json:/id", "json:/v", "string"),
+            );
         Self {
             gw: TestGateway::start(&config).await,
             up,
@@ -222,4 +225,46 @@ async fn timestamps_in_a_header_compare_as_instants(b: Backend) {
     let before = send("t-1", "2026-05-01T11:00:00+01:00").await;
     assert!(stale(&before), "{before:?}");
     assert_eq!(e.up.effects(), 2);
+}
+
+/// The ordering details decided in issue #23 (README, Stale writes), counted at the
+/// upstream: a string version is compared as sent (`"b "` is after `"b"`, not equal and
+/// stale); timestamps with `t`/`z` or a space are the instants they name; a leap second is
+/// refused; an entity sent as `42` and as `"42"` is one entity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_details_decided_deliberately() {
+    let e = Env::new(Backend::Memory).await;
+    let label = |key: &'static str, body: &'static str| {
+        let (http, url) = (e.http.clone(), e.gw.url("/labelled/x"));
+        async move { http.post(&url, &[("Idempotency-Key", key)], body).await }
+    };
+    assert_eq!(
+        label("s-1", r#"{"id":42,"v":"b"}"#).await.status,
+        StatusCode::CREATED
+    );
+    let spaced = label("s-2", r#"{"id":42,"v":"b "}"#).await;
+    assert_eq!(spaced.status, StatusCode::CREATED, "{}", spaced.text());
+    // The entity "42" is the entity 42: "a" is older than its "b ".
+    assert!(stale(&label("s-3", r#"{"id":"42","v":"a"}"#).await));
+    assert_eq!(e.up.effects(), 2);
+
+    let stamp = |key: &'static str, at: &'static str| {
+        let (http, url) = (e.http.clone(), e.gw.url("/stamped/y"));
+        async move {
+            http.post(
+                &url,
+                &[("Idempotency-Key", key), ("x-event-time", at)],
+                r#"{"id":"b"}"#,
+            )
+            .await
+        }
+    };
+    let lower = stamp("t-1", "2026-05-01t10:00:00z").await;
+    assert_eq!(lower.status, StatusCode::CREATED, "{}", lower.text());
+    let spaced = stamp("t-2", "2026-05-01 10:00:01Z").await;
+    assert_eq!(spaced.status, StatusCode::CREATED, "{}", spaced.text());
+    assert!(stale(&stamp("t-3", "2026-05-01T10:00:00Z").await));
+    let leap = stamp("t-4", "2026-06-30T23:59:60Z").await;
+    assert_eq!(leap.status, StatusCode::BAD_REQUEST, "{}", leap.text());
+    assert_eq!(e.up.effects(), 4);
 }

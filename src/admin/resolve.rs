@@ -14,6 +14,9 @@ struct ResolveRequest {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     body: Option<String>,
+    /// Act even on a claim whose lease is live (logged at warn with both fences).
+    #[serde(default)]
+    force: bool,
 }
 
 #[derive(Deserialize, PartialEq, Eq)]
@@ -22,6 +25,21 @@ enum ResolveAs {
     Retry,
     Done,
 }
+
+/// Headers a resolved response may not carry: hop-by-hop (RFC 9110 §7.6.1) and framing.
+/// A `content-length: 1000` over a 3-byte body would break every replay.
+const FRAMING: [&str; 10] = [
+    "connection",
+    "content-length",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
 fn bad(message: impl Into<String>) -> GatewayError {
     GatewayError::BadAdminRequest(message.into())
@@ -49,6 +67,12 @@ fn resolution(
     for (name, value) in &req.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| bad(format!("{name:?} is not a header name")))?;
+        if FRAMING.contains(&name.as_str()) {
+            return Err(bad(format!(
+                "{name} is a hop-by-hop or framing header: stored responses never carry one \
+                 (a replay frames its body itself)"
+            )));
+        }
         let value = HeaderValue::from_str(value)
             .map_err(|_| bad(format!("the value of {name} is not a header value")))?;
         headers.append(name, value);
@@ -98,6 +122,17 @@ pub(super) async fn resolve(
         ResolveAs::Retry => "retry",
         ResolveAs::Done => "done",
     };
+    let act = super::live::Act {
+        what: match req.resolve_as {
+            ResolveAs::Retry => "resolve retry",
+            ResolveAs::Done => "resolve done",
+        },
+        force: req.force,
+        fence: Some(req.fence),
+        route: &route.name,
+        key: &key,
+    };
+    super::live::guard(gateway, &store_key, act).await?;
     let expires = std::time::SystemTime::now() + route.window;
     // Sealed like the winner's records, so it opens where they open.
     let resolution = match resolution(req, &store_key, expires)? {
@@ -119,4 +154,38 @@ pub(super) async fn resolve(
     let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = StatusCode::NO_CONTENT;
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(headers: &[(&str, &str)]) -> Result<Resolution, GatewayError> {
+        let req = ResolveRequest {
+            fence: 1,
+            resolve_as: ResolveAs::Done,
+            status: Some(201),
+            headers: headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Some("abc".into()),
+            force: false,
+        };
+        resolution(req, &StoreKey::from_raw("k"), std::time::SystemTime::now())
+    }
+
+    #[test]
+    fn done_refuses_hop_by_hop_and_framing_headers() {
+        for name in [
+            "content-length",
+            "Transfer-Encoding",
+            "connection",
+            "upgrade",
+            "te",
+        ] {
+            assert!(done(&[(name, "1000")]).is_err(), "{name}");
+        }
+        assert!(done(&[("content-type", "text/plain")]).is_ok());
+    }
 }

@@ -107,7 +107,12 @@ pub struct AdminConfig {
 impl Config {
     /// Reads, parses, applies environment overrides and validates a config file.
     pub fn load(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = |path: &Path| {
+            let bytes = crate::files::read_bounded(path, crate::files::MAX_CONFIG_FILE)?;
+            String::from_utf8(bytes)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+        };
+        let text = read(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;

@@ -45,6 +45,10 @@ pub enum DrillError {
     /// A `--target`/`--admin` URL or `--header` the drill cannot use.
     #[error("{0}")]
     Usage(String),
+    /// `--target`: the admin API cannot be used (a wrong token: the clean-up could not
+    /// run), or a drill key has a record already. Nothing was sent.
+    #[error("drill --target: {0}; nothing was sent to the upstream")]
+    Preflight(String),
     /// No request can be generated for a route.
     #[error("route {route}: {message}")]
     Request {

@@ -1,7 +1,8 @@
 //! `drill --target`: replay, race and misuse against a live gateway (through its load
 //! balancer), with drill-marked keys. The real upstream executes these requests, so the
 //! effects are read from the gateway itself: the record and its fence from the admin API,
-//! and `/metrics` deltas. Every record the drill made is deleted afterwards.
+//! and `/metrics` deltas. Admin access is checked before anything is sent; afterwards the
+//! drill deletes the records it made, and only those, under the fences it saw.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,6 +18,7 @@ use super::report::{Cleanup, Drill, Outcome, Report};
 use super::request::{self, DrillRequest, Marks};
 use super::{run_id, DrillError};
 use crate::config::Config;
+use crate::key::{KeyRule, RequestPart};
 use crate::route::{Mode, Route};
 
 /// What `drill --target` runs.
@@ -88,6 +90,7 @@ impl Plan {
                 route.mode.as_str()
             )));
         }
+        refuse_key_headers(&route, &opts.headers)?;
         let run = run_id();
         let tenant = format!("drill-{run}");
         let gen = |drill: Drill| {
@@ -185,6 +188,41 @@ impl Plan {
     }
 }
 
+/// Refuses a `--header` that would replace what the drill generates to make its keys its
+/// own: the key header, a fingerprinted header, an ordered route's entity or version. The
+/// drill never sends a key it did not generate: a real client's key would make the drill's
+/// clean-up delete that client's record, and its retry execute again.
+fn refuse_key_headers(route: &Route, headers: &HeaderMap) -> Result<(), DrillError> {
+    let mut generated: Vec<&RequestPart> = match &route.key {
+        KeyRule::Header { .. } => Vec::new(),
+        KeyRule::Fingerprint(parts) => parts.iter().collect(),
+    };
+    if let Some(order) = &route.order {
+        generated.extend([&order.entity, &order.version]);
+    }
+    let key_header = match &route.key {
+        KeyRule::Header { name, .. } => Some(name),
+        KeyRule::Fingerprint(_) => None,
+    };
+    let named = generated
+        .into_iter()
+        .filter_map(|p| match p {
+            RequestPart::Header(name) => Some(name),
+            _ => None,
+        })
+        .chain(key_header);
+    for name in named {
+        if headers.contains_key(name) {
+            return Err(DrillError::Usage(format!(
+                "--header {name}: route {} derives its key (or order) from this header; the drill \
+                 sends only keys it generated, so it never touches a real client's record",
+                route.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The admin API's view of a record.
 #[derive(Debug, Clone, Default)]
 struct Record {
@@ -216,6 +254,9 @@ pub fn requests_by_outcome(metrics: &str, route: &str) -> BTreeMap<String, f64> 
 struct Live<'a> {
     plan: &'a Plan,
     http: Http,
+    /// The fence of each record the drill saw under its own keys: the clean-up deletes
+    /// only these, under these fences.
+    seen: std::sync::Mutex<BTreeMap<String, u64>>,
 }
 
 impl Live<'_> {
@@ -257,6 +298,12 @@ impl Live<'_> {
             }
         }
         let v: Value = serde_json::from_slice(&r.body).map_err(|e| format!("admin API: {e}"))?;
+        if let Some(fence) = v["fence"].as_u64() {
+            self.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(req.key.clone(), fence);
+        }
         Ok(Some(Record {
             state: v["state"].as_str().unwrap_or_default().to_owned(),
             fence: v["fence"].as_u64().unwrap_or_default(),
@@ -366,12 +413,40 @@ impl Live<'_> {
         ))
     }
 
+    /// Before anything reaches the upstream: the admin API answers with this token (the
+    /// clean-up will need it), and none of the drill's keys has a record yet.
+    async fn preflight(&self) -> Result<(), String> {
+        self.metrics().await?;
+        for req in [&self.plan.replay, &self.plan.race_req, &self.plan.misuse] {
+            if self.record(req).await?.is_some() {
+                return Err(format!(
+                    "a record already exists under the drill's key {}",
+                    req.key
+                ));
+            }
+        }
+        Ok(())
+    }
+
     async fn cleanup(&self) -> Cleanup {
         let reqs = [&self.plan.replay, &self.plan.race_req, &self.plan.misuse];
         let mut deleted = 0;
         let mut left = Vec::new();
         for req in reqs {
-            let url = self.key_url(req);
+            let fence = self
+                .seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&req.key)
+                .copied();
+            // Only a record the drill saw, under the fence it saw.
+            let Some(fence) = fence else {
+                if !matches!(self.record(req).await, Ok(None)) {
+                    left.push(req.key.clone());
+                }
+                continue;
+            };
+            let url = format!("{}&fence={fence}", self.key_url(req));
             if let Ok(r) = self
                 .http
                 .admin(Method::DELETE, &url, self.plan.token.as_deref())
@@ -398,12 +473,16 @@ fn evidence(v: Value) -> Map<String, Value> {
     }
 }
 
-/// Runs the plan against the live gateway and deletes its records.
-pub async fn run(plan: &Plan) -> Report {
+/// Runs the plan against the live gateway and deletes its records. Refused before any
+/// request is sent when the admin API does not answer with the token (the clean-up could
+/// not run) or a drill key already has a record.
+pub async fn run(plan: &Plan) -> Result<Report, DrillError> {
     let live = Live {
         plan,
         http: Http::new(Duration::from_secs(60)),
+        seen: Default::default(),
     };
+    live.preflight().await.map_err(DrillError::Preflight)?;
     let mut setup = Map::new();
     setup.insert("target".into(), plan.target.clone().into());
     setup.insert("admin".into(), plan.admin.clone().into());
@@ -449,7 +528,7 @@ pub async fn run(plan: &Plan) -> Report {
     };
     report.setup.insert("metrics_delta".into(), delta);
     report.cleanup = Some(live.cleanup().await);
-    report.finish()
+    Ok(report.finish())
 }
 
 #[cfg(test)]

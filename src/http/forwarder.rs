@@ -96,7 +96,7 @@ impl Forwarder {
 /// What the owner's call tells the upstream: the key, its fence and its scope.
 fn owner_headers(headers: &mut http::HeaderMap, key: &str, scope: &str, fence: Fence) {
     // A header key is visible ASCII and a fingerprint is hex: both are valid values.
-    if let Ok(v) = HeaderValue::from_str(key) {
+    if let Ok(v) = HeaderValue::from_str(&crate::key::forwarded_key(key)) {
         headers.insert(IDEMPOTENCY_KEY.clone(), v);
     }
     headers.insert(IDEMPOTENCY_FENCE.clone(), HeaderValue::from(fence.get()));

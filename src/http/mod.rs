@@ -6,6 +6,7 @@
 //! - [`gateway`]: the gateway's state (the live configuration as an atomic snapshot, the
 //!   store, the metrics, the request tasks).
 //! - `request`: the pipeline from a request to its response.
+//! - `head`: a request head's checks before routing (method, `Host`, origin-form target).
 //! - `keyed`: a keyed request's own task, from the claim to its accounted response.
 //! - `passthrough`: streaming a request without dedupe.
 //! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
@@ -24,6 +25,7 @@ mod capture;
 mod detach;
 mod forwarder;
 pub mod gateway;
+mod head;
 mod keyed;
 mod passthrough;
 mod recent;

@@ -2,6 +2,7 @@
 //! response head.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,7 +14,7 @@ use super::stream::Tail;
 use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
-use crate::upstream::{strip_hop_by_hop, UpstreamBody};
+use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
 use crate::{Body, BoxError};
 
 /// An upstream call's result and how long its head took.
@@ -62,6 +63,38 @@ pub(super) async fn forward(
                 expires: None,
                 tail: None,
             }
+        }
+    }
+}
+
+/// Raised when the client's request body fails while it is streamed upstream (a malformed
+/// chunk, a reset): the upstream call then breaks because of the client, which gets a 400,
+/// not a 502 blaming the upstream.
+#[derive(Clone, Default)]
+pub(super) struct ClientBodyFailed(Arc<AtomicBool>);
+
+impl ClientBodyFailed {
+    /// `req` with its body watched.
+    pub fn watch(&self, req: Request<Body>) -> Request<Body> {
+        let flag = self.0.clone();
+        req.map(|b| {
+            b.map_err(move |e| {
+                flag.store(true, Ordering::Relaxed);
+                e
+            })
+            .boxed()
+        })
+    }
+
+    /// The error to answer with: the client's, when its body failed.
+    pub fn blame(&self, e: GatewayError) -> GatewayError {
+        match e {
+            GatewayError::Upstream(UpstreamFailure::Broken(_))
+                if self.0.load(Ordering::Relaxed) =>
+            {
+                GatewayError::BodyUnreadable
+            }
+            e => e,
         }
     }
 }

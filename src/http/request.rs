@@ -1,14 +1,13 @@
 //! The pipeline from a client request to its response: framing check, route, key, then
 //! either a stream to the upstream or the dedupe protocol in a tracked task.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
-use http::{Request, Response, Uri};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
@@ -18,6 +17,7 @@ use super::access::{Access, Origin};
 use super::capture::Gathered;
 use super::detach::Tether;
 use super::forwarder::Forwarder;
+use super::head;
 use super::keyed::KeyedRequest;
 use super::passthrough;
 use super::stream::{Delivery, StreamedMark, Tethered};
@@ -25,7 +25,7 @@ use super::{ConnInfo, Gateway, Live};
 use crate::config::Config;
 use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{KeyError, RequestView};
-use crate::path::{self, PathError};
+use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Mode, Route, Skip, Verdict};
 use crate::{full, Body, BoxError};
@@ -90,8 +90,13 @@ impl Gateway {
             Ok(req) => req,
             Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e)),
         };
+        // Routes and keys read the path with bytes outside ASCII percent-encoded.
+        let matched = path::match_form(req.uri().path()).into_owned();
+        if let Err(e) = head::method_case(&live.config.routes, req.method(), &matched) {
+            return early(&self.no_route, Outcome::Rejected, Err(e));
+        }
         // No route, or a route that is off: streamed, counted under the route's name.
-        let route_idx = match route::find(&live.config.routes, req.method(), req.uri().path()) {
+        let route_idx = match route::find(&live.config.routes, req.method(), &matched) {
             Some(i) if live.config.routes[i].mode != Mode::Off => i,
             found => {
                 let name = found.map_or(&self.no_route, |i| &live.config.routes[i].name);
@@ -118,7 +123,7 @@ impl Gateway {
         let keyed = match route.verdict(
             live.config.store.namespace(),
             live.config.server.max_body,
-            &view(&parts, &body),
+            &view(&parts, &matched, &body),
         ) {
             Verdict::Claim(keyed) => keyed,
             Verdict::Skip(skip) => {
@@ -250,11 +255,13 @@ impl Gateway {
         outcome: Outcome,
         started: Instant,
     ) -> Handled {
+        let body_failed = passthrough::ClientBodyFailed::default();
+        let req = body_failed.watch(req);
         let fwd = passthrough::forward(live, &self.metrics, req, conn.remote, route).await;
         let mut access = Access::keyless(started, route.clone(), outcome);
         access.upstream = fwd.upstream;
         Handled {
-            response: fwd.response,
+            response: fwd.response.map_err(|e| body_failed.blame(e)),
             access,
         }
     }
@@ -273,8 +280,8 @@ fn policy(route: &Route) -> Policy {
     }
 }
 
-/// A request whose framing is unambiguous, with its path in normal form: what routes
-/// match and the upstream gets.
+/// A request whose framing and head are sound, with an origin-form target and its path in
+/// normal form: what routes match and the upstream gets.
 fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, GatewayError> {
     // hyper drops Content-Length when both arrive, so the evidence is the connection's
     // head scanner; the header check is defence in depth should hyper ever keep both.
@@ -282,33 +289,17 @@ fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, GatewayError
     if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
         return Err(GatewayError::AmbiguousFraming);
     }
-    // A spelling the upstream reads as the same path must not slip past its route.
-    Ok(normalise_uri(req)?)
+    head::check(&req)?;
+    // A spelling the upstream reads as the same path must not slip past its route, and
+    // the upstream never sees the client's authority.
+    Ok(head::origin_form(req)?)
 }
 
-/// The request with its path in normal form (query untouched).
-fn normalise_uri<B>(mut req: Request<B>) -> Result<Request<B>, PathError> {
-    let normal = match path::normalise(req.uri().path())? {
-        Cow::Borrowed(_) => return Ok(req),
-        Cow::Owned(normal) => normal,
-    };
-    let pq = match req.uri().query() {
-        Some(q) => format!("{normal}?{q}"),
-        None => normal,
-    };
-    let mut parts = req.uri().clone().into_parts();
-    // A normalised valid path is still a valid path; should that ever fail, the request
-    // is refused rather than forwarded unnormalised.
-    parts.path_and_query = Some(pq.parse().map_err(|_| PathError::MalformedEscape)?);
-    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| PathError::MalformedEscape)?;
-    Ok(req)
-}
-
-/// The parts of a request the key rules read.
-fn view<'a>(parts: &'a Parts, body: &'a [u8]) -> RequestView<'a> {
+/// The parts of a request the key rules read; the path in its match form.
+fn view<'a>(parts: &'a Parts, path: &'a str, body: &'a [u8]) -> RequestView<'a> {
     RequestView {
         method: &parts.method,
-        path: parts.uri.path(),
+        path,
         query: parts.uri.query(),
         headers: &parts.headers,
         body,

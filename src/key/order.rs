@@ -56,8 +56,14 @@ impl OrderRule {
     pub fn derive(&self, req: &RequestView<'_>) -> Result<Ordered, KeyError> {
         let entity = entity_hash(&part_value(&self.entity, req)?);
         let raw = part_value(&self.version, req)?;
-        let text = String::from_utf8_lossy(&raw).trim().to_owned();
         let bad = |why: &str| KeyError::BadVersion(format!("{}: {why}", self.version));
+        // A number or an instant is parsed, so white space around it changes nothing; a
+        // string version is compared as sent: `"b "` and `"b"` are two versions, as trimming
+        // would make a later version equal to an earlier one, and so stale.
+        let text = match self.compare {
+            Compare::String => String::from_utf8_lossy(&raw).into_owned(),
+            _ => String::from_utf8_lossy(&raw).trim().to_owned(),
+        };
         let version = match self.compare {
             Compare::Integer => {
                 let n: i64 = text.parse().map_err(|_| bad("not a 64-bit integer"))?;
@@ -67,10 +73,11 @@ impl OrderRule {
                 flip(parse_rfc3339_ms(&text).ok_or_else(|| bad("not an RFC 3339 timestamp"))?)
             }
             Compare::String => {
-                if text.len() > MAX_VERSION_LEN {
+                if raw.len() > MAX_VERSION_LEN {
                     return Err(bad("longer than 255 bytes"));
                 }
-                text.as_bytes().to_vec()
+                // The bytes as sent: two spellings never compare equal by a lossy decoding.
+                raw
             }
         };
         Ok(Ordered {
@@ -175,7 +182,20 @@ fn part_value(part: &RequestPart, req: &RequestView<'_>) -> Result<Vec<u8>, KeyE
 }
 
 /// Milliseconds since the epoch of an RFC 3339 timestamp (`Z` or a `±hh:mm` offset).
+/// `t`, `z` and a space between date and time are accepted (RFC 3339 §5.6 allows each). A
+/// leap second (`23:59:60`) is refused: to the millisecond it would equal another instant,
+/// and the later of two versions that compare equal is stale.
 fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let mut owned;
+    let mut s = s;
+    if matches!(s.as_bytes().get(10), Some(b't' | b' ')) {
+        owned = s.to_owned();
+        owned.replace_range(10..11, "T");
+        s = &owned;
+    }
+    if s.get(16..19) == Some(":60") {
+        return None;
+    }
     let (local, offset_min) = if let Some(l) = s.strip_suffix(['Z', 'z']) {
         (l, 0i64)
     } else {
@@ -286,6 +306,36 @@ mod tests {
             derive(&r, r#"{"id":1,"v":"yesterday"}"#),
             Err(KeyError::BadVersion(_))
         ));
+    }
+
+    #[test]
+    fn timestamp_spellings_rfc_3339_allows_are_one_instant_and_leap_seconds_are_refused() {
+        let r = rule(Compare::Timestamp);
+        let v = |v: &str| derive(&r, &format!(r#"{{"id":1,"v":"{v}"}}"#)).map(|o| o.version);
+        let t = v("2026-01-01T10:00:00Z").unwrap();
+        for same in [
+            "2026-01-01t10:00:00z",
+            "2026-01-01 10:00:00Z",
+            " 2026-01-01T10:00:00Z ",
+        ] {
+            assert_eq!(v(same).unwrap(), t, "{same}");
+        }
+        for leap in ["2016-12-31T23:59:60Z", "2016-12-31T23:59:60.5+00:00"] {
+            assert!(matches!(v(leap), Err(KeyError::BadVersion(_))), "{leap}");
+        }
+    }
+
+    #[test]
+    fn string_versions_compare_as_sent_and_a_number_entity_is_its_string() {
+        let r = rule(Compare::String);
+        let v = |v: &str| derive(&r, &format!(r#"{{"id":1,"v":"{v}"}}"#)).unwrap();
+        assert_ne!(v("b ").version, v("b").version);
+        assert!(v("b").version < v("b ").version);
+        // Decided: an entity sent as 42 and as "42" is one entity (one customer whose id
+        // two senders spell differently), so its versions are ordered together.
+        let n = derive(&r, r#"{"id":42,"v":"a"}"#).unwrap();
+        let s = derive(&r, r#"{"id":"42","v":"a"}"#).unwrap();
+        assert_eq!(n.entity, s.entity);
     }
 
     #[test]

@@ -343,3 +343,12 @@ fn parts_parse_and_print() {
     }
     assert!(RequestPart::parse("cookie:a").is_err());
 }
+
+#[test]
+fn a_quoted_key_is_forwarded_as_an_sf_string_of_itself() {
+    assert_eq!(forwarded_key("abc"), "abc");
+    assert_eq!(forwarded_key("a\"b"), "a\"b");
+    let quoted = forwarded_key("\"a\\b\"");
+    assert_eq!(quoted, r#""\"a\\b\"""#);
+    assert_eq!(sf_string(quoted.as_bytes()).unwrap(), b"\"a\\b\"");
+}

@@ -100,6 +100,10 @@ fn patterns_must_be_absolute_valid_and_normalised() {
         assert!(e.contains("normalised"), "{e}");
     }
     assert!(PathPattern::new("/a/%2F").is_err());
+    assert!(PathPattern::new("/a\\b").is_err());
+    // Raw UTF-8 is written as requests are matched: percent-encoded.
+    let e = PathPattern::new("/v1/caf\u{e9}/**").unwrap_err();
+    assert!(e.contains("/v1/caf%C3%A9/**"), "{e}");
     let p = PathPattern::new("/a/*/b").unwrap();
     assert!(p.matches("/a/x/b"));
     assert!(!p.matches("/a/x/c"));

@@ -9,6 +9,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
+use super::evict::Evictable;
+
 /// First pause after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// Longest pause between accepts while they keep failing.
@@ -47,6 +49,30 @@ impl Listener {
     pub(super) async fn next(&mut self) -> Option<(OwnedSemaphorePermit, TcpStream, SocketAddr)> {
         let slot = self.slots.clone().acquire_owned().await.ok()?;
         let (stream, remote) = self.acceptor.accept(self.socket.as_ref()).await?;
+        Some((slot, stream, remote))
+    }
+
+    /// As [`Listener::next`], for a listener that makes room rather than queueing: the
+    /// connection is accepted first, and when every slot is taken the oldest connection of
+    /// `evictable` that has not begun a request is closed to free one. When every slot is
+    /// serving requests, the new connection waits for one to end.
+    pub(super) async fn next_evicting(
+        &mut self,
+        evictable: &Evictable,
+    ) -> Option<(OwnedSemaphorePermit, TcpStream, SocketAddr)> {
+        let (stream, remote) = self.acceptor.accept(self.socket.as_ref()).await?;
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if evictable.evict_oldest() {
+                    debug!(
+                        listener = self.acceptor.listener,
+                        "every slot taken: closed the oldest connection that sent no request"
+                    );
+                }
+                self.slots.clone().acquire_owned().await.ok()?
+            }
+        };
         Some((slot, stream, remote))
     }
 }

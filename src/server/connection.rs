@@ -20,6 +20,7 @@ use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::evict::Entry;
 use super::greeting::{self, FirstRequest, Marked, Prefixed};
 use super::WriteDeadline;
 use crate::config::ServerConfig;
@@ -30,6 +31,10 @@ use crate::Body;
 
 /// How often an HTTP/2 connection is pinged: a dead peer is found and its slot freed.
 const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long an admin connection may take to send its first byte: probes send at once,
+/// and a silent connection must not hold one of the admin port's few slots for the whole
+/// `server.header_read_timeout`.
+pub(super) const ADMIN_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long an HTTP/2 ping may go unanswered before the connection is closed.
 const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -110,19 +115,29 @@ impl Serving {
             self.max_head,
             framing,
         );
-        self.http(io, svc, deadline, watcher, remote).await;
+        let first = FirstRequest::default();
+        self.http(io, svc, deadline, watcher, remote, first).await;
     }
 
-    /// Serves an admin connection: plain TCP, metrics, health and key operations.
+    /// Serves an admin connection: plain TCP, metrics, health and key operations. Its first
+    /// byte is due within [`ADMIN_FIRST_BYTE_TIMEOUT`] (probes send at once), and until its
+    /// first request begins it may be closed to make room (`entry`).
     pub(super) async fn admin(
         &self,
         stream: TcpStream,
         remote: SocketAddr,
         gateway: Arc<Gateway>,
         watcher: Watcher,
+        entry: Entry,
     ) {
-        let deadline = Instant::now() + self.header_read_timeout;
-        let Some(stream) = self.greet(stream, None, deadline, remote).await else {
+        let now = Instant::now();
+        let deadline = now + self.header_read_timeout;
+        let first_byte = deadline.min(now + ADMIN_FIRST_BYTE_TIMEOUT);
+        let greeted = tokio::select! {
+            greeted = self.greet(stream, None, first_byte, remote) => greeted,
+            () = entry.closed_for_room() => None,
+        };
+        let Some(stream) = greeted else {
             return;
         };
         let svc = service_fn(move |req| {
@@ -130,7 +145,14 @@ impl Serving {
             async move { Ok::<_, Infallible>(crate::admin::handle(gw, req).await) }
         });
         let io = WriteDeadline::new(stream, self.write_timeout);
-        self.http(io, svc, deadline, watcher, remote).await;
+        let first = entry.first.clone();
+        let served = self.http(io, svc, deadline, watcher, remote, first);
+        tokio::select! {
+            () = served => {}
+            () = entry.closed_for_room() => {
+                debug!(%remote, "admin connection closed to make room: it sent no request");
+            }
+        }
     }
 
     /// The connection's TLS handshake and first bytes, by `deadline`; `None` when the
@@ -175,6 +197,7 @@ impl Serving {
         deadline: Instant,
         watcher: Watcher,
         remote: SocketAddr,
+        first: FirstRequest,
     ) where
         I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
         S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
@@ -183,7 +206,6 @@ impl Serving {
             + 'static,
         S::Future: Send + 'static,
     {
-        let first = FirstRequest::default();
         let svc = Marked {
             inner: svc,
             first: first.clone(),

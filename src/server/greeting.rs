@@ -144,7 +144,12 @@ struct FirstRequestState {
 }
 
 impl FirstRequest {
-    fn mark(&self) {
+    /// Whether the connection's first request has begun.
+    pub(super) fn begun(&self) -> bool {
+        self.0.seen.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn mark(&self) {
         // One relaxed load per request once seen: the notification is sent only once.
         if !self.0.seen.load(Ordering::Relaxed) {
             self.0.seen.store(true, Ordering::Relaxed);

@@ -28,12 +28,16 @@ fn material(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     if let Some(path) = source.strip_prefix("file:") {
-        let bytes = std::fs::read(path).map_err(|e| {
-            invalid(
-                at,
-                format!("cannot read the key file {path:?}: {}", e.kind()),
-            )
-        })?;
+        let bytes =
+            crate::files::read_bounded(std::path::Path::new(path), crate::files::MAX_KEY_FILE)
+                .map_err(|e| {
+                    // The kind alone for I/O errors; the size limit says what it is.
+                    let why = match e.kind() {
+                        std::io::ErrorKind::InvalidData => e.to_string(),
+                        kind => kind.to_string(),
+                    };
+                    invalid(at, format!("cannot read the key file {path:?}: {why}"))
+                })?;
         Ok((bytes, format!("the key file {path:?}")))
     } else if let Some(name) = source.strip_prefix("env:") {
         let value = env(name)

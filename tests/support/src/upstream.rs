@@ -19,6 +19,9 @@ use tokio::net::TcpListener;
 pub struct Seen {
     /// The request target as received (path and query).
     pub path: String,
+    /// The request URI as received, whole: an absolute-form target keeps its scheme and
+    /// authority here.
+    pub uri: String,
     /// The request headers as received.
     pub headers: HeaderMap,
     /// The request body as received.
@@ -232,6 +235,7 @@ async fn answer(
         .or_else(|| parts.uri.authority().map(|a| a.to_string()));
     st.seen.lock().unwrap().push(Seen {
         version: parts.version,
+        uri: parts.uri.to_string(),
         host,
         path: parts
             .uri
