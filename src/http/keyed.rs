@@ -97,7 +97,12 @@ impl KeyedRequest {
                 key: Some((this.keyed.key, this.keyed.scope)),
                 would: settled.would,
             };
-            delivery.deliver(gateway.conclude(Handled { response, access }, &this.origin));
+            let handled = Handled {
+                response,
+                access,
+                close: false,
+            };
+            delivery.deliver(gateway.conclude(handled, &this.origin));
         };
         // Boxed: spawning moved the 3.4 KiB future into its task's cell three times, and
         // the task moved its stage three times more by the end; a box makes each move a

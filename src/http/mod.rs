@@ -6,6 +6,8 @@
 //! - [`gateway`]: the gateway's state (the live configuration as an atomic snapshot, the
 //!   store, the metrics, the request tasks).
 //! - `request`: the pipeline from a request to its response.
+//! - `body`: a deduped request's body read within bounds; refused bodies drained, so a
+//!   keep-alive connection stays usable.
 //! - `head`: a request head's checks before routing (method, `Host`, origin-form target).
 //! - `keyed`: a keyed request's own task, from the claim to its accounted response.
 //! - `passthrough`: streaming a request without dedupe.
@@ -21,6 +23,7 @@
 //! - `access`: the access record, logged and counted once per request.
 
 mod access;
+mod body;
 mod capture;
 mod detach;
 mod forwarder;

@@ -2,10 +2,9 @@
 //! either a stream to the upstream or the dedupe protocol in a tracked task.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -14,7 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{error, warn, Instrument};
 
 use super::access::{Access, Origin};
-use super::capture::Gathered;
+use super::body::{read_body, Refusal};
 use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::head;
@@ -22,7 +21,6 @@ use super::keyed::KeyedRequest;
 use super::passthrough;
 use super::stream::{Delivery, StreamedMark, Tethered};
 use super::{ConnInfo, Gateway, Live};
-use crate::config::Config;
 use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{KeyError, RequestView};
 use crate::path;
@@ -34,6 +32,8 @@ use crate::{full, Body, BoxError};
 pub(super) struct Handled {
     pub response: Result<Response<Body>, GatewayError>,
     pub access: Access,
+    /// Answered with `Connection: close`: the client's body was left unread.
+    pub close: bool,
 }
 
 /// How `dispatch` ended.
@@ -63,7 +63,12 @@ impl Gateway {
 
     /// Turns an error into its response and accounts for the request: once per request.
     pub(super) fn conclude(&self, handled: Handled, origin: &Origin) -> Response<Body> {
-        let response = handled.response.unwrap_or_else(|e| e.to_response());
+        let mut response = handled.response.unwrap_or_else(|e| e.to_response());
+        if handled.close {
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         handled
             .access
             .account(&self.metrics, response.status(), origin);
@@ -80,20 +85,22 @@ impl Gateway {
         origin: &Origin,
         started: Instant,
     ) -> Dispatched {
-        let early = |route: &Arc<str>, outcome, response| {
+        let refused = |route: &Arc<str>, refusal: Refusal| {
             Dispatched::Handled(Handled {
-                response,
-                access: Access::keyless(started, route.clone(), outcome),
+                response: Err(refusal.error),
+                access: Access::keyless(started, route.clone(), Outcome::Rejected),
+                close: refusal.close,
             })
         };
         let req = match admit(req, conn) {
             Ok(req) => req,
-            Err(e) => return early(&self.no_route, Outcome::Rejected, Err(e)),
+            Err((e, body)) => return refused(&self.no_route, Refusal::drained(e, body).await),
         };
         // Routes and keys read the path with bytes outside ASCII percent-encoded.
         let matched = path::match_form(req.uri().path()).into_owned();
         if let Err(e) = head::method_case(&live.config.routes, req.method(), &matched) {
-            return early(&self.no_route, Outcome::Rejected, Err(e));
+            let refusal = Refusal::drained(e, req.into_body()).await;
+            return refused(&self.no_route, refusal);
         }
         // No route, or a route that is off: streamed, counted under the route's name.
         let route_idx = match route::find(&live.config.routes, req.method(), &matched) {
@@ -118,7 +125,7 @@ impl Gateway {
         }
         let body = match read_body(body, &parts, &live.config).await {
             Ok(body) => body,
-            Err(e) => return early(&route.name, Outcome::Rejected, Err(e)),
+            Err(refusal) => return refused(&route.name, refusal),
         };
         let keyed = match route.verdict(
             live.config.store.namespace(),
@@ -132,11 +139,7 @@ impl Gateway {
             }
         };
         if self.overloaded(&live) {
-            return early(
-                &route.name,
-                Outcome::Rejected,
-                Err(GatewayError::Overloaded),
-            );
+            return refused(&route.name, Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
         let forwarder = Forwarder {
@@ -239,9 +242,12 @@ impl Gateway {
             handled.access.would = Some(would);
             return Dispatched::Handled(handled);
         }
+        // Refused before its body was read: drained, so the connection stays usable.
+        let refusal = Refusal::drained(GatewayError::from(error), req.into_body()).await;
         Dispatched::Handled(Handled {
-            response: Err(GatewayError::from(error)),
+            response: Err(refusal.error),
             access: Access::keyless(started, route.name.clone(), outcome),
+            close: refusal.close,
         })
     }
 
@@ -263,6 +269,7 @@ impl Gateway {
         Handled {
             response: fwd.response.map_err(|e| body_failed.blame(e)),
             access,
+            close: false,
         }
     }
 }
@@ -281,18 +288,26 @@ fn policy(route: &Route) -> Policy {
 }
 
 /// A request whose framing and head are sound, with an origin-form target and its path in
-/// normal form: what routes match and the upstream gets.
-fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, GatewayError> {
+/// normal form: what routes match and the upstream gets. Refused, its body comes back
+/// unread.
+fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, (GatewayError, B)> {
+    let (parts, body) = req.into_parts();
+    let head = Request::from_parts(parts, ());
     // hyper drops Content-Length when both arrive, so the evidence is the connection's
     // head scanner; the header check is defence in depth should hyper ever keep both.
-    let chunked = req.headers().contains_key(TRANSFER_ENCODING);
-    if chunked && (req.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
-        return Err(GatewayError::AmbiguousFraming);
+    let chunked = head.headers().contains_key(TRANSFER_ENCODING);
+    if chunked && (head.headers().contains_key(CONTENT_LENGTH) || conn.framing.seen()) {
+        return Err((GatewayError::AmbiguousFraming, body));
     }
-    head::check(&req)?;
+    if let Err(e) = head::check(&head) {
+        return Err((e, body));
+    }
     // A spelling the upstream reads as the same path must not slip past its route, and
     // the upstream never sees the client's authority.
-    Ok(head::origin_form(req)?)
+    match head::origin_form(head) {
+        Ok(head) => Ok(head.map(|()| body)),
+        Err(e) => Err((e.into(), body)),
+    }
 }
 
 /// The parts of a request the key rules read; the path in its match form.
@@ -303,67 +318,5 @@ fn view<'a>(parts: &'a Parts, path: &'a str, body: &'a [u8]) -> RequestView<'a> 
         query: parts.uri.query(),
         headers: &parts.headers,
         body,
-    }
-}
-
-/// How much of a refused, oversized request body is read and thrown away before the 413 is
-/// sent. Closing a connection with unread bytes in its receive buffer makes the kernel send
-/// a reset, and the client may lose the 413 it was about to read (nginx's "lingering close"
-/// solves the same problem). Larger bodies are cut off.
-const DRAIN_LIMIT: u64 = 1024 * 1024;
-/// The longest a refused body is drained.
-const DRAIN_TIME: Duration = Duration::from_secs(1);
-
-/// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
-/// A body that arrives in one frame (the common case) is kept without a copy.
-async fn read_body(
-    mut body: Incoming,
-    parts: &Parts,
-    config: &Config,
-) -> Result<Bytes, GatewayError> {
-    let limit = config.server.max_body;
-    let deadline = tokio::time::Instant::now() + config.server.body_read_timeout;
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        drain(body, deadline).await;
-        return Err(GatewayError::BodyTooLarge { limit });
-    }
-    let mut gathered = Gathered::default();
-    loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => return Err(GatewayError::BodyTimeout),
-            Ok(None) => return Ok(gathered.into_bytes()),
-            Ok(Some(Err(e))) => {
-                warn!(error = %e, "request body could not be read");
-                return Err(GatewayError::BodyUnreadable);
-            }
-            Ok(Some(Ok(frame))) => frame,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        if gathered.push(data) as u64 > limit {
-            drain(body, deadline).await;
-            return Err(GatewayError::BodyTooLarge { limit });
-        }
-    }
-}
-
-/// Reads and discards what is left of a refused body, up to [`DRAIN_LIMIT`] bytes and
-/// [`DRAIN_TIME`], so the client reads its 413 instead of a reset.
-async fn drain(mut body: Incoming, deadline: tokio::time::Instant) {
-    let until = deadline.min(tokio::time::Instant::now() + DRAIN_TIME);
-    let mut read = 0u64;
-    while read <= DRAIN_LIMIT {
-        match tokio::time::timeout_at(until, body.frame()).await {
-            Ok(Some(Ok(frame))) => {
-                read += frame.data_ref().map_or(0, |d| d.len() as u64);
-            }
-            _ => return,
-        }
     }
 }
