@@ -198,6 +198,7 @@ fn route_line(out: &mut String, r: &Route) {
     let conflict = match r.on_conflict {
         OnConflict::Reject => "reject".to_owned(),
         OnConflict::Wait => format!("wait up to {}", format_duration(r.conflict_wait)),
+        OnConflict::Join => format!("join, or wait up to {}", format_duration(r.conflict_wait)),
     };
     let scope = if r.scope.is_empty() {
         "-".to_owned()

@@ -32,13 +32,28 @@ pub enum OnError {
 
 /// What an in-flight duplicate gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case", expecting = "\"reject\" or \"wait\"")]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"reject\", \"wait\" or \"join\""
+)]
 pub enum OnConflict {
     /// 409 with `Retry-After`.
     Reject,
     /// Hold the duplicate (up to `conflict_wait`) until the first request finishes, then
     /// answer it with the stored response; 409 if the wait runs out.
     Wait,
+    /// A duplicate that meets the first request's answer streaming on the same gateway
+    /// receives the bytes so far and then the rest as they arrive, from the one upstream
+    /// call, marked as a replay; otherwise, as `Wait`.
+    Join,
+}
+
+impl OnConflict {
+    /// Whether a duplicate is held until the first request finishes (`wait`, and `join`
+    /// where there is nothing to join).
+    pub fn waits(self) -> bool {
+        matches!(self, OnConflict::Wait | OnConflict::Join)
+    }
 }
 
 /// What becomes of a claim whose outcome is unknown (its owner died, its upstream timed

@@ -99,7 +99,7 @@ async fn read_events(url: &str, key: &str) -> (http::response::Parts, Vec<(Durat
     (head, frames)
 }
 
-fn joined(frames: &[(Duration, Bytes)]) -> Vec<u8> {
+fn concat(frames: &[(Duration, Bytes)]) -> Vec<u8> {
     frames.iter().flat_map(|(_, b)| b.iter().copied()).collect()
 }
 
@@ -117,7 +117,7 @@ async fn server_sent_events_reach_the_client_event_by_event_and_are_stored_whole
     let (head, frames) = read_events(&url, "run-1").await;
     assert_eq!(head.status, 200);
     assert_eq!(head.headers["content-type"], "text/event-stream");
-    let whole = joined(&frames);
+    let whole = concat(&frames);
     let text = String::from_utf8_lossy(&whole);
     assert_eq!(text.matches("data: event").count(), EVENTS, "{text}");
     // The first event came long before the stream ended: not held back until the end.
@@ -132,6 +132,50 @@ async fn server_sent_events_reach_the_client_event_by_event_and_are_stored_whole
     // The record was stored at the stream's end: a retry replays every event at once.
     let (again, replayed) = read_events(&url, "run-1").await;
     assert_eq!(again.headers["idempotent-replayed"], "true");
-    assert_eq!(joined(&replayed), whole);
+    assert_eq!(concat(&replayed), whole);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_joins_the_stream_and_receives_the_same_events_from_one_call() {
+    let (upstream, calls) = sse_upstream().await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{upstream}"))
+            .store(StoreCfg::memory())
+            .route(RouteCfg::header("events", "/v1/agent/**").on_conflict_join("10s")),
+    )
+    .await;
+    let url = gw.url("/v1/agent/run");
+    let first = {
+        let url = url.clone();
+        tokio::spawn(async move { read_events(&url, "run-2").await })
+    };
+    // Join once the winner's answer is streaming (its first event is out).
+    let started = Instant::now();
+    while calls.load(Ordering::SeqCst) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the winner never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(EVERY + EVERY / 2).await;
+    let (head, joined) = read_events(&url, "run-2").await;
+    let (winner_head, winner) = first.await.unwrap();
+    assert_eq!(head.status, winner_head.status);
+    assert_eq!(head.headers["idempotent-replayed"], "true");
+    assert_eq!(head.headers["content-type"], "text/event-stream");
+    assert_eq!(concat(&joined), concat(&winner), "the same events");
+    // The events sent before the join came at once; the rest live, as they were sent.
+    let (first_at, last_at) = (joined[0].0, joined[joined.len() - 1].0);
+    assert!(
+        last_at - first_at >= EVERY * 2,
+        "the joiner got the rest only at the end: {:?}",
+        joined.iter().map(|f| f.0).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "one upstream call served both"
+    );
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Env, Policy};
-use crate::route::{Mode, OnConflict, OnUnknown};
+use crate::route::{Mode, OnUnknown};
 use crate::store::{Claim, ClaimRequest, Order, RequestHash, StoreError, StoreKey};
 
 /// The first pause between two polls of a waiting duplicate; it doubles up to
@@ -35,7 +35,7 @@ pub(super) async fn claim(
     };
     // A shadow route forwards a duplicate at once: waiting would add latency that
     // enforcement is not yet meant to cost.
-    let wait_until = (policy.on_conflict == OnConflict::Wait && policy.mode != Mode::Shadow)
+    let wait_until = (policy.on_conflict.waits() && policy.mode != Mode::Shadow)
         .then(|| tokio::time::Instant::now() + policy.conflict_wait);
     let mut pause = FIRST_POLL_PAUSE;
     // While waiting, the last conflict seen: a duplicate is known to be in flight.

@@ -12,6 +12,9 @@ pub enum Outcome {
     Takeover,
     /// Answered from the stored response.
     Replayed,
+    /// Joined the first request's answer as it streamed on this gateway
+    /// (`on_conflict = "join"`): one upstream call, its bytes relayed.
+    Joined,
     /// 409: in flight elsewhere.
     Conflict,
     /// 422: same key, different request.

@@ -345,7 +345,9 @@ impl Rig<'_> {
         let answered = match route.on_conflict {
             OnConflict::Reject => conflict,
             // A held duplicate gets the stored answer, or 409 when conflict_wait ran out.
-            OnConflict::Wait => (dup.replayed() && dup.same_answer(&first)) || conflict,
+            OnConflict::Wait | OnConflict::Join => {
+                (dup.replayed() && dup.same_answer(&first)) || conflict
+            }
         };
         let pass = effects.len() == 1 && first.status.as_u16() < 500 && answered;
         let note = (!pass).then(|| match effects.len() {
@@ -363,6 +365,7 @@ impl Rig<'_> {
         let on_conflict = match route.on_conflict {
             OnConflict::Reject => "reject",
             OnConflict::Wait => "wait",
+            OnConflict::Join => "join",
         };
         Ok((
             pass,

@@ -12,6 +12,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
 
+use super::join::Streams;
 use super::passthrough::{self, stream_response, Forwarded};
 use super::replay;
 use super::stream::{self, Delivery, Ready, StreamedMark};
@@ -22,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
-use crate::store::{Fence, StoreKey};
+use crate::store::{Fence, RequestHash, StoreKey};
 use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
@@ -39,6 +40,9 @@ pub(super) struct Forwarder {
     pub scope: String,
     /// Where a streamed answer's head goes at once.
     pub delivery: Delivery,
+    /// On an `on_conflict = "join"` route: where a streamed answer is offered to
+    /// duplicates, under the request's hash.
+    pub join: Option<(Arc<Streams>, RequestHash)>,
 }
 
 impl Forwarder {
@@ -58,6 +62,7 @@ impl Forwarder {
             key,
             scope,
             delivery,
+            join,
         } = self;
         let route_idx = route;
         let route: &Route = &live.config.routes[route_idx];
@@ -79,6 +84,7 @@ impl Forwarder {
             fence,
             idle: live.config.server.upstream_timeout,
             delivery: &delivery,
+            join: join.as_ref(),
         };
         let deadline = live.upstream.deadline();
         let started = Instant::now();
@@ -124,6 +130,7 @@ struct OwnedCall<'a> {
     /// The longest wait for the next frame of a streamed answer (`server.upstream_timeout`).
     idle: Duration,
     delivery: &'a Delivery,
+    join: Option<&'a (Arc<Streams>, RequestHash)>,
 }
 
 impl OwnedCall<'_> {
@@ -213,6 +220,8 @@ impl OwnedCall<'_> {
         headers.remove(SET_COOKIE);
         routes::drop_headers(&route.replay_drop_headers, &mut headers);
         let status = head.status;
+        // Joiners get the head a replay would.
+        let offered_headers = self.join.map(|_| headers.clone());
         let kept = |body, response, tail| Kept {
             status,
             headers,
@@ -220,7 +229,7 @@ impl OwnedCall<'_> {
             response,
             tail,
         };
-        let (read, over, rest) = match stream::read_ready(body, limit).await {
+        let partial = match stream::read_ready(body, limit).await {
             Ready::Whole(bytes) => {
                 let response = Ok(Response::from_parts(head, full(bytes.clone())));
                 return kept(StoredBody::Stored(bytes), response, None);
@@ -230,9 +239,9 @@ impl OwnedCall<'_> {
                 let broken = UpstreamFailure::Broken("the response body broke off".into());
                 return kept(StoredBody::Incomplete, Err(broken.into()), None);
             }
-            Ready::More { read, over, rest } => (read, over, rest),
+            Ready::More(partial) => partial,
         };
-        if over {
+        if partial.over {
             info!(
                 route = &*route.name,
                 limit, "response body larger than max_cached_body: stored without its body"
@@ -249,11 +258,16 @@ impl OwnedCall<'_> {
         if route.advertise_expiry {
             replay::advertise(&mut head.headers, Some(expires));
         }
+        let offer = self
+            .join
+            .zip(offered_headers)
+            .map(|((streams, hash), headers)| {
+                streams.open(self.store_key, *hash, status, headers, limit)
+            });
         let mut response = Response::from_parts(head, streamed.boxed());
         response.extensions_mut().insert(StreamedMark);
         self.delivery.deliver(response);
-        let (body, broke, tail) =
-            stream::pump(read, over, rest, limit, self.idle, length, tx).await;
+        let (body, broke, tail) = stream::pump(partial, limit, self.idle, length, tx, offer).await;
         if let Some(reason) = broke {
             self.broke(&reason);
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
+use super::join::Streams;
 use super::recent::RecentLatency;
 use crate::config::Config;
 use crate::dedupe::Env;
@@ -66,6 +67,8 @@ pub struct Gateway {
     pub(super) no_route: Arc<str>,
     /// Requests whose client hung up while their task still runs.
     pub(super) detached: Arc<AtomicUsize>,
+    /// Winners' answers streaming now, for duplicates on `on_conflict = "join"` routes.
+    pub(super) streams: Arc<Streams>,
 }
 
 impl Gateway {
@@ -81,6 +84,7 @@ impl Gateway {
             claimants: Claimants::new(),
             no_route: Arc::from("-"),
             detached: Arc::default(),
+            streams: Arc::default(),
         })
     }
 

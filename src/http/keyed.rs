@@ -18,7 +18,7 @@ use super::stream::Delivery;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::problem::GatewayError;
-use crate::route::Keyed;
+use crate::route::{Keyed, Mode, OnConflict};
 use crate::store::Order;
 use crate::Body;
 
@@ -50,6 +50,9 @@ impl KeyedRequest {
             let keyed = &this.keyed;
             // The forwarder goes into the protocol; the route's latencies stay for a 409.
             let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
+            if let Some(response) = this.joined(&gateway) {
+                return delivery.deliver(response);
+            }
             let order = keyed.order.as_ref().map(|(entity, o)| Order {
                 entity,
                 version: &o.version,
@@ -109,6 +112,37 @@ impl KeyedRequest {
         // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
         // `memmove` per request (a uprobe on it, copies of 256 bytes and more).
         tasks.spawn(Box::pin(task.in_current_span()));
+    }
+}
+
+impl KeyedRequest {
+    /// On an `on_conflict = "join"` route, the first request's answer streaming on this
+    /// gateway for the same request, followed from where it is (accounted as `joined`):
+    /// no claim is made, the winner's one upstream call serves both.
+    fn joined(&self, gateway: &Gateway) -> Option<Response<Body>> {
+        if self.policy.on_conflict != OnConflict::Join || self.policy.mode != Mode::Enforce {
+            return None;
+        }
+        let keyed = &self.keyed;
+        let response = gateway
+            .streams
+            .join(&keyed.store_key, &keyed.request_hash)?;
+        let access = Access {
+            started: self.started,
+            route: self.route_name.clone(),
+            outcome: Outcome::Joined,
+            finish: None,
+            fence: None,
+            upstream: None,
+            key: Some((keyed.key.clone(), keyed.scope.clone())),
+            would: None,
+        };
+        let handled = Handled {
+            response: Ok(response),
+            access,
+            close: false,
+        };
+        Some(gateway.conclude(handled, &self.origin))
     }
 }
 

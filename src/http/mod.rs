@@ -17,6 +17,8 @@
 //!   store, and the hand-off of a keyed request's response.
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
 //!   (`Gathered`) a deduped request's body.
+//! - `join`: answers streaming now, that duplicates on `on_conflict = "join"` routes
+//!   follow.
 //! - `detach`: counting requests that outlive their client, so they can be bounded.
 //! - `recent`: what a route's upstream calls took lately, for `Retry-After`.
 //! - `replay`: answering from a stored record.
@@ -29,6 +31,7 @@ mod detach;
 mod forwarder;
 pub mod gateway;
 mod head;
+mod join;
 mod keyed;
 mod passthrough;
 mod recent;

@@ -25,7 +25,7 @@ use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{KeyError, RequestView};
 use crate::path;
 use crate::problem::GatewayError;
-use crate::route::{self, Mode, Route, Skip, Verdict};
+use crate::route::{self, Mode, OnConflict, Route, Skip, Verdict};
 use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
@@ -142,7 +142,10 @@ impl Gateway {
             return refused(&route.name, Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
+        let join = (route.on_conflict == OnConflict::Join)
+            .then(|| (self.streams.clone(), keyed.request_hash));
         let forwarder = Forwarder {
+            join,
             delivery: delivery.clone(),
             live: live.clone(),
             route: route_idx,

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::capture::Gathered;
 use super::detach::ClientSide;
+use super::join::Opened;
 use crate::record::StoredBody;
 use crate::upstream::UpstreamBody;
 use crate::{Body, BoxError};
@@ -31,12 +32,15 @@ pub(super) enum Ready {
     Whole(Bytes),
     /// It broke off.
     Broken(String),
-    /// Not all of it yet: what was read (over `limit` already when `over`), and the rest.
-    More {
-        read: Gathered,
-        over: bool,
-        rest: UpstreamBody,
-    },
+    /// Not all of it yet.
+    More(Partial),
+}
+
+/// A body not whole yet: what was read (over the limit already when `over`), and the rest.
+pub(super) struct Partial {
+    pub(super) read: Gathered,
+    pub(super) over: bool,
+    pub(super) rest: UpstreamBody,
 }
 
 /// Reads the frames the body already holds, without waiting for more.
@@ -47,11 +51,11 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
             std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
         match polled {
             Poll::Pending => {
-                return Ready::More {
+                return Ready::More(Partial {
                     read,
                     over: false,
                     rest: body,
-                }
+                })
             }
             Poll::Ready(None) => return Ready::Whole(read.into_bytes()),
             Poll::Ready(Some(Err(e))) => return Ready::Broken(e.to_string()),
@@ -60,11 +64,11 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
                     continue;
                 };
                 if read.push(data) as u64 > limit {
-                    return Ready::More {
+                    return Ready::More(Partial {
                         read,
                         over: true,
                         rest: body,
-                    };
+                    });
                 }
             }
         }
@@ -79,13 +83,18 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
 pub(super) struct Tail {
     tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
     held: Option<Frame<Bytes>>,
+    /// The offer to joiners, closed with the stream (whole, or broken off).
+    offer: Option<(Opened, bool)>,
 }
 
 impl Tail {
-    /// Sends what was held back and ends the client's stream.
+    /// Sends what was held back and ends the client's stream, and the joiners'.
     pub(super) async fn finish(mut self) {
         if let Some(frame) = self.held.take() {
             let _ = self.tx.send(Ok(frame)).await;
+        }
+        if let Some((offer, whole)) = self.offer.take() {
+            offer.close(whole);
         }
     }
 }
@@ -94,6 +103,9 @@ impl Drop for Tail {
     fn drop(&mut self) {
         if let Some(frame) = self.held.take() {
             let _ = self.tx.try_send(Ok(frame));
+        }
+        if let Some((offer, whole)) = self.offer.take() {
+            offer.close(whole);
         }
     }
 }
@@ -105,14 +117,18 @@ impl Drop for Tail {
 /// not stop the copy: the record is still stored. The stream's end (and, when `length` is
 /// known, the frame that completes it) comes back as the [`Tail`].
 pub(super) async fn pump(
-    read: Gathered,
-    over: bool,
-    mut rest: UpstreamBody,
+    partial: Partial,
     limit: u64,
     idle: Duration,
     length: Option<u64>,
     tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    offer: Option<Opened>,
 ) -> (StoredBody, Option<String>, Tail) {
+    let Partial {
+        read,
+        over,
+        mut rest,
+    } = partial;
     let prefix = read.into_bytes();
     let mut kept = (!over).then(|| {
         let mut g = Gathered::default();
@@ -122,8 +138,16 @@ pub(super) async fn pump(
     let mut sent = 0u64;
     let mut held = None;
     let mut next = (!prefix.is_empty()).then(|| Frame::data(prefix));
+    let tail = |tx, held, offer: Option<Opened>, whole| Tail {
+        tx,
+        held,
+        offer: offer.map(|o| (o, whole)),
+    };
     loop {
         if let Some(frame) = next.take() {
+            if let (Some(data), Some(offer)) = (frame.data_ref(), offer.as_ref()) {
+                offer.push(data);
+            }
             let n = frame.data_ref().map_or(0, |d| d.len() as u64);
             sent += n;
             if n > 0 && length == Some(sent) {
@@ -140,7 +164,7 @@ pub(super) async fn pump(
                 return (
                     StoredBody::Incomplete,
                     Some(why.to_owned()),
-                    Tail { tx, held: None },
+                    tail(tx, None, offer, false),
                 );
             }
             Ok(None) => {
@@ -148,12 +172,16 @@ pub(super) async fn pump(
                     Some(g) => StoredBody::Stored(g.into_bytes()),
                     None => StoredBody::TooLarge,
                 };
-                return (stored, None, Tail { tx, held });
+                return (stored, None, tail(tx, held, offer, true));
             }
             Ok(Some(Err(e))) => {
                 let why = e.to_string();
                 let _ = tx.send(Err(Box::new(e))).await;
-                return (StoredBody::Incomplete, Some(why), Tail { tx, held: None });
+                return (
+                    StoredBody::Incomplete,
+                    Some(why),
+                    tail(tx, None, offer, false),
+                );
             }
             Ok(Some(Ok(frame))) => frame,
         };

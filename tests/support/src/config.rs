@@ -553,6 +553,14 @@ impl RouteCfg {
         self
     }
 
+    /// `on_conflict = "join"` with `conflict_wait = d` (the wait where there is nothing
+    /// to join).
+    pub fn on_conflict_join(mut self, d: &str) -> Self {
+        self.on_conflict = Some("join");
+        self.conflict_wait = Some(d.to_owned());
+        self
+    }
+
     /// `max_cached_body`.
     pub fn max_cached_body(mut self, size: &str) -> Self {
         self.max_cached_body = Some(size.to_owned());
