@@ -405,7 +405,10 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
 
     let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let up = Upstream::start().await;
-    let config = config(&up, &redis.url(), "3s", "2s");
+    // At a connection cap that silent clients keep filling (below).
+    let config = config(&up, &redis.url(), "3s", "2s")
+        .max_connections(24)
+        .header_read_timeout("1s");
     let gateways = std::sync::Arc::new([
         TestGateway::start(&config).await,
         TestGateway::start(&config).await,
@@ -447,6 +450,44 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
         }));
     }
 
+    // Clients that connect and send nothing, or only an HTTP/2 preface and SETTINGS,
+    // eight every 300 ms to either gateway, each held until the gateway closes it: the
+    // slots they take must come back within header_read_timeout, or the load starves.
+    let silent = {
+        let (gws, stop) = (gateways.clone(), stop.clone());
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                for _ in 0..8 {
+                    n += 1;
+                    let addr = gws[(n % 2) as usize].addr;
+                    tokio::spawn(async move {
+                        let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+                            return;
+                        };
+                        if n % 3 == 0 {
+                            let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+                            let _ = s.write_all(preface).await;
+                        }
+                        let mut buf = [0u8; 256];
+                        // Held until the gateway closes it (or 10 s: then it never did).
+                        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+                            use tokio::io::AsyncReadExt;
+                            while let Ok(n) = s.read(&mut buf).await {
+                                if n == 0 {
+                                    break;
+                                }
+                            }
+                        })
+                        .await;
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+
     let recovered = |what: &'static str| {
         let gateways = gateways.clone();
         let http = http.clone();
@@ -487,6 +528,7 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
     for t in load {
         t.await.unwrap();
     }
+    silent.await.unwrap();
 
     let statuses = statuses.lock().unwrap().clone();
     eprintln!("statuses: {statuses:?}, upstream effects: {}", up.effects());
