@@ -59,11 +59,14 @@ fn drill_passes_on_every_shipped_configuration_on_memory_and_on_redis() {
         let text = std::fs::read_to_string(&file).unwrap();
         let on_memory = text.contains("backend = \"memory\"");
         // As shipped: memory files on memory; Redis files on the test's Redis through
-        // the same override a container uses.
+        // the same override a container uses, with the admin token its secret gives it.
         let env: &[(&str, &str)] = if on_memory {
             &[]
         } else {
-            &[("DEDUPE_REDIS_URL", &url)]
+            &[
+                ("DEDUPE_REDIS_URL", &url),
+                ("DEDUPE_ADMIN_TOKEN", "drill-token"),
+            ]
         };
         let (code, out, err) = drill(&file, &["--lease", "1s"], env);
         assert_eq!(code, Some(0), "{}\n{out}\n{err}", file.display());
