@@ -97,8 +97,13 @@ impl Scheme {
                 header::first(headers, "webhook-id").or_else(|| header::first(headers, "svix-id"))
             }
         }?;
-        // A forger chooses it: keep the log line short.
-        Some(id.chars().take(MAX_LOGGED_ID).collect())
+        // A forger chooses it: keep the log line short and on one line.
+        Some(
+            id.chars()
+                .take(MAX_LOGGED_ID)
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect(),
+        )
     }
 }
 

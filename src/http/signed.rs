@@ -35,7 +35,7 @@ impl Gateway {
                 warn!(
                     route = %route.name,
                     scheme = scheme.as_str(),
-                    delivery = ?scheme.delivery_id(headers, body),
+                    delivery = scheme.delivery_id(headers, body).as_deref().unwrap_or("-"),
                     result = e.result(),
                     reason = %e,
                     "webhook signature refused (401): not claimed, not forwarded"

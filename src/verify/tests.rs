@@ -190,4 +190,11 @@ fn debug_shows_no_secret_and_delivery_ids_are_bounded() {
         Scheme::StandardWebhooks.delivery_id(&h, b"").as_deref(),
         Some("msg_1")
     );
+    let body = br#"{"id":"evt_1\nWARN forged line"}"#;
+    assert_eq!(
+        Scheme::Stripe
+            .delivery_id(&HeaderMap::new(), body)
+            .as_deref(),
+        Some("evt_1?WARN forged line")
+    );
 }
