@@ -84,3 +84,74 @@ fn a_scheme_needs_a_preset_or_its_own_name_and_secrets_fit_it() {
     let v = c.routes[0].verify.as_ref().unwrap();
     assert_eq!(v.tolerance().as_secs(), 600);
 }
+
+#[test]
+fn a_preset_without_verify_releases_the_receivers_refusals() {
+    use crate::route::StatusMeaning;
+    let preset = |extra: &str| {
+        with(&format!(
+            "[[routes]]\nname = \"hooks\"\nmethods = [\"POST\"]\npath = \"/hooks\"\npreset = \"shopify\"\n{extra}"
+        ))
+        .unwrap()
+    };
+    let unverified = preset("");
+    let r = &unverified.routes[0];
+    for status in [401, 403, 429, 503] {
+        assert_eq!(
+            r.statuses.classify(status),
+            StatusMeaning::Retry,
+            "{status}"
+        );
+    }
+    assert_eq!(r.statuses.classify(404), StatusMeaning::Final);
+    assert_eq!(r.statuses.classify(504), StatusMeaning::Unknown);
+    assert!(unverified.warnings[0].contains("preset shopify without verify"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("s");
+    std::fs::write(&secret, "x").unwrap();
+    let verified = preset(&format!(
+        "verify = {{ secrets = [\"file:{}\"] }}\n",
+        secret.display()
+    ));
+    let r = &verified.routes[0];
+    assert_eq!(r.statuses.classify(401), StatusMeaning::Final);
+    assert!(verified.warnings.is_empty(), "{:?}", verified.warnings);
+    // A route's own list is taken as written.
+    let own = preset("retry_statuses = [503]\n");
+    assert_eq!(own.routes[0].statuses.classify(401), StatusMeaning::Final);
+    // A plain route keeps the defaults.
+    let plain = with("[[routes]]\nname = \"p\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = { header = \"K\" }\nscope = [\"header:A\"]\n").unwrap();
+    assert_eq!(plain.routes[0].statuses.classify(401), StatusMeaning::Final);
+}
+
+#[test]
+fn verify_settings_that_do_less_than_they_seem_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("s");
+    std::fs::write(&secret, "whsec_abc").unwrap();
+    let c = with(&route(&format!(
+        "{{ scheme = \"stripe\", secrets = [\"file:{}\"] }}\nmode = \"off\"",
+        secret.display()
+    )))
+    .unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.starts_with("routes[hooks].verify: mode = \"off\"")),
+        "{:?}",
+        c.warnings
+    );
+    let c = with(&route(&format!(
+        "{{ scheme = \"stripe\", secrets = [\"file:{}\"] }}",
+        secret.display()
+    )))
+    .unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.starts_with("routes[hooks].verify.scheme: stripe on a github preset")),
+        "{:?}",
+        c.warnings
+    );
+}
