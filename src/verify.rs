@@ -21,7 +21,7 @@
 //! `sha2` and `subtle` crates ([`mac`]); secrets never show in `Debug` ([`secret`]).
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use serde::Deserialize;
@@ -105,6 +105,11 @@ impl Scheme {
                 .collect(),
         )
     }
+}
+
+/// `now` in whole Unix seconds, as providers stamp their signatures.
+fn unix_secs(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
 /// The longest delivery id a log line carries, in characters.
@@ -199,6 +204,22 @@ impl Verifier {
     /// How far from `now` a signed timestamp may be (schemes that sign one).
     pub fn tolerance(&self) -> Duration {
         self.tolerance
+    }
+
+    /// Signs a delivery as its provider would, with the first secret at `now`: the
+    /// signature headers (and, for Standard Webhooks, an id and a timestamp where there
+    /// are none) are set on `headers`. For the drill, whose requests must pass the route's
+    /// check like a provider's.
+    pub fn sign(&self, headers: &mut HeaderMap, body: &[u8], now: SystemTime) {
+        let Some(secret) = self.secrets.first() else {
+            return;
+        };
+        match self.scheme {
+            Scheme::Stripe => stripe::sign(secret, headers, body, now),
+            Scheme::Github => body_only::sign(&body_only::GITHUB, secret, headers, body),
+            Scheme::Shopify => body_only::sign(&body_only::SHOPIFY, secret, headers, body),
+            Scheme::StandardWebhooks => standard::sign(secret, headers, body, now),
+        }
     }
 
     /// Checks a delivery's signature on its raw body, at `now`.

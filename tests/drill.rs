@@ -142,6 +142,35 @@ fn a_window_shorter_than_a_retry_fails_the_replay_drill() {
 }
 
 #[test]
+fn drills_on_signed_routes_sign_as_the_provider_does_and_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = |name: &str, value: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, value).unwrap();
+        format!("file:{}", p.display())
+    };
+    let mut config = GatewayConfig::new("http://127.0.0.1:9").store(StoreCfg::memory());
+    for (preset, value) in [
+        ("stripe", "whsec_drill_endpoint_secret"),
+        ("github", "drill-secret"),
+        ("shopify", "drill-secret"),
+        (
+            "standard-webhooks",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ),
+    ] {
+        let route = RouteCfg::preset(preset, &format!("/hooks/{preset}"), preset)
+            .verify(&[secret(preset, value)]);
+        config = config.route(route);
+    }
+    let p = write(&tmp, &config.to_toml());
+    let (code, out, err) = drill(&p, &["--lease", "1s"], &[]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("all drills passed"), "{out}");
+    assert!(!out.contains("SKIP"), "{out}");
+}
+
+#[test]
 fn an_evicting_redis_fails_the_store_check() {
     let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
     let tmp = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use super::{header, mac, Secret, SignatureError};
 
@@ -28,6 +28,15 @@ pub(super) const SHOPIFY: BodyOnly = BodyOnly {
     header: "x-shopify-hmac-sha256",
     encode: |mac| STANDARD.encode(mac),
 };
+
+/// Sets the scheme's signature header for `body`, as the provider signs.
+pub(super) fn sign(scheme: &BodyOnly, secret: &Secret, headers: &mut HeaderMap, body: &[u8]) {
+    let value = (scheme.encode)(&mac::hmac_sha256(secret, &[body]));
+    // Hex or base64: always a header value.
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(scheme.header, v);
+    }
+}
 
 /// The index of the secret that verifies the delivery.
 pub(super) fn verify(

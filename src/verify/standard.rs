@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use super::timestamp::{self, Bound};
 use super::{header, mac, Secret, SignatureError};
@@ -75,6 +75,36 @@ pub(super) fn verify(
     })?;
     timestamp::check(t, now, tolerance, Bound::Both)?;
     Ok(secret)
+}
+
+/// Sets `webhook-timestamp` (now) and `webhook-signature` for `body`, and a `webhook-id`
+/// when the request has no id under either name, as a Standard Webhooks sender does.
+pub(super) fn sign(secret: &Secret, headers: &mut HeaderMap, body: &[u8], now: SystemTime) {
+    let id = match read(headers, &ID) {
+        Ok(id) => id.to_owned(),
+        Err(_) => {
+            let id = format!(
+                "msg_{}",
+                hex::encode(&mac::hmac_sha256(secret, &[body])[..8])
+            );
+            headers.remove(ID.svix);
+            headers.insert(
+                ID.standard,
+                HeaderValue::from_str(&id).expect("hex is a header value"),
+            );
+            id
+        }
+    };
+    let t = super::unix_secs(now);
+    let mac = mac::hmac_sha256(secret, &[format!("{id}.{t}.").as_bytes(), body]);
+    headers.remove(TIMESTAMP.svix);
+    headers.remove(SIGNATURE.svix);
+    headers.insert(TIMESTAMP.standard, HeaderValue::from(t));
+    let signature = format!("v1,{}", STANDARD.encode(mac));
+    headers.insert(
+        SIGNATURE.standard,
+        HeaderValue::from_str(&signature).expect("base64 is a header value"),
+    );
 }
 
 /// A header under either of its names; both present must be equal.

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use super::timestamp::{self, Bound};
 use super::{header, mac, Secret, SignatureError};
@@ -38,6 +38,17 @@ pub(super) fn verify(
     })?;
     timestamp::check(t, now, tolerance, Bound::Past)?;
     Ok(secret)
+}
+
+/// Sets `Stripe-Signature` for `body` at `now`, as Stripe signs.
+pub(super) fn sign(secret: &Secret, headers: &mut HeaderMap, body: &[u8], now: SystemTime) {
+    let t = super::unix_secs(now);
+    let mac = mac::hmac_sha256(secret, &[format!("{t}.").as_bytes(), body]);
+    let value = format!("t={t},v1={}", hex::encode(mac));
+    // Digits, letters, `=` and `,`: always a header value.
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(HEADER, v);
+    }
 }
 
 /// The timestamp and the `v1` signatures of a `Stripe-Signature` value.

@@ -198,3 +198,45 @@ fn debug_shows_no_secret_and_delivery_ids_are_bounded() {
         Some("evt_1?WARN forged line")
     );
 }
+
+#[test]
+fn what_a_verifier_signs_it_verifies_for_every_scheme() {
+    let now = at(1_700_000_000);
+    let secrets = [
+        (Scheme::Stripe, "whsec_test_secret"),
+        (Scheme::Github, "s3cret"),
+        (Scheme::Shopify, "s3cret"),
+        (Scheme::StandardWebhooks, SW_SECRET),
+    ];
+    for (scheme, secret) in secrets {
+        let v = verifier(scheme, &[secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+        let mut h = headers(&[("webhook-id", "msg_1")]);
+        v.sign(&mut h, SW_BODY.as_bytes(), now);
+        assert_eq!(
+            v.verify(&h, SW_BODY.as_bytes(), now),
+            Ok(Verified { secret: 0 }),
+            "{scheme:?}"
+        );
+        assert!(v.verify(&h, b"{}", now).is_err(), "{scheme:?}");
+    }
+    // Stripe's library signed this header for this body and secret at this time.
+    let mut h = HeaderMap::new();
+    verifier(Scheme::Stripe, &["whsec_test_secret"]).sign(
+        &mut h,
+        br#"{"id":"evt_1","object":"event"}"#,
+        now,
+    );
+    assert_eq!(
+        h["stripe-signature"],
+        "t=1700000000,v1=0c8670ed117751cc551a20e35839447075c42800ea3cf3e8a2fbda99cd1e6edd"
+    );
+    // And the Standard Webhooks example's signature, with an id where there was none.
+    let mut h = headers(&[("webhook-id", SW_ID)]);
+    verifier(Scheme::StandardWebhooks, &[SW_SECRET]).sign(&mut h, SW_BODY.as_bytes(), at(SW_T));
+    assert_eq!(h["webhook-signature"], SW_SIG);
+    let mut h = HeaderMap::new();
+    let v = verifier(Scheme::StandardWebhooks, &[SW_SECRET]);
+    v.sign(&mut h, SW_BODY.as_bytes(), now);
+    assert!(h["webhook-id"].to_str().unwrap().starts_with("msg_"));
+    assert!(v.verify(&h, SW_BODY.as_bytes(), now).is_ok());
+}
