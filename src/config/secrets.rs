@@ -2,6 +2,8 @@
 //! are), read when the configuration is loaded, so a secret never sits in the file beside
 //! everything else. Errors name the field and the source, never a byte of the secret.
 
+use std::path::Path;
+
 use super::{invalid, ConfigError};
 
 /// The bytes a source holds, white space around them removed (a file's newline), and the
@@ -12,8 +14,15 @@ pub(super) fn read(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     let (bytes, origin) = if let Some(path) = source.strip_prefix("file:") {
-        let bytes = std::fs::read(path)
-            .map_err(|e| invalid(at, format!("cannot read the file {path:?}: {}", e.kind())))?;
+        let bytes = crate::files::read_bounded(Path::new(path), crate::files::MAX_SECRET_FILE)
+            .map_err(|e| {
+                // The kind alone for I/O errors; the size limit says what it is.
+                let why = match e.kind() {
+                    std::io::ErrorKind::InvalidData => e.to_string(),
+                    kind => kind.to_string(),
+                };
+                invalid(at, format!("cannot read the file {path:?}: {why}"))
+            })?;
         (bytes, format!("the file {path:?}"))
     } else if let Some(name) = source.strip_prefix("env:") {
         let value = env(name)
@@ -80,6 +89,9 @@ mod tests {
         std::fs::write(&file, "\n").unwrap();
         let e = read("x", &format!("file:{}", file.display()), &env).unwrap_err();
         assert!(e.to_string().ends_with("is empty"), "{e}");
+        // An endless file is refused at once, by its size.
+        let e = read("x", "file:/dev/zero", &env).unwrap_err().to_string();
+        assert!(e.contains("larger than 4096 bytes"), "{e}");
     }
 
     #[test]
