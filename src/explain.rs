@@ -1,10 +1,12 @@
 //! `check`: the configuration as the gateway reads it ([`summary`]), and with `--request`,
 //! what the gateway would do with one request ([`explain`]), told step by step with the
-//! same functions the request pipeline runs (path normalisation, route matching, the
-//! route's one verdict). The tool a user reaches for when a duplicate got through. Pure:
-//! no I/O.
+//! same functions the request pipeline runs (path normalisation, route matching, a signed
+//! route's signature check, the route's one verdict). The tool a user reaches for when a
+//! duplicate got through. Pure: no I/O; a signature's age is told at the clock's current
+//! time, as the gateway would check it.
 
 use std::fmt::Write;
+use std::time::SystemTime;
 
 use http::{HeaderMap, Method};
 
@@ -53,6 +55,9 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
     };
     if !rules(&mut out, route) {
         let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
+        return out;
+    }
+    if !signature(&mut out, route, probe) {
         return out;
     }
     if !probe.derive {
@@ -216,7 +221,7 @@ fn route_line(out: &mut String, r: &Route) {
     };
     let _ = writeln!(
         out,
-        "route {}: {} {} key={} lease={} window={} on_conflict={}{} scope={} match={} on_unknown={} mode={}",
+        "route {}: {} {} key={} lease={} window={} on_conflict={}{} scope={} match={} on_unknown={} mode={}{}",
         r.name,
         methods(r),
         r.path.as_str(),
@@ -229,6 +234,12 @@ fn route_line(out: &mut String, r: &Route) {
         must_match,
         on_unknown,
         r.mode.as_str(),
+        // How many secrets, never what they are.
+        r.verify.as_ref().map_or(String::new(), |v| format!(
+            " verify={} ({} secret(s))",
+            v.scheme().as_str(),
+            v.secret_count()
+        )),
     );
 }
 
@@ -279,6 +290,46 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
             "answer: claimed in the store (forwarded once; a repeat is replayed, 409 in flight, 422 if different)"
         }
     );
+}
+
+/// A signed route's signature, checked as the gateway checks it (at this moment's clock)
+/// when a request was given; whether the explanation goes on.
+fn signature(out: &mut String, route: &Route, probe: &Probe) -> bool {
+    let Some(v) = &route.verify else {
+        return true;
+    };
+    let scheme = v.scheme();
+    let tolerance = if scheme.signs_timestamp() {
+        format!(", tolerance {}", format_duration(v.tolerance()))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "verify: {} ({}, {} secret(s){tolerance}), before the claim",
+        scheme.as_str(),
+        scheme.signature_header(),
+        v.secret_count(),
+    );
+    if !probe.derive {
+        return true;
+    }
+    match v.verify(&probe.headers, &probe.body, SystemTime::now()) {
+        Ok(verified) => {
+            let _ = writeln!(
+                out,
+                "signature: verifies (secret {} of {})",
+                verified.secret + 1,
+                v.secret_count()
+            );
+            true
+        }
+        Err(e) => {
+            let _ = writeln!(out, "signature: does not verify: {e}");
+            answer(out, &GatewayError::SignatureInvalid);
+            false
+        }
+    }
 }
 
 fn answer(out: &mut String, e: &GatewayError) {
@@ -378,6 +429,49 @@ mod tests {
         );
         let out = probe("POST /webhooks/x", &[], "{}");
         assert!(out.contains("fingerprint-part-missing"), "{out}");
+    }
+
+    #[test]
+    fn a_signed_route_tells_whether_the_signature_verifies_and_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "It's a Secret to Everybody\n").unwrap();
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n\
+             [[routes]]\nname = \"gh\"\nmethods = [\"POST\"]\npath = \"/gh\"\npreset = \"github\"\n\
+             verify = {{ secrets = [\"file:{}\"] }}\n",
+            secret.display()
+        );
+        // GitHub's documented example delivery.
+        let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        let delivery = [
+            ("x-github-delivery", "d-1"),
+            ("x-github-hook-id", "1"),
+            ("x-hub-signature-256", sig),
+        ];
+        let out = probe_on(&toml, "POST /gh", &delivery, "Hello, World!");
+        assert!(
+            out.contains("verify: github (X-Hub-Signature-256, 1 secret(s)), before the claim"),
+            "{out}"
+        );
+        assert!(out.contains("signature: verifies (secret 1 of 1)"), "{out}");
+        assert!(out.contains("answer: claimed"), "{out}");
+        let out = probe_on(&toml, "POST /gh", &delivery, "Hello, World?");
+        assert!(
+            out.contains("signature: does not verify: no signature matches"),
+            "{out}"
+        );
+        assert!(
+            out.contains("answer: 401 urn:dedupe-gateway:problem:signature-invalid"),
+            "{out}"
+        );
+        assert!(!out.contains("key value"), "{out}");
+        let out = probe_on(&toml, "POST /gh", &[("x-github-delivery", "d-1")], "x");
+        assert!(
+            out.contains("does not verify: no x-hub-signature-256 header"),
+            "{out}"
+        );
+        assert!(!out.contains("Everybody"), "{out}");
     }
 
     #[test]

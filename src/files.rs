@@ -1,5 +1,5 @@
-//! Reading the files the gateway is given (its configuration, encryption keys, certificates
-//! and private keys) within a size limit each: a path to `/dev/zero` or a log file by
+//! Reading the files the gateway is given (its configuration, encryption keys, signing
+//! secrets and tokens, certificates and private keys) within a size limit each: a path to `/dev/zero` or a log file by
 //! mistake must be a clear error, not a process that grows until it is killed.
 
 use std::io::{self, Read};
@@ -9,6 +9,9 @@ use std::path::Path;
 pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
 /// Largest encryption key file read: a key is 32 bytes or 64 hex digits.
 pub const MAX_KEY_FILE: u64 = 1024;
+/// Largest secret file read (`routes[].verify.secrets`, `admin.token`): a signing secret
+/// or a token is tens of bytes.
+pub const MAX_SECRET_FILE: u64 = 4096;
 /// Largest PEM file read (certificate chains, CA bundles, private keys): a system CA
 /// bundle is about 200 KiB.
 pub const MAX_PEM_FILE: u64 = 1024 * 1024;

@@ -9,6 +9,7 @@
 //!            http::passthrough (streamed)                  │ a route
 //!                                                          ▼
 //!                           body read (bounded) ─▶ Route::verdict: key, scope, hash, store key
+//!                           (a signed route checks the signature first: 401 if it fails)
 //!                                                          │
 //!                                                          ▼  (a tracked task from here)
 //!                         dedupe::run ─▶ store::Store::claim (one atomic operation)
@@ -29,6 +30,8 @@
 //! - [`seal`]: encryption at rest of stored records, bound to their store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).
 //! - [`path`]: request path normalisation: what routes match and the upstream gets (pure).
+//! - [`verify`]: webhook signatures (Stripe, GitHub, Shopify, Standard Webhooks) checked on
+//!   the raw body before the claim (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
@@ -76,6 +79,7 @@ pub mod store;
 pub mod tls;
 pub mod tokens;
 pub mod upstream;
+pub mod verify;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;

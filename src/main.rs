@@ -102,8 +102,10 @@ struct DrillArgs {
     /// The live gateway's admin base URL.
     #[arg(long, requires = "target")]
     admin: Option<String>,
-    /// The admin bearer token.
-    #[arg(long, env = "DEDUPE_ADMIN_TOKEN", requires = "target")]
+    /// The admin bearer token (with --target).
+    // Not `requires = "target"`: the deployment's DEDUPE_ADMIN_TOKEN, which its config
+    // reads (`token = "env:DEDUPE_ADMIN_TOKEN"`), is set for a drill with --config too.
+    #[arg(long, env = "DEDUPE_ADMIN_TOKEN")]
     token: Option<String>,
     /// A header sent with every --target request, over the generated one ("Name: value").
     #[arg(long = "header", requires = "target")]

@@ -26,6 +26,12 @@ struct RouteWould {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteResult {
+    route: Arc<str>,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteLabel {
     route: Arc<str>,
 }
@@ -61,6 +67,7 @@ pub struct Metrics {
     registry: Registry,
     outcomes: Family<RouteOutcome, Counter>,
     shadow: Family<RouteWould, Counter>,
+    signatures: Family<RouteResult, Counter>,
     store_errors: Family<OpLabel, Counter>,
     events: Family<EventLabel, Counter>,
     upstream_responses: Family<RouteClass, Counter>,
@@ -97,6 +104,12 @@ impl Metrics {
             "shadow",
             "Requests a shadow route forwarded, by what enforcement would have done",
             shadow.clone(),
+        );
+        let signatures = Family::<RouteResult, Counter>::default();
+        registry.register(
+            "signature",
+            "Webhook signatures checked on signed routes, by result (verified, missing, malformed, expired, mismatch)",
+            signatures.clone(),
         );
         let store_errors = Family::<OpLabel, Counter>::default();
         registry.register(
@@ -154,6 +167,7 @@ impl Metrics {
             near_cache_bytes,
             outcomes,
             shadow,
+            signatures,
             store_errors,
             events,
             upstream_responses,
@@ -182,6 +196,17 @@ impl Metrics {
             .get_or_create(&RouteWould {
                 route: route.clone(),
                 would,
+            })
+            .inc();
+    }
+
+    /// Counts a webhook signature check on a signed route: `verified`, or why not (the
+    /// names of [`crate::verify::SignatureError::result`]).
+    pub fn signature(&self, route: &Arc<str>, result: &'static str) {
+        self.signatures
+            .get_or_create(&RouteResult {
+                route: route.clone(),
+                result,
             })
             .inc();
     }

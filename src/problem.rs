@@ -65,6 +65,10 @@ pub enum GatewayError {
     /// No usable idempotency key.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A signed route's request whose webhook signature is missing, does not verify or is
+    /// too old: never claimed, stored or forwarded. Why is logged, never told.
+    #[error("webhook signature missing, invalid or expired")]
+    SignatureInvalid,
     /// Same key, different request.
     #[error("idempotency key reused with a different request")]
     Mismatch,
@@ -245,6 +249,11 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "content-encoding-invalid",
                 "Request body not valid in its content coding",
+            ),
+            SignatureInvalid => (
+                StatusCode::UNAUTHORIZED,
+                "signature-invalid",
+                "Webhook signature missing, invalid or expired",
             ),
             Mismatch => (
                 StatusCode::UNPROCESSABLE_ENTITY,

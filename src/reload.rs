@@ -43,7 +43,14 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     new.server.listen = old.server.listen;
     new.store = old.store.clone();
     match (new.admin.as_mut(), old.admin.as_ref()) {
-        (Some(new), Some(old)) => new.listen = old.listen,
+        (Some(new), Some(old)) => {
+            new.listen = old.listen;
+            // A file that moved the admin port to loopback and dropped its token was
+            // validated for loopback; the port stays where it is bound until a restart.
+            if new.is_open() && !new.allow_unauthenticated {
+                new.token = old.token.clone();
+            }
+        }
         // The admin listener stays bound until a restart: keep guarding it with the old
         // token rather than leave it open.
         (None, Some(old)) => new.admin = Some(old.clone()),
@@ -84,6 +91,17 @@ mod tests {
             merged.admin.as_ref().and_then(|a| a.token.as_deref()),
             Some("old")
         );
+    }
+
+    #[test]
+    fn an_admin_port_bound_beyond_loopback_keeps_its_token_until_a_restart() {
+        let old = config("", "[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"old\"\n");
+        let new = config("", "[admin]\nlisten = \"127.0.0.1:9901\"\n");
+        let (merged, restart) = merge(&old, new);
+        assert!(restart.contains(&"admin.listen"));
+        let admin = merged.admin.unwrap();
+        assert_eq!(admin.listen, old.admin.unwrap().listen);
+        assert_eq!(admin.token.as_deref(), Some("old"));
     }
 
     #[test]

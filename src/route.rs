@@ -388,6 +388,9 @@ pub struct Route {
     /// Out-of-order versions: the entity and version a request writes; a version not
     /// greater than the highest completed is stale and never forwarded.
     pub order: Option<crate::key::order::OrderRule>,
+    /// Webhook signatures checked on the raw body before the claim: a delivery that does
+    /// not verify is answered 401 and never claimed, stored or forwarded.
+    pub verify: Option<crate::verify::Verifier>,
 }
 
 /// The index of the first route (in file order) whose path matches, if its methods include

@@ -1,5 +1,5 @@
-//! Small operator-facing promises: admin HEAD and problem types, log number format, exit
-//! codes.
+//! Small operator-facing promises: admin HEAD and problem types, the admin door beyond
+//! loopback, log number format, exit codes.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -263,4 +263,59 @@ async fn lines_inside_a_request_carry_its_span_when_asked_for() {
             assert!(warned.get("span").is_none(), "{warned}");
         }
     }
+}
+
+#[test]
+fn an_admin_port_beyond_loopback_without_a_token_refuses_to_start() {
+    let config = GatewayConfig::new("http://127.0.0.1:9").admin_listen("0.0.0.0:9901");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config.to_toml()).unwrap();
+    for command in ["run", "check"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+            .args([command, "--config"])
+            .arg(&path)
+            .env_remove("DEDUPE_ADMIN_TOKEN")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{command}: {stderr}");
+        assert!(
+            stderr.contains(
+                "admin.token: required: admin.listen 0.0.0.0:9901 is not a loopback address"
+            ),
+            "{command}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_port_allowed_without_a_token_starts_and_warns() {
+    let upstream = Upstream::start().await;
+    let config = GatewayConfig::new(upstream.url())
+        .admin_listen("0.0.0.0:0")
+        .admin_allow_unauthenticated(true);
+    let gw = GatewayProcess::start(&config);
+    gw.wait_logged("admin.allow_unauthenticated = true").await;
+    let warned = gw.logs.lock().unwrap().iter().any(|l| {
+        l["level"] == "WARN"
+            && l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("needs no token"))
+    });
+    assert!(warned);
+    let metrics = Http::new().get(&gw.admin_url("/metrics"), &[]).await;
+    assert_eq!(metrics.status, 200);
+    // check says so too.
+    let out = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        .args(["check", "--config"])
+        .arg(&gw.config_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("warning: admin.allow_unauthenticated = true"),
+        "{stdout}"
+    );
 }

@@ -224,9 +224,12 @@ fn every_shipped_config_passes_strict() {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {
+                // The deployment files take the admin token from a secret, as a container
+                // gets it.
                 let out = gateway()
                     .args(["check", "--strict", "--config"])
                     .arg(&path)
+                    .env("DEDUPE_ADMIN_TOKEN", "from-a-secret")
                     .output()
                     .unwrap();
                 assert!(
@@ -263,5 +266,55 @@ fn endless_key_and_certificate_files_are_refused_with_their_name() {
         assert!(err.contains("larger than"), "{err}");
         // A liveness bound: it stopped reading rather than reading 6 GB.
         assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn check_names_a_signed_routes_scheme_and_says_why_a_signature_fails_never_a_secret() {
+    let text = format!(
+        "{BASE}[[routes]]\nname = \"stripe\"\nmethods = [\"POST\"]\npath = \"/stripe\"\n\
+         preset = \"stripe\"\nverify = {{ secrets = [\"env:STRIPE_NEW\", \"env:STRIPE_OLD\"] }}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("gateway.toml");
+    std::fs::write(&p, text).unwrap();
+    let run = |args: &[&str]| {
+        let out = gateway()
+            .args(["check", "--config"])
+            .arg(&p)
+            .args(args)
+            .env("STRIPE_NEW", "whsec_the_new_one")
+            .env("STRIPE_OLD", "whsec_the_old_one")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let routes = run(&[]);
+    assert!(routes.contains(" verify=stripe (2 secret(s))"), "{routes}");
+    // Stripe's library signed this with another secret.
+    let old = "t=1700000000,v1=0c8670ed117751cc551a20e35839447075c42800ea3cf3e8a2fbda99cd1e6edd";
+    let out = run(&[
+        "--request",
+        "POST /stripe",
+        "-H",
+        &format!("Stripe-Signature: {old}"),
+        "--body",
+        r#"{"id":"evt_1","object":"event"}"#,
+    ]);
+    assert!(
+        out.contains("verify: stripe (Stripe-Signature, 2 secret(s), tolerance 5m)"),
+        "{out}"
+    );
+    assert!(out.contains("signature: does not verify: no signature matches one made with the route's 2 secret(s)"), "{out}");
+    assert!(
+        out.contains("answer: 401 urn:dedupe-gateway:problem:signature-invalid"),
+        "{out}"
+    );
+    for shown in [&routes, &out] {
+        assert!(
+            !shown.contains("the_new_one") && !shown.contains("the_old_one"),
+            "{shown}"
+        );
     }
 }

@@ -75,10 +75,13 @@ fn every_shipped_config_passes_check() {
     {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
+            // The deployment files take the admin token from a secret, as a container
+            // gets it.
             let out = gateway()
                 .arg("check")
                 .arg("--config")
                 .arg(&path)
+                .env("DEDUPE_ADMIN_TOKEN", "from-a-secret")
                 .output()
                 .unwrap();
             assert!(
@@ -91,6 +94,58 @@ fn every_shipped_config_passes_check() {
             assert!(!stdout.contains("warning:"), "{}: {stdout}", path.display());
         }
     }
+}
+
+#[test]
+fn no_shipped_file_serves_the_admin_api_without_a_token() {
+    let mut beyond_loopback = 0;
+    for entry in std::fs::read_dir("config")
+        .unwrap()
+        .chain(std::fs::read_dir("docker").unwrap())
+    {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.contains("listen = \"0.0.0.0:9901\"") {
+            continue;
+        }
+        beyond_loopback += 1;
+        // Without the secret the file names, the gateway refuses to start.
+        let out = gateway()
+            .args(["run", "--config"])
+            .arg(&path)
+            .env_remove("DEDUPE_ADMIN_TOKEN")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{}: {err}", path.display());
+        assert!(err.contains("admin.token"), "{}: {err}", path.display());
+    }
+    assert_eq!(
+        beyond_loopback, 2,
+        "docker/gateway.toml and kubernetes-gateway.toml"
+    );
+    // The deployment files hand it over from a secret, and compose publishes the admin port
+    // on the host's loopback only.
+    let compose = std::fs::read_to_string("docker/compose.yaml").unwrap();
+    assert!(
+        compose.contains("DEDUPE_ADMIN_TOKEN: ${DEDUPE_ADMIN_TOKEN:?"),
+        "compose must require the token"
+    );
+    assert!(compose.contains("\"127.0.0.1:9901:9901\""));
+    let kubernetes = std::fs::read_to_string("docker/kubernetes.yaml").unwrap();
+    let env = kubernetes
+        .split("- name: DEDUPE_ADMIN_TOKEN")
+        .nth(1)
+        .expect("the gateway container sets DEDUPE_ADMIN_TOKEN");
+    assert!(
+        env.trim_start().starts_with(
+            "valueFrom:\n                secretKeyRef: {name: dedupe-gateway-admin, key: token}"
+        ),
+        "{env}"
+    );
 }
 
 #[test]

@@ -59,11 +59,14 @@ fn drill_passes_on_every_shipped_configuration_on_memory_and_on_redis() {
         let text = std::fs::read_to_string(&file).unwrap();
         let on_memory = text.contains("backend = \"memory\"");
         // As shipped: memory files on memory; Redis files on the test's Redis through
-        // the same override a container uses.
+        // the same override a container uses, with the admin token its secret gives it.
         let env: &[(&str, &str)] = if on_memory {
             &[]
         } else {
-            &[("DEDUPE_REDIS_URL", &url)]
+            &[
+                ("DEDUPE_REDIS_URL", &url),
+                ("DEDUPE_ADMIN_TOKEN", "drill-token"),
+            ]
         };
         let (code, out, err) = drill(&file, &["--lease", "1s"], env);
         assert_eq!(code, Some(0), "{}\n{out}\n{err}", file.display());
@@ -136,6 +139,35 @@ fn a_window_shorter_than_a_retry_fails_the_replay_drill() {
     assert!(out.contains("FAIL orders/replay"), "{out}");
     assert!(out.contains("effects=2"), "{out}");
     assert!(out.contains("FAILED: orders/replay"), "{out}");
+}
+
+#[test]
+fn drills_on_signed_routes_sign_as_the_provider_does_and_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = |name: &str, value: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, value).unwrap();
+        format!("file:{}", p.display())
+    };
+    let mut config = GatewayConfig::new("http://127.0.0.1:9").store(StoreCfg::memory());
+    for (preset, value) in [
+        ("stripe", "whsec_drill_endpoint_secret"),
+        ("github", "drill-secret"),
+        ("shopify", "drill-secret"),
+        (
+            "standard-webhooks",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ),
+    ] {
+        let route = RouteCfg::preset(preset, &format!("/hooks/{preset}"), preset)
+            .verify(&[secret(preset, value)]);
+        config = config.route(route);
+    }
+    let p = write(&tmp, &config.to_toml());
+    let (code, out, err) = drill(&p, &["--lease", "1s"], &[]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("all drills passed"), "{out}");
+    assert!(!out.contains("SKIP"), "{out}");
 }
 
 #[test]

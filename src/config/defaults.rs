@@ -53,6 +53,8 @@ pub const DEFAULT_NEAR_CACHE: u64 = 0;
 pub const DEFAULT_TLS_INSECURE: bool = false;
 /// `admin.max_connections`.
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
+/// `admin.allow_unauthenticated`: an admin listener off loopback needs a token.
+pub const DEFAULT_ADMIN_ALLOW_UNAUTHENTICATED: bool = false;
 
 /// `defaults.lease`: short, because the winner renews it every third while its call runs;
 /// it bounds how long a dead gateway's claim blocks its key.
@@ -97,6 +99,8 @@ pub const DEFAULT_STORE_BODY: bool = true;
 pub const DEFAULT_ADVERTISE_EXPIRY: bool = true;
 /// `routes[].order.compare`: versions are integers unless the route says otherwise.
 pub const DEFAULT_ORDER_COMPARE: crate::key::order::Compare = crate::key::order::Compare::Integer;
+/// `routes[].verify.tolerance`: Stripe's and Standard Webhooks' libraries' own default.
+pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
@@ -126,6 +130,8 @@ pub const MAX_STORE_BYTES: u64 = 1024 * 1024 * MIB;
 pub const MAX_NEAR_CACHE: u64 = 64 * 1024 * MIB;
 /// Upper bound of `admin.max_connections`.
 pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
+/// Upper bound of `routes[].verify.tolerance`.
+pub const MAX_VERIFY_TOLERANCE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of `store.max_records`.
 pub const MAX_RECORDS: usize = 10_000_000;
 /// Upper bound of `store.prefix`, in bytes: the whole store key must fit the stored
@@ -261,6 +267,10 @@ mod tests {
             }
             "routes[].store_body" => text.parse().ok() == Some(DEFAULT_STORE_BODY),
             "routes[].advertise_expiry" => text.parse().ok() == Some(DEFAULT_ADVERTISE_EXPIRY),
+            "routes[].verify.tolerance" => d(DEFAULT_VERIFY_TOLERANCE),
+            "admin.allow_unauthenticated" => {
+                text.parse().ok() == Some(DEFAULT_ADMIN_ALLOW_UNAUTHENTICATED)
+            }
             "routes[].order.compare" => {
                 enum_value::<crate::key::order::Compare>(text) == DEFAULT_ORDER_COMPARE
             }
@@ -289,6 +299,7 @@ mod tests {
             "store.timeout" => d(MAX_STORE_TIMEOUT),
             "defaults.lease" => d(MAX_LEASE),
             "defaults.window" => d(MAX_WINDOW),
+            "routes[].verify.tolerance" => d(MAX_VERIFY_TOLERANCE),
             "server.max_body" | "defaults.max_cached_body" => s(0, MAX_BODY_LIMIT),
             "server.max_header_bytes" => s(MIN_HEADER_BYTES, MAX_HEADER_BYTES),
             "server.max_connections" => n(MAX_CONNECTIONS as u64),
@@ -351,6 +362,6 @@ mod tests {
             defaults, constants,
             "every DEFAULT_* constant has its README row"
         );
-        assert_eq!(bounds, 20, "every bounded field has its README bound");
+        assert_eq!(bounds, 21, "every bounded field has its README bound");
     }
 }

@@ -44,6 +44,7 @@ impl FileConfig {
                         listen: v,
                         token: None,
                         max_connections: None,
+                        allow_unauthenticated: None,
                     })
                 }
             }

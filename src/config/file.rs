@@ -160,10 +160,28 @@ pub struct FileDefaults {
 pub struct FileAdmin {
     /// Admin listen address.
     pub listen: String,
-    /// Optional bearer token.
+    /// Optional bearer token: the token itself, or `env:NAME` / `file:/path` naming where
+    /// it is.
     pub token: Option<String>,
     /// Most admin connections served at once.
     pub max_connections: Option<usize>,
+    /// Serve the admin API without a token on an address that is not loopback.
+    pub allow_unauthenticated: Option<bool>,
+}
+
+/// `verify = { scheme, secrets, tolerance }` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table like { scheme = \"stripe\", secrets = [\"env:STRIPE_WEBHOOK_SECRET\"] }"
+)]
+pub struct FileVerify {
+    /// Whose signature (optional with a preset).
+    pub scheme: Option<crate::verify::Scheme>,
+    /// Where the secrets are: `env:NAME` or `file:/path`; the first that verifies wins.
+    pub secrets: Vec<String>,
+    /// How far from now a signed timestamp may be.
+    pub tolerance: Option<String>,
 }
 
 /// `key = { ... }` as written: exactly one of `header` or `fingerprint`.
@@ -289,6 +307,8 @@ pub struct FileRoute {
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
     /// a method is refused as a likely typo.
     pub allow_extension_methods: Option<bool>,
+    /// Webhook signatures checked before the claim.
+    pub verify: Option<FileVerify>,
 }
 
 impl FileConfig {
@@ -394,13 +414,14 @@ fn expected_for(field: &str) -> Option<&'static str> {
         | "header_read_timeout"
         | "body_read_timeout"
         | "write_timeout"
-        | "shutdown_grace" => "a duration like \"30s\"",
+        | "shutdown_grace"
+        | "tolerance" => "a duration like \"30s\"",
         "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
         "on_error" => "\"fail-closed\" or \"fail-open\"",
         "on_conflict" => "\"reject\" or \"wait\"",
         "on_unknown" => "\"retry\" or \"hold\"",
         "mode" => "\"enforce\", \"shadow\" or \"off\"",
-        "preset" => "\"stripe\", \"github\", \"shopify\" or \"standard-webhooks\"",
+        "preset" | "scheme" => "\"stripe\", \"github\", \"shopify\" or \"standard-webhooks\"",
         "backend" => "\"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\"",
         "match" => "\"request\", \"key\" or a list of request parts",
         _ => return None,

@@ -5,31 +5,36 @@
 //!
 //! - [`file`]: the file as written; [`env`]: the `DEDUPE_*` overrides applied to it;
 //! - [`defaults`]: every default, named;
-//! - `server`, `store`, `routes`: validation of each section; `parse`: value syntaxes.
+//! - `server`, `store`, `routes`, `admin`: validation of each section; `verify`: a route's
+//!   webhook signatures; `parse`: value syntaxes; `secrets`: `env:` and `file:` sources.
 //!
 //! Validation reads files but opens no socket: [`Config::load`] reads the config file, and
 //! validation reads every file the config names (the PEM files of `server.tls`,
-//! `server.upstream_ca_file` and `store.tls_*`, the key files of `store.encryption_keys`),
+//! `server.upstream_ca_file` and `store.tls_*`, the key files of `store.encryption_keys`,
+//! the `file:` secrets of `routes[].verify.secrets` and `admin.token`) and the `env:` ones,
 //! so a missing or unusable one is refused here, naming its field, before any port is bound.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod admin;
 pub mod defaults;
 mod env;
 mod file;
 mod parse;
 mod routes;
+mod secrets;
 mod server;
 mod store;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 pub use crate::route::{OnConflict, OnError};
 pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
-    FileServer, FileStore,
+    FileServer, FileStore, FileVerify,
 };
 pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
@@ -94,7 +99,7 @@ pub struct Config {
 }
 
 /// Validated `[admin]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AdminConfig {
     /// Admin listen address.
     pub listen: SocketAddr,
@@ -102,6 +107,28 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// Most admin connections served at once.
     pub max_connections: usize,
+    /// The file allows an admin API without a token beyond loopback.
+    pub allow_unauthenticated: bool,
+}
+
+impl AdminConfig {
+    /// Whether anyone beyond this host who reaches the admin port may use it: no token,
+    /// and an address that is not loopback (only ever with `allow_unauthenticated`).
+    pub fn is_open(&self) -> bool {
+        self.token.is_none() && !self.listen.ip().is_loopback()
+    }
+}
+
+impl std::fmt::Debug for AdminConfig {
+    // Never the token: a `Debug` of the configuration ends up in logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("max_connections", &self.max_connections)
+            .field("allow_unauthenticated", &self.allow_unauthenticated)
+            .finish()
+    }
 }
 
 impl Config {
@@ -126,13 +153,13 @@ impl Config {
         Self::from_file(FileConfig::parse(text)?)
     }
 
-    /// Validates a parsed file. An `env:` encryption key finds no variable here: only
+    /// Validates a parsed file. An `env:` secret finds no variable here: only
     /// [`Config::load`] and [`Config::from_file_in`] see an environment.
     pub fn from_file(file: FileConfig) -> Result<Self, ConfigError> {
         Self::from_file_in(file, &|_| None)
     }
 
-    /// Validates a parsed file, reading `env:` encryption keys from `env`.
+    /// Validates a parsed file, reading `env:` secrets from `env`.
     pub fn from_file_in(
         file: FileConfig,
         env: &dyn Fn(&str) -> Option<String>,
@@ -163,9 +190,7 @@ impl Config {
                         "must differ from server.listen: the admin port is never the public port",
                     ));
                 }
-                if a.token.as_deref() == Some("") {
-                    return Err(invalid("admin.token", "must not be empty"));
-                }
+                let token = admin::token(a, listen, env)?;
                 let max_connections = parse::count(
                     "admin.max_connections",
                     a.max_connections,
@@ -174,8 +199,9 @@ impl Config {
                 )?;
                 Ok(AdminConfig {
                     listen,
-                    token: a.token.clone(),
+                    token,
                     max_connections,
+                    allow_unauthenticated: admin::allow_unauthenticated(a),
                 })
             })
             .transpose()?;
@@ -190,7 +216,7 @@ impl Config {
             } else {
                 format!("routes[{}]", r.name)
             };
-            let route = routes::validate(&at, r, &inherited)?;
+            let route = routes::validate(&at, r, &inherited, env)?;
             if !names.insert(route.name.clone()) {
                 return Err(invalid(format!("{at}.name"), "duplicate route name"));
             }
@@ -198,6 +224,8 @@ impl Config {
         }
         let mut warnings = routes::lease_warnings(&store, &routes);
         warnings.extend(routes::lints(&server, &routes));
+        warnings.extend(verify::lints(&routes));
+        warnings.extend(admin.iter().flat_map(admin::warnings));
         if store.backend.access().is_some_and(|a| a.insecure) {
             warnings.push(
                 "store.tls_insecure = true: Redis's certificate is not verified; anyone on the path can read and forge dedupe records".to_owned(),

@@ -18,6 +18,7 @@ use super::store::StoreConfig;
 use super::{invalid, parse, ConfigError};
 use crate::key::order::OrderRule;
 use crate::key::{KeyRule, MatchRule, RequestPart};
+use crate::route::preset::UNVERIFIED_REFUSALS;
 use crate::route::{
     HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
     StatusPolicy, StatusSpec,
@@ -130,6 +131,7 @@ pub(super) fn validate(
     at: &str,
     r: &FileRoute,
     inherited: &Inherited,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Route, ConfigError> {
     name(at, &r.name)?;
     let methods = methods(at, r)?;
@@ -185,7 +187,7 @@ pub(super) fn validate(
             retry: r
                 .retry_statuses
                 .clone()
-                .unwrap_or_else(|| inherited.retry_statuses.clone()),
+                .unwrap_or_else(|| unverified_refusals(inherited.retry_statuses.clone(), r)),
             unknown: r
                 .unknown_statuses
                 .clone()
@@ -195,6 +197,7 @@ pub(super) fn validate(
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
         order: r.order.as_ref().map(|o| order_rule(at, o)).transpose()?,
+        verify: super::verify::validate(at, r, env)?,
     })
 }
 
@@ -271,6 +274,19 @@ fn route_window(at: &str, r: &FileRoute, inherited: &Inherited) -> Result<Durati
         (None, Some(preset)) => inherited.window.max(preset.window()),
         (None, None) => inherited.window,
     })
+}
+
+/// The inherited `retry_statuses`, with 401 and 403 on a preset route without `verify`
+/// (see [`UNVERIFIED_REFUSALS`]).
+fn unverified_refusals(mut statuses: Vec<StatusSpec>, r: &FileRoute) -> Vec<StatusSpec> {
+    if r.preset.is_some() && r.verify.is_none() {
+        for refusal in UNVERIFIED_REFUSALS {
+            if !statuses.contains(&refusal) {
+                statuses.push(refusal);
+            }
+        }
+    }
+    statuses
 }
 
 /// `order = { entity, version, compare }`: one request part each, as in fingerprints.

@@ -21,8 +21,10 @@ fn err(extra: &str) -> String {
     with(extra).unwrap_err().to_string()
 }
 
+mod admin;
 mod backends;
 mod secrets;
+mod verify;
 
 #[test]
 fn the_issue_example_validates() {
@@ -230,6 +232,7 @@ fn environment_overrides_apply_before_validation() {
         "DEDUPE_LISTEN" => Some("0.0.0.0:9999".into()),
         "DEDUPE_UPSTREAM" => Some("http://app:3000".into()),
         "DEDUPE_ADMIN_LISTEN" => Some("0.0.0.0:9901".into()),
+        "DEDUPE_ADMIN_TOKEN" => Some("s3cret".into()),
         "DEDUPE_REDIS_URL" => Some("redis://redis:6379".into()),
         _ => None,
     });
@@ -237,7 +240,9 @@ fn environment_overrides_apply_before_validation() {
     let c = Config::from_file(f).unwrap();
     assert_eq!(c.server.listen.port(), 9999);
     assert_eq!(c.server.upstream.authority.as_str(), "app:3000");
-    assert_eq!(c.admin.unwrap().listen.port(), 9901);
+    let admin = c.admin.unwrap();
+    assert_eq!(admin.listen.port(), 9901);
+    assert_eq!(admin.token.as_deref(), Some("s3cret"));
     assert!(
         matches!(&c.store.backend, StoreBackend::Redis { url, .. } if url == "redis://redis:6379"),
         "{:?}",

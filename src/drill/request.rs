@@ -1,5 +1,6 @@
 //! Requests a drill sends: built from a route's key rule and scope so that the gateway
-//! derives a key from them, marked so that no real client's key can collide. Pure.
+//! derives a key from them, marked so that no real client's key can collide, and signed
+//! with a signed route's first secret. Pure but for the signature's clock.
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
@@ -161,9 +162,13 @@ fn finish(
     method: Method,
     path: String,
     query: Option<String>,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: Bytes,
 ) -> Result<DrillRequest, String> {
+    // A signed route refuses what its provider did not sign: sign as the provider does.
+    if let Some(verifier) = &route.verify {
+        verifier.sign(&mut headers, &body, std::time::SystemTime::now());
+    }
     let view = RequestView {
         method: &method,
         path: &path,

@@ -11,6 +11,7 @@
 //! - `head`: a request head's checks before routing (method, `Host`, origin-form target).
 //! - `keyed`: a keyed request's own task, from the claim to its accounted response.
 //! - `passthrough`: streaming a request without dedupe.
+//! - `signed`: a signed route's webhook signature, checked before the key is read.
 //! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
 //!   one when failing open or in shadow mode), classified for the protocol.
 //! - `stream`: the winner's answer streamed to its client while a copy is kept for the
@@ -37,6 +38,7 @@ mod passthrough;
 mod recent;
 mod replay;
 mod request;
+mod signed;
 mod stream;
 
 pub use self::gateway::{ConnInfo, Gateway, Live};

@@ -117,7 +117,8 @@ impl Gateway {
         let route = &live.config.routes[route_idx];
 
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
-        // optional-key route, before buffering anything.
+        // optional-key route, before buffering anything (not on a signed route: see
+        // `Route::verdict_from_headers`).
         let (parts, body) = req.into_parts();
         if let Some(skip) = route.verdict_from_headers(&parts.headers) {
             let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
@@ -127,6 +128,9 @@ impl Gateway {
             Ok(body) => body,
             Err(refusal) => return refused(&route.name, refusal),
         };
+        if let Err(e) = self.check_signature(route, &parts.headers, &body) {
+            return refused(&route.name, Refusal::read(e));
+        }
         let keyed = match route.verdict(
             live.config.store.namespace(),
             live.config.server.max_body,

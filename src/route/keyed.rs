@@ -102,11 +102,16 @@ pub enum Skip {
 
 impl Route {
     /// The verdict the headers alone decide, before any body is read: a header key that is
-    /// absent or unusable. `None` when the body is needed (every other case).
+    /// absent or unusable. `None` when the body is needed (every other case, and every
+    /// request on a signed route, which trusts nothing of a request before its signature
+    /// over the body verifies).
     pub fn verdict_from_headers(&self, headers: &HeaderMap) -> Option<Skip> {
         let KeyRule::Header { .. } = self.key else {
             return None;
         };
+        if self.verify.is_some() {
+            return None;
+        }
         let view = RequestView {
             method: &http::Method::POST,
             path: "",

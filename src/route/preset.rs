@@ -8,11 +8,17 @@ use http::header::HeaderName;
 use serde::Deserialize;
 
 use crate::key::{KeyRule, RequestPart};
+use crate::verify::Scheme;
 
-use super::MatchMode;
+use super::{MatchMode, StatusSpec};
 
 const HOUR: u64 = 3600;
 const DAY: u64 = 24 * HOUR;
+
+/// Upstream statuses a preset route without `verify` adds to its `retry_statuses`: there
+/// the receiver is the only one checking signatures, and its refusal of a forged delivery
+/// must release the key rather than stand for the genuine delivery for the whole window.
+pub const UNVERIFIED_REFUSALS: [StatusSpec; 2] = [StatusSpec::Code(401), StatusSpec::Code(403)];
 
 /// `preset = "stripe" | "github" | "shopify" | "standard-webhooks"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -39,6 +45,17 @@ impl Preset {
             Preset::Github => "github",
             Preset::Shopify => "shopify",
             Preset::StandardWebhooks => "standard-webhooks",
+        }
+    }
+
+    /// Whose signature the provider's deliveries carry (`verify.scheme` unless the route
+    /// writes its own).
+    pub fn scheme(self) -> Scheme {
+        match self {
+            Preset::Stripe => Scheme::Stripe,
+            Preset::Github => Scheme::Github,
+            Preset::Shopify => Scheme::Shopify,
+            Preset::StandardWebhooks => Scheme::StandardWebhooks,
         }
     }
 
@@ -131,6 +148,13 @@ mod tests {
     fn every_window_covers_its_providers_retry_horizon() {
         for p in ALL {
             assert!(p.window() >= p.retry_horizon(), "{}", p.as_str());
+        }
+    }
+
+    #[test]
+    fn each_preset_verifies_its_providers_scheme() {
+        for p in ALL {
+            assert_eq!(p.scheme().as_str(), p.as_str());
         }
     }
 

@@ -75,6 +75,8 @@ struct Admin {
     token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_unauthenticated: Option<bool>,
 }
 
 impl GatewayConfig {
@@ -177,12 +179,30 @@ impl GatewayConfig {
     }
 
     /// An admin listener on `127.0.0.1:0` without a token.
-    pub fn admin(mut self) -> Self {
+    pub fn admin(self) -> Self {
+        self.admin_listen("127.0.0.1:0")
+    }
+
+    /// An admin listener on `addr` without a token (beyond loopback, the gateway refuses
+    /// that unless [`GatewayConfig::admin_allow_unauthenticated`]).
+    pub fn admin_listen(mut self, addr: &str) -> Self {
         self.admin = Some(Admin {
-            listen: "127.0.0.1:0".to_owned(),
+            listen: addr.to_owned(),
             token: None,
             max_connections: None,
+            allow_unauthenticated: None,
         });
+        self
+    }
+
+    /// `admin.allow_unauthenticated` (adds an admin listener if there is none).
+    pub fn admin_allow_unauthenticated(mut self, allow: bool) -> Self {
+        if self.admin.is_none() {
+            self = self.admin();
+        }
+        if let Some(a) = self.admin.as_mut() {
+            a.allow_unauthenticated = Some(allow);
+        }
         self
     }
 
@@ -209,6 +229,7 @@ impl GatewayConfig {
             listen: "127.0.0.1:0".to_owned(),
             token: Some(token.to_owned()),
             max_connections: None,
+            allow_unauthenticated: None,
         });
         self
     }
@@ -404,6 +425,18 @@ pub struct RouteCfg {
     must_match: Option<toml::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<Order>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify: Option<Verify>,
+}
+
+/// `verify = { scheme, secrets, tolerance }`.
+#[derive(Debug, Clone, Serialize)]
+struct Verify {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheme: Option<String>,
+    secrets: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tolerance: Option<String>,
 }
 
 /// `order = { entity, version, compare }`.
@@ -465,6 +498,7 @@ impl RouteCfg {
             advertise_expiry: None,
             must_match: None,
             order: None,
+            verify: None,
         }
     }
 
@@ -623,6 +657,33 @@ impl RouteCfg {
     /// `advertise_expiry`.
     pub fn advertise_expiry(mut self, advertise: bool) -> Self {
         self.advertise_expiry = Some(advertise);
+        self
+    }
+
+    /// `verify = { secrets }`: webhook signatures checked before the claim, the scheme the
+    /// preset's; `secrets` are sources (`"file:/path"`, `"env:NAME"`).
+    pub fn verify(mut self, secrets: &[String]) -> Self {
+        self.verify = Some(Verify {
+            scheme: None,
+            secrets: secrets.to_vec(),
+            tolerance: None,
+        });
+        self
+    }
+
+    /// `verify.scheme` (after [`RouteCfg::verify`]).
+    pub fn verify_scheme(mut self, scheme: &str) -> Self {
+        if let Some(v) = self.verify.as_mut() {
+            v.scheme = Some(scheme.to_owned());
+        }
+        self
+    }
+
+    /// `verify.tolerance` (after [`RouteCfg::verify`]).
+    pub fn verify_tolerance(mut self, tolerance: &str) -> Self {
+        if let Some(v) = self.verify.as_mut() {
+            v.tolerance = Some(tolerance.to_owned());
+        }
         self
     }
 

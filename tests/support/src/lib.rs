@@ -1,7 +1,7 @@
 //! Real components for the integration tests: a counting upstream, redis-server processes,
 //! gateways in-process and as child processes of the real binary, a typed builder for their
-//! config files, and the store contract every backend must pass. Everything binds loopback
-//! port 0.
+//! config files, the store contract every backend must pass, and webhook deliveries signed
+//! and judged by the providers' own libraries. Everything binds loopback port 0.
 
 pub mod client;
 pub mod cluster;
@@ -14,6 +14,7 @@ pub mod redis_server;
 pub mod sentinel;
 pub mod tls;
 pub mod upstream;
+pub mod webhooks;
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ pub use redis_server::{free_port, RedisServer, RedisTls};
 pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use tls::{CertFiles, TestCa};
 pub use upstream::Upstream;
+pub use webhooks::{Delivery, Providers};
 
 /// Polls `f` until it returns true or `within` passes.
 pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
