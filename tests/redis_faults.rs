@@ -466,7 +466,7 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
                         let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
                             return;
                         };
-                        if n % 3 == 0 {
+                        if n.is_multiple_of(3) {
                             let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
                             let _ = s.write_all(preface).await;
                         }
