@@ -120,9 +120,17 @@ fn rules(out: &mut String, route: &Route) -> bool {
         }
     };
     let _ = match &route.key {
-        KeyRule::Header { name, required } => writeln!(
+        KeyRule::Header {
+            name,
+            alias,
+            required,
+        } => writeln!(
             out,
-            "key: header {name}, {}",
+            "key: header {name}{}, {}",
+            alias
+                .as_ref()
+                .map(|a| format!(" (or {a} when it is absent)"))
+                .unwrap_or_default(),
             if *required {
                 "required (missing: 400)"
             } else {
@@ -194,7 +202,7 @@ pub fn summary(c: &Config) -> String {
 /// One route's settings on one line.
 fn route_line(out: &mut String, r: &Route) {
     let key = match &r.key {
-        KeyRule::Header { name, required } => format!(
+        KeyRule::Header { name, required, .. } => format!(
             "header {name} ({})",
             if *required { "required" } else { "optional" }
         ),

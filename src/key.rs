@@ -108,6 +108,9 @@ pub enum KeyRule {
     Header {
         /// Which header.
         name: HeaderName,
+        /// The same header under another name, read when `name` is absent (Svix sends
+        /// Standard Webhooks' `webhook-id` as `svix-id`).
+        alias: Option<HeaderName>,
         /// Refuse (400) a request without it, or pass it through undeduped.
         required: bool,
     },
@@ -157,7 +160,15 @@ impl KeyRule {
     /// the request is forwarded without dedupe.
     pub fn derive(&self, req: &RequestView<'_>) -> Result<Option<String>, KeyError> {
         match self {
-            Self::Header { name, required } => {
+            Self::Header {
+                name,
+                alias,
+                required,
+            } => {
+                let name = match alias {
+                    Some(alias) if !req.headers.contains_key(name) => alias,
+                    _ => name,
+                };
                 let mut values = req.headers.get_all(name).iter();
                 let Some(value) = values.next() else {
                     return if *required {

@@ -150,6 +150,30 @@ async fn standard_webhooks_retry_with_a_new_timestamp_and_signature_replays() {
     assert_eq!(up.effects(), 1);
 }
 
+/// Svix sends its Standard Webhooks deliveries under `svix-id`, `svix-timestamp` and
+/// `svix-signature` by default: the preset keys them by `svix-id` when there is no
+/// `webhook-id` (it answered 400 `idempotency-key-missing` to all of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn svix_deliveries_are_keyed_by_svix_id() {
+    let (up, gw, http) = gateway(RouteCfg::preset("svix", "/hooks", "standard-webhooks")).await;
+    let url = gw.url("/hooks");
+    let body = r#"{"type":"invoice.paid","data":{"id":"in_2"}}"#;
+    let attempt = |ts: &'static str| {
+        [
+            ("svix-id", "msg_svix_1"),
+            ("svix-timestamp", ts),
+            ("svix-signature", "v1,c2lnbmVk"),
+        ]
+    };
+    let first = http.post(&url, &attempt("1674087231"), body).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let retried = http.post(&url, &attempt("1674087536"), body).await;
+    assert!(retried.replayed(), "{}", retried.text());
+    let other = [("svix-id", "msg_svix_2"), ("svix-timestamp", "1674087231")];
+    assert_eq!(http.post(&url, &other, body).await.status, 201);
+    assert_eq!(up.effects(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_set_on_the_route_overrides_the_presets() {
     // One Shopify event delivered by two subscriptions: two webhook ids, one event id.
@@ -186,7 +210,7 @@ fn a_preset_sets_key_scope_match_and_window_and_explicit_fields_win() {
     let c = route("preset = \"github\"\n");
     let r = &c.routes[0];
     assert!(
-        matches!(&r.key, KeyRule::Header { name, required: true } if name == "x-github-delivery")
+        matches!(&r.key, KeyRule::Header { name, required: true, .. } if name == "x-github-delivery")
     );
     assert_eq!(r.scope.len(), 1);
     assert_eq!(r.window, Duration::from_secs(4 * 24 * 3600));

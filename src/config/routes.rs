@@ -306,6 +306,7 @@ fn key_rule(at: &str, k: &FileKey) -> Result<KeyRule, ConfigError> {
     Ok(match (&k.header, &k.fingerprint) {
         (Some(h), None) => KeyRule::Header {
             name: parse::header_name(&format!("{at}.key.header"), h)?,
+            alias: None,
             required: k.required.unwrap_or(DEFAULT_KEY_REQUIRED),
         },
         (None, Some(parts)) => {

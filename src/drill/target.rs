@@ -200,9 +200,9 @@ fn refuse_key_headers(route: &Route, headers: &HeaderMap) -> Result<(), DrillErr
     if let Some(order) = &route.order {
         generated.extend([&order.entity, &order.version]);
     }
-    let key_header = match &route.key {
-        KeyRule::Header { name, .. } => Some(name),
-        KeyRule::Fingerprint(_) => None,
+    let key_headers: Vec<&http::HeaderName> = match &route.key {
+        KeyRule::Header { name, alias, .. } => std::iter::once(name).chain(alias).collect(),
+        KeyRule::Fingerprint(_) => Vec::new(),
     };
     let named = generated
         .into_iter()
@@ -210,7 +210,7 @@ fn refuse_key_headers(route: &Route, headers: &HeaderMap) -> Result<(), DrillErr
             RequestPart::Header(name) => Some(name),
             _ => None,
         })
-        .chain(key_header);
+        .chain(key_headers);
     for name in named {
         if headers.contains_key(name) {
             return Err(DrillError::Usage(format!(

@@ -37,6 +37,7 @@ impl Req {
 fn header_rule(required: bool) -> KeyRule {
     KeyRule::Header {
         name: HeaderName::from_static("idempotency-key"),
+        alias: None,
         required,
     }
 }

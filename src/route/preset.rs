@@ -63,6 +63,7 @@ impl Preset {
     pub fn key(self) -> KeyRule {
         let header = |name: &'static str| KeyRule::Header {
             name: HeaderName::from_static(name),
+            alias: None,
             required: true,
         };
         match self {
@@ -70,7 +71,12 @@ impl Preset {
             Preset::Stripe => KeyRule::Fingerprint(vec![RequestPart::Json("/id".to_owned())]),
             Preset::Github => header("x-github-delivery"),
             Preset::Shopify => header("x-shopify-webhook-id"),
-            Preset::StandardWebhooks => header("webhook-id"),
+            // Svix, a Standard Webhooks sender, names it `svix-id` by default.
+            Preset::StandardWebhooks => KeyRule::Header {
+                name: HeaderName::from_static("webhook-id"),
+                alias: Some(HeaderName::from_static("svix-id")),
+                required: true,
+            },
         }
     }
 
