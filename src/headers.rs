@@ -42,3 +42,8 @@ pub const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connecti
 /// `Dedupe-Stale: true` on the 200 answering an ordered route's request whose version is
 /// not greater than the highest one completed for its entity: it was never forwarded.
 pub static STALE: HeaderName = HeaderName::from_static("dedupe-stale");
+
+/// `Stripe-Should-Retry: true | false` on the gateway's idempotency errors in the `stripe`
+/// dialect: Stripe's clients obey it before their own rules, so an in-flight conflict is
+/// retried even at the status that makes them raise `IdempotencyError`.
+pub static STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-retry");

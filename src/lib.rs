@@ -42,7 +42,8 @@
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
 //! - [`upstream`]: the pooled upstream client, the one upstream call and its typed
 //!   failures, and the proxy hop's header rules.
-//! - [`problem`]: the one place errors become RFC 9457 problem+json responses.
+//! - [`problem`]: the one place errors become responses: RFC 9457 problem+json, or the
+//!   route's dialect (Stripe's error object, the operator's template).
 //! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).

@@ -11,9 +11,11 @@ use serde::Deserialize;
 
 use crate::key::{KeyRule, MatchRule, RequestPart};
 
+pub mod dialect;
 mod keyed;
 pub mod preset;
 
+pub use self::dialect::{Dialect, Envelope};
 pub use self::keyed::{Derived, Keyed, Namespace, Skip, Verdict};
 pub use self::preset::Preset;
 
@@ -391,6 +393,8 @@ pub struct Route {
     /// Webhook signatures checked on the raw body before the claim: a delivery that does
     /// not verify is answered 401 and never claimed, stored or forwarded.
     pub verify: Option<crate::verify::Verifier>,
+    /// How the gateway's own answers on this route are written.
+    pub errors: Dialect,
 }
 
 /// The index of the first route (in file order) whose path matches, if its methods include

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::store::Backend;
+use crate::route::dialect::BuiltIn;
 use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 const KIB: u64 = 1024;
@@ -80,6 +81,10 @@ pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
 ];
 /// `defaults.unknown_statuses`: a gateway timeout behind the upstream may have acted.
 pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
+/// `defaults.errors`: RFC 9457 problem+json.
+pub const DEFAULT_ERRORS: BuiltIn = BuiltIn::Problem;
+/// `defaults.errors.content_type`: a template's answers are JSON.
+pub const DEFAULT_TEMPLATE_CONTENT_TYPE: &str = "application/json";
 
 /// `routes[].mode`: dedupe enforced.
 pub const DEFAULT_MODE: Mode = Mode::Enforce;
@@ -134,6 +139,9 @@ pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
 pub const MAX_VERIFY_TOLERANCE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of `store.max_records`.
 pub const MAX_RECORDS: usize = 10_000_000;
+/// Upper bound of an `errors` template file, in bytes: it is held whole and filled for
+/// every answer.
+pub const MAX_TEMPLATE_BYTES: u64 = 64 * KIB;
 /// Upper bound of `store.prefix`, in bytes: the whole store key must fit the stored
 /// record's 16-bit key length, beside a route name and a client key.
 pub const MAX_PREFIX_LEN: usize = 256;
@@ -253,6 +261,8 @@ mod tests {
             "defaults.unknown_statuses" => {
                 statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
             }
+            "defaults.errors" => enum_value::<BuiltIn>(text) == DEFAULT_ERRORS,
+            "defaults.errors.content_type" => text == DEFAULT_TEMPLATE_CONTENT_TYPE,
             "routes[].key.required" => text.parse().ok() == Some(DEFAULT_KEY_REQUIRED),
             "routes[].mode" => enum_value::<Mode>(text) == DEFAULT_MODE,
             "routes[].match" => match text.split_once(" / ") {

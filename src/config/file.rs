@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::store::Backend;
 use super::{invalid, ConfigError};
+use crate::route::dialect::BuiltIn;
 use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, Preset, StatusSpec};
 
 /// The TOML file, field for field.
@@ -152,6 +153,59 @@ pub struct FileDefaults {
     pub retry_statuses: Option<Vec<StatusSpec>>,
     /// Upstream statuses that leave the outcome unknown.
     pub unknown_statuses: Option<Vec<StatusSpec>>,
+    /// The dialect of the gateway's own answers (a preset route keeps problem+json).
+    pub errors: Option<FileErrors>,
+    /// Problem types become `{problem_base_url}{name}` instead of the gateway's URN.
+    pub problem_base_url: Option<String>,
+}
+
+/// `errors = ...` as written: `"problem"`, `"stripe"` or a template table.
+#[derive(Debug, Clone)]
+pub enum FileErrors {
+    /// `"problem"` or `"stripe"`.
+    BuiltIn(BuiltIn),
+    /// `{ template = "path.json", content_type = "..." }`.
+    Template(FileTemplate),
+}
+
+/// `errors = { template, content_type }` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table like { template = \"errors.json\", content_type = \"application/json\" }"
+)]
+pub struct FileTemplate {
+    /// The template file, relative to the working directory.
+    pub template: String,
+    /// The answers' `Content-Type`.
+    pub content_type: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for FileErrors {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FileErrors;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "\"problem\", \"stripe\" or a table like { template = \"errors.json\" }",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileErrors, E> {
+                BuiltIn::deserialize(serde::de::value::StrDeserializer::<E>::new(v))
+                    .map(FileErrors::BuiltIn)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<FileErrors, A::Error> {
+                FileTemplate::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(FileErrors::Template)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// `[admin]` as written.
@@ -302,6 +356,10 @@ pub struct FileRoute {
     pub replay_drop_headers: Vec<String>,
     /// Whether won and replayed answers carry `Idempotency-Expires`.
     pub advertise_expiry: Option<bool>,
+    /// Overrides `[defaults] errors` (and a preset's problem+json).
+    pub errors: Option<FileErrors>,
+    /// Overrides `[defaults] problem_base_url`.
+    pub problem_base_url: Option<String>,
     /// Out-of-order versions: stale writes are answered, never forwarded.
     pub order: Option<FileOrder>,
     /// Accept methods outside RFC 9110's set and PATCH (WebDAV-style APIs); without it such
@@ -424,6 +482,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         "preset" | "scheme" => "\"stripe\", \"github\", \"shopify\" or \"standard-webhooks\"",
         "backend" => "\"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\"",
         "match" => "\"request\", \"key\" or a list of request parts",
+        "errors" => "\"problem\", \"stripe\" or a table like { template = \"errors.json\" }",
         _ => return None,
     })
 }

@@ -6,12 +6,14 @@
 //! - [`file`]: the file as written; [`env`]: the `DEDUPE_*` overrides applied to it;
 //! - [`defaults`]: every default, named;
 //! - `server`, `store`, `routes`, `admin`: validation of each section; `verify`: a route's
-//!   webhook signatures; `parse`: value syntaxes; `secrets`: `env:` and `file:` sources.
+//!   webhook signatures; `errors`: the dialect of the gateway's own answers; `parse`: value
+//!   syntaxes; `secrets`: `env:` and `file:` sources.
 //!
 //! Validation reads files but opens no socket: [`Config::load`] reads the config file, and
 //! validation reads every file the config names (the PEM files of `server.tls`,
 //! `server.upstream_ca_file` and `store.tls_*`, the key files of `store.encryption_keys`,
-//! the `file:` secrets of `routes[].verify.secrets` and `admin.token`) and the `env:` ones,
+//! the `file:` secrets of `routes[].verify.secrets` and `admin.token`, the `errors`
+//! templates) and the `env:` ones,
 //! so a missing or unusable one is refused here, naming its field, before any port is bound.
 
 use std::collections::HashSet;
@@ -21,6 +23,7 @@ use std::path::Path;
 mod admin;
 pub mod defaults;
 mod env;
+mod errors;
 mod file;
 mod parse;
 mod routes;
@@ -40,7 +43,7 @@ pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
 
-use crate::route::Route;
+use crate::route::{Dialect, Route};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +97,9 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Routes in file order; the first match wins.
     pub routes: Vec<Route>,
+    /// How the gateway's answers made before a request has a route are written
+    /// (`[defaults] errors` and `problem_base_url`).
+    pub errors: Dialect,
     /// Valid but risky settings, for `check` to print and `run` to log.
     pub warnings: Vec<String>,
 }
@@ -236,6 +242,7 @@ impl Config {
             store,
             admin,
             routes,
+            errors: inherited.errors,
             warnings,
         })
     }

@@ -20,7 +20,7 @@ use crate::key::order::OrderRule;
 use crate::key::{KeyRule, MatchRule, RequestPart};
 use crate::route::preset::UNVERIFIED_REFUSALS;
 use crate::route::{
-    HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
+    Dialect, HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
     StatusPolicy, StatusSpec,
 };
 
@@ -35,6 +35,8 @@ pub(super) struct Inherited {
     on_unknown: OnUnknown,
     retry_statuses: Vec<StatusSpec>,
     unknown_statuses: Vec<StatusSpec>,
+    /// `[defaults] errors` and `problem_base_url`.
+    pub(super) errors: Dialect,
 }
 
 impl Inherited {
@@ -67,6 +69,7 @@ impl Inherited {
                 .unknown_statuses
                 .clone()
                 .unwrap_or_else(|| DEFAULT_UNKNOWN_STATUSES.to_vec()),
+            errors: super::errors::defaults(d)?,
         })
     }
 }
@@ -198,6 +201,7 @@ pub(super) fn validate(
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
         order: r.order.as_ref().map(|o| order_rule(at, o)).transpose()?,
         verify: super::verify::validate(at, r, env)?,
+        errors: super::errors::route(at, r, &inherited.errors)?,
     })
 }
 

@@ -23,6 +23,7 @@ fn err(extra: &str) -> String {
 
 mod admin;
 mod backends;
+mod errors;
 mod secrets;
 mod verify;
 

@@ -164,19 +164,21 @@ pub struct Race {
     pub executed: usize,
     /// Answered from the store.
     pub replayed: usize,
-    /// Answered 409 (in flight).
+    /// Told the key was in flight (409 in problem+json).
     pub conflicts: usize,
     /// Every replay is the executed answer, byte for byte.
     pub consistent: bool,
 }
 
 impl Race {
-    /// Sends `n` copies of `req` to `base` at once.
+    /// Sends `n` copies of `req` to `base` at once; `in_flight` is the status the route
+    /// answers a key in flight with.
     pub async fn run(
         http: &Http,
         base: &str,
         req: &DrillRequest,
         n: usize,
+        in_flight: StatusCode,
     ) -> Result<Self, String> {
         let tasks: Vec<_> = (0..n)
             .map(|_| {
@@ -197,10 +199,7 @@ impl Race {
             .filter(|r| !r.replayed() && r.status.as_u16() < 400)
             .collect();
         let replayed = replies.iter().filter(|r| r.replayed()).count();
-        let conflicts = replies
-            .iter()
-            .filter(|r| r.status == StatusCode::CONFLICT)
-            .count();
+        let conflicts = replies.iter().filter(|r| r.status == in_flight).count();
         let consistent = fresh.len() == 1
             && replies
                 .iter()

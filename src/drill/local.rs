@@ -18,7 +18,7 @@ use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
 use crate::config::{Config, StoreBackend, UpstreamTarget};
 use crate::http::Gateway;
-use crate::route::{Mode, OnConflict, OnUnknown, Route};
+use crate::route::{Dialect, Mode, OnConflict, OnUnknown, Route};
 use crate::server::{serve, Listeners};
 use crate::store::{Fence, Resolution, Store, StoreKey};
 
@@ -164,6 +164,9 @@ fn drill_config(
     cfg.warnings.clear();
     for r in &mut cfg.routes {
         r.lease = lease;
+        // The drill reads the gateway's own answers as problem+json; their envelope is no
+        // part of what it proves.
+        r.errors = Dialect::default();
     }
     Ok(cfg)
 }
@@ -385,7 +388,7 @@ impl Rig<'_> {
 
     async fn race_drill(&self, req: &DrillRequest) -> Result<Verdict, String> {
         self.upstream.hold_first(&req.key, RACE_HOLD);
-        let race = Race::run(&self.http, &self.base, req, self.race).await?;
+        let race = Race::run(&self.http, &self.base, req, self.race, StatusCode::CONFLICT).await?;
         let effects = self.upstream.effects(&req.key);
         let pass = effects.len() == 1 && race.one_winner();
         let note = (!pass).then(|| {

@@ -19,6 +19,7 @@ use super::request::{self, DrillRequest, Marks};
 use super::{run_id, DrillError};
 use crate::config::Config;
 use crate::key::{KeyRule, RequestPart};
+use crate::problem::GatewayError;
 use crate::route::{Mode, Route};
 
 /// What `drill --target` runs.
@@ -356,7 +357,19 @@ impl Live<'_> {
 
     async fn race(&self) -> Result<Verdict, String> {
         let req = &self.plan.race_req;
-        let race = Race::run(&self.http, &self.plan.target, req, self.plan.race).await?;
+        // The route's dialect decides the status of the gateway's refusals.
+        let in_flight = GatewayError::Conflict {
+            retry_after: Duration::ZERO,
+        }
+        .status_in(&self.plan.route.errors);
+        let race = Race::run(
+            &self.http,
+            &self.plan.target,
+            req,
+            self.plan.race,
+            in_flight,
+        )
+        .await?;
         let record = self.record(req).await?.unwrap_or_default();
         let pass = race.one_winner() && record.state == "completed";
         Ok((
@@ -394,7 +407,7 @@ impl Live<'_> {
         let after = self.record(req).await?.unwrap_or_default();
         let again = self.send(req).await?;
         let pass = first.status.as_u16() < 500
-            && m.status == StatusCode::UNPROCESSABLE_ENTITY
+            && m.status == GatewayError::Mismatch.status_in(&self.plan.route.errors)
             && before.state == "completed"
             && after.state == "completed"
             && after.fence == before.fence

@@ -18,7 +18,7 @@ use super::stream::Delivery;
 use super::{replay, Gateway};
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::problem::GatewayError;
-use crate::route::{Keyed, Mode, OnConflict};
+use crate::route::{Dialect, Keyed, Mode, OnConflict};
 use crate::store::Order;
 use crate::Body;
 
@@ -83,11 +83,13 @@ impl KeyedRequest {
                         "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
                 }
             }
+            let errors = &live.config.routes[route].errors;
             let answered = Answered {
                 keyed: &this.keyed,
                 recent: &live.recent[route],
                 route_name: &this.route_name,
                 advertise_expiry: this.advertise_expiry,
+                errors,
             };
             let (response, upstream) = answered.respond(settled.answer, settled.finish);
             let access = Access {
@@ -104,6 +106,7 @@ impl KeyedRequest {
                 response,
                 access,
                 close: false,
+                errors: errors.clone(),
             };
             delivery.deliver(gateway.conclude(handled, &this.origin));
         };
@@ -137,10 +140,12 @@ impl KeyedRequest {
             key: Some((keyed.key.clone(), keyed.scope.clone())),
             would: None,
         };
+        let forwarder = &self.forwarder;
         let handled = Handled {
             response: Ok(response),
             access,
             close: false,
+            errors: forwarder.live.config.routes[forwarder.route].errors.clone(),
         };
         Some(gateway.conclude(handled, &self.origin))
     }
@@ -152,6 +157,8 @@ struct Answered<'a> {
     recent: &'a RecentLatency,
     route_name: &'a str,
     advertise_expiry: bool,
+    /// The route's dialect, for a record whose body was not stored.
+    errors: &'a Dialect,
 }
 
 impl Answered<'_> {
@@ -178,7 +185,12 @@ impl Answered<'_> {
                 (response, upstream)
             }
             Answer::Replay(record) => (
-                replay::respond(&record, &keyed.store_key, self.advertise_expiry),
+                replay::respond(
+                    &record,
+                    &keyed.store_key,
+                    self.advertise_expiry,
+                    self.errors,
+                ),
                 None,
             ),
             Answer::Conflict { retry_after } => {

@@ -10,17 +10,19 @@ use tracing::error;
 use crate::headers::{IDEMPOTENCY_EXPIRES, REPLAYED};
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
+use crate::route::Dialect;
 use crate::store::StoreKey;
 use crate::{full, Body};
 
 /// The stored response, byte for byte, marked `Idempotent-Replayed: true`, after checking
 /// it was stored under this very key. A record without a body answers the original status
 /// with a `response-not-stored` problem. With `advertise_expiry`, both carry
-/// `Idempotency-Expires`.
+/// `Idempotency-Expires`. The problem is in the route's dialect, `errors`.
 pub(super) fn respond(
     record: &bytes::Bytes,
     store_key: &StoreKey,
     advertise_expiry: bool,
+    errors: &Dialect,
 ) -> Result<Response<Body>, GatewayError> {
     let stored = StoredResponse::decode(record, store_key).map_err(|e| {
         error!(error = %e, store_key = %store_key, "stored record unusable; refusing to replay it");
@@ -39,7 +41,7 @@ pub(super) fn respond(
             status: stored.status,
             body,
         }
-        .to_response(),
+        .to_response_in(errors),
     };
     if advertise_expiry {
         advertise(resp.headers_mut(), stored.expires);

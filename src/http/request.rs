@@ -25,7 +25,7 @@ use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{KeyError, RequestView};
 use crate::path;
 use crate::problem::GatewayError;
-use crate::route::{self, Mode, OnConflict, Route, Skip, Verdict};
+use crate::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
 use crate::{full, Body, BoxError};
 
 /// A request's response, and what it did, for the access record.
@@ -34,6 +34,8 @@ pub(super) struct Handled {
     pub access: Access,
     /// Answered with `Connection: close`: the client's body was left unread.
     pub close: bool,
+    /// How an error in `response` is written: its route's dialect.
+    pub errors: Dialect,
 }
 
 /// How `dispatch` ended.
@@ -63,7 +65,10 @@ impl Gateway {
 
     /// Turns an error into its response and accounts for the request: once per request.
     pub(super) fn conclude(&self, handled: Handled, origin: &Origin) -> Response<Body> {
-        let mut response = handled.response.unwrap_or_else(|e| e.to_response());
+        let errors = &handled.errors;
+        let mut response = handled
+            .response
+            .unwrap_or_else(|e| e.to_response_in(errors));
         if handled.close {
             response
                 .headers_mut()
@@ -85,13 +90,16 @@ impl Gateway {
         origin: &Origin,
         started: Instant,
     ) -> Dispatched {
-        let refused = |route: &Arc<str>, refusal: Refusal| {
+        let refused_in = |errors: &Dialect, route: &Arc<str>, refusal: Refusal| {
             Dispatched::Handled(Handled {
                 response: Err(refusal.error),
                 access: Access::keyless(started, route.clone(), Outcome::Rejected),
                 close: refusal.close,
+                errors: errors.clone(),
             })
         };
+        // Refused before a route is known: in `[defaults]`'s dialect.
+        let refused = |route: &Arc<str>, refusal| refused_in(&live.config.errors, route, refusal);
         let req = match admit(req, conn) {
             Ok(req) => req,
             Err((e, body)) => return refused(&self.no_route, Refusal::drained(e, body).await),
@@ -106,15 +114,20 @@ impl Gateway {
         let route_idx = match route::find(&live.config.routes, req.method(), &matched) {
             Some(i) if live.config.routes[i].mode != Mode::Off => i,
             found => {
-                let name = found.map_or(&self.no_route, |i| &live.config.routes[i].name);
+                let route = found.map(|i| &live.config.routes[i]);
+                let name = route.map_or(&self.no_route, |r| &r.name);
+                let errors = route.map_or(&live.config.errors, |r| &r.errors);
                 let req = req.map(|b| b.map_err(BoxError::from).boxed());
+                let to = (name, errors);
                 let handled = self
-                    .stream(&live, req, conn, name, Outcome::Passthrough, started)
+                    .stream(&live, req, conn, to, Outcome::Passthrough, started)
                     .await;
                 return Dispatched::Handled(handled);
             }
         };
         let route = &live.config.routes[route_idx];
+        // From here on, refused in the route's dialect.
+        let refused = |name: &Arc<str>, refusal| refused_in(&route.errors, name, refusal);
 
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything (not on a signed route: see
@@ -168,7 +181,8 @@ impl Gateway {
             started,
             origin: origin.clone(),
         };
-        self.claim(keyed_request, delivery, delivered).await
+        self.claim(keyed_request, delivery, delivered, &route.errors)
+            .await
     }
 
     /// Requests whose clients left keep running (their claims must settle), but only so
@@ -193,6 +207,7 @@ impl Gateway {
         keyed_request: KeyedRequest,
         delivery: Delivery,
         delivered: oneshot::Receiver<Response<Body>>,
+        errors: &Dialect,
     ) -> Dispatched {
         let tether = Tether::new(&self.detached);
         let client = tether.client();
@@ -212,7 +227,7 @@ impl Gateway {
             Ok(response) => response,
             Err(_) => {
                 error!("request task ended without a response");
-                GatewayError::Internal.to_response()
+                GatewayError::Internal.to_response_in(errors)
             }
         })
     }
@@ -231,8 +246,9 @@ impl Gateway {
     ) -> Dispatched {
         let (error, forwarded) = match skip {
             Skip::NoKey => {
+                let to = (&route.name, &route.errors);
                 let handled = self
-                    .stream(live, req, conn, &route.name, Outcome::NoKey, started)
+                    .stream(live, req, conn, to, Outcome::NoKey, started)
                     .await;
                 return Dispatched::Handled(handled);
             }
@@ -243,8 +259,9 @@ impl Gateway {
             _ => (Outcome::InvalidKey, Would::InvalidKey),
         };
         if forwarded {
+            let to = (&route.name, &route.errors);
             let mut handled = self
-                .stream(live, req, conn, &route.name, Outcome::Shadowed, started)
+                .stream(live, req, conn, to, Outcome::Shadowed, started)
                 .await;
             handled.access.would = Some(would);
             return Dispatched::Handled(handled);
@@ -255,16 +272,18 @@ impl Gateway {
             response: Err(refusal.error),
             access: Access::keyless(started, route.name.clone(), outcome),
             close: refusal.close,
+            errors: route.errors.clone(),
         })
     }
 
-    /// Streams a request that needs no dedupe.
+    /// Streams a request that needs no dedupe, counted under `route`'s name and answered
+    /// in its dialect should the upstream fail.
     async fn stream(
         &self,
         live: &Live,
         req: Request<Body>,
         conn: &ConnInfo,
-        route: &Arc<str>,
+        (route, errors): (&Arc<str>, &Dialect),
         outcome: Outcome,
         started: Instant,
     ) -> Handled {
@@ -277,6 +296,7 @@ impl Gateway {
             response: fwd.response.map_err(|e| body_failed.blame(e)),
             access,
             close: false,
+            errors: errors.clone(),
         }
     }
 }
