@@ -60,11 +60,19 @@ struct Defaults {
     lease: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem_base_url: Option<String>,
+    // Last: it may be a table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<toml::Value>,
 }
 
 impl Defaults {
     fn is_empty(&self) -> bool {
-        self.lease.is_none() && self.window.is_none()
+        self.lease.is_none()
+            && self.window.is_none()
+            && self.errors.is_none()
+            && self.problem_base_url.is_none()
     }
 }
 
@@ -175,6 +183,18 @@ impl GatewayConfig {
     /// `defaults.window`.
     pub fn default_window(mut self, d: &str) -> Self {
         self.defaults.window = Some(d.to_owned());
+        self
+    }
+
+    /// `defaults.errors = name` (`"problem"`, `"stripe"`).
+    pub fn default_errors(mut self, name: &str) -> Self {
+        self.defaults.errors = Some(toml::Value::String(name.to_owned()));
+        self
+    }
+
+    /// `defaults.problem_base_url`.
+    pub fn default_problem_base_url(mut self, url: &str) -> Self {
+        self.defaults.problem_base_url = Some(url.to_owned());
         self
     }
 
@@ -421,6 +441,10 @@ pub struct RouteCfg {
     replay_drop_headers: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     advertise_expiry: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem_base_url: Option<String>,
     #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
     must_match: Option<toml::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -496,6 +520,8 @@ impl RouteCfg {
             store_body: None,
             replay_drop_headers: Vec::new(),
             advertise_expiry: None,
+            errors: None,
+            problem_base_url: None,
             must_match: None,
             order: None,
             verify: None,
@@ -684,6 +710,27 @@ impl RouteCfg {
         if let Some(v) = self.verify.as_mut() {
             v.tolerance = Some(tolerance.to_owned());
         }
+        self
+    }
+
+    /// `errors = name`: `"problem"` or `"stripe"`.
+    pub fn errors(mut self, name: &str) -> Self {
+        self.errors = Some(toml::Value::String(name.to_owned()));
+        self
+    }
+
+    /// `errors = { template = path, content_type }`.
+    pub fn errors_template(mut self, path: &std::path::Path, content_type: &str) -> Self {
+        let mut t = toml::Table::new();
+        t.insert("template".into(), crate::tls::path_str(path).into());
+        t.insert("content_type".into(), content_type.into());
+        self.errors = Some(toml::Value::Table(t));
+        self
+    }
+
+    /// `problem_base_url`.
+    pub fn problem_base_url(mut self, url: &str) -> Self {
+        self.problem_base_url = Some(url.to_owned());
         self
     }
 

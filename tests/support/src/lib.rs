@@ -1,7 +1,8 @@
 //! Real components for the integration tests: a counting upstream, redis-server processes,
 //! gateways in-process and as child processes of the real binary, a typed builder for their
-//! config files, the store contract every backend must pass, and webhook deliveries signed
-//! and judged by the providers' own libraries. Everything binds loopback port 0.
+//! config files, the store contract every backend must pass, webhook deliveries signed and
+//! judged by the providers' own libraries, and Stripe's own Python client making calls.
+//! Everything binds loopback port 0.
 
 pub mod client;
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod gateway;
 pub mod near_cache;
 pub mod redis_server;
 pub mod sentinel;
+pub mod stripe_client;
 pub mod tls;
 pub mod upstream;
 pub mod webhooks;
@@ -24,6 +26,7 @@ pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
 pub use redis_server::{free_port, RedisServer, RedisTls};
 pub use sentinel::{SentinelGroup, MASTER_NAME};
+pub use stripe_client::{CustomerCreate, StripeClient};
 pub use tls::{CertFiles, TestCa};
 pub use upstream::Upstream;
 pub use webhooks::{Delivery, Providers};
