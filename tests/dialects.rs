@@ -300,3 +300,60 @@ fn a_template_that_is_not_json_once_filled_is_refused_with_exit_64() {
         );
     }
 }
+
+/// `drill` proves dedupe on a route whatever its dialect: `--config` reads the answers as
+/// problem+json, `--target` expects the statuses of the route's dialect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_passes_on_a_stripe_route_locally_and_against_a_running_gateway() {
+    let up = Upstream::start().await;
+    let cfg = GatewayConfig::new(up.url())
+        .admin_with_token("s3cret")
+        .default_problem_base_url("https://docs.example.com/problems/")
+        .route(customers().errors("stripe"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, cfg.to_toml()).unwrap();
+    let drill = move |args: Vec<String>| {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+                .arg("drill")
+                .arg("--config")
+                .arg(&config)
+                .args(args)
+                .env_remove("DEDUPE_ADMIN_TOKEN")
+                .output()
+                .unwrap()
+        })
+    };
+    let out = drill(vec!["--lease".into(), "1s".into()]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("all drills passed"), "{text}");
+
+    let gw = GatewayProcess::start(&cfg);
+    let args = [
+        "--target",
+        &gw.url(""),
+        "--admin",
+        &gw.admin_url(""),
+        "--token",
+        "s3cret",
+        "--route",
+        "customers",
+        "--yes",
+    ];
+    let out = drill(args.iter().map(|a| a.to_string()).collect())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for d in ["replay", "race", "misuse"] {
+        assert!(text.contains(&format!("PASS customers/{d}")), "{text}");
+    }
+}
