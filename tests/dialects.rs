@@ -357,3 +357,37 @@ async fn drill_passes_on_a_stripe_route_locally_and_against_a_running_gateway() 
         assert!(text.contains(&format!("PASS customers/{d}")), "{text}");
     }
 }
+
+/// SIGHUP reads the template again; a template broken meanwhile is refused and the one in
+/// force keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_template_again_and_refuses_a_broken_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("errors.json");
+    std::fs::write(&template, r#"{"v": 1, "code": "{{name}}"}"#).unwrap();
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .route(customers().errors_template(&template, "application/json")),
+    );
+    let http = Http::new();
+    let url = gw.url("/v1/customers");
+    let answer = |reply: dedupe_test_support::Reply| -> Value {
+        assert_eq!(reply.status, 400);
+        serde_json::from_slice(&reply.body).unwrap()
+    };
+    assert_eq!(
+        answer(http.post(&url, &[], "").await),
+        json!({"v": 1, "code": "idempotency-key-missing"})
+    );
+
+    std::fs::write(&template, r#"{"v": 2, "code": "{{name}}"}"#).unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("SIGHUP: configuration reloaded").await;
+    assert_eq!(answer(http.post(&url, &[], "").await)["v"], 2);
+
+    std::fs::write(&template, r#"{"v": 3, "code": {{name}}}"#).unwrap();
+    gw.signal("HUP");
+    gw.wait_logged("SIGHUP: configuration refused").await;
+    assert_eq!(answer(http.post(&url, &[], "").await)["v"], 2);
+}
