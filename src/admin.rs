@@ -196,60 +196,79 @@ async fn keys(
     path: &str,
     query: Option<&str>,
 ) -> Result<Response<Body>, GatewayError> {
+    let located = locate(gateway, path, query)?;
+    if method == Method::DELETE {
+        return delete(gateway, &located, query).await;
+    }
+    inspect(gateway, &located).await
+}
+
+/// `DELETE /keys/{route}/{key}`: forgets the record, unless its claim is live (without
+/// `force`) or it is no longer under the `fence` the caller names.
+async fn delete(
+    gateway: &Gateway,
+    located: &Located,
+    query: Option<&str>,
+) -> Result<Response<Body>, GatewayError> {
     let Located {
         route,
         key,
         scope,
         store_key,
-    } = locate(gateway, path, query)?;
+    } = located;
     let route_name = &*route.name;
-    let located_order = route.order.as_ref().map(|o| o.compare);
-
-    if method == Method::DELETE {
-        let fence = live::fence_param(query)?;
-        let act = live::Act {
-            what: "delete",
-            force: live::forced(query)?,
-            fence,
-            route: route_name,
-            key: &key,
-        };
-        let info = live::guard(gateway, &store_key, act)
-            .await?
-            .ok_or(GatewayError::RecordNotFound)?;
-        // `fence=N`: only the record the caller saw (the drill deletes only its own).
-        if fence.is_some_and(|f| f != info.fence.get()) {
-            return Err(GatewayError::StaleFence);
-        }
-        let existed = gateway
-            .store()
-            .forget(&store_key)
-            .await
-            .map_err(store_failed)?;
-        if !existed {
-            return Err(GatewayError::RecordNotFound);
-        }
-        info!(route = route_name, key = %key, scope, "admin: record forgotten; the next request with this key executes again");
-        let mut resp = Response::new(full(Bytes::new()));
-        *resp.status_mut() = StatusCode::NO_CONTENT;
-        return Ok(resp);
+    let fence = live::fence_param(query)?;
+    let act = live::Act {
+        what: "delete",
+        force: live::forced(query)?,
+        fence,
+        route: route_name,
+        key,
+    };
+    let info = live::guard(gateway, store_key, act)
+        .await?
+        .ok_or(GatewayError::RecordNotFound)?;
+    // `fence=N`: only the record the caller saw (the drill deletes only its own).
+    if fence.is_some_and(|f| f != info.fence.get()) {
+        return Err(GatewayError::StaleFence);
     }
+    let existed = gateway
+        .store()
+        .forget(store_key)
+        .await
+        .map_err(store_failed)?;
+    if !existed {
+        return Err(GatewayError::RecordNotFound);
+    }
+    info!(route = route_name, key = %key, scope, "admin: record forgotten; the next request with this key executes again");
+    let mut resp = Response::new(full(Bytes::new()));
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    Ok(resp)
+}
 
+/// `GET /keys/{route}/{key}`: the record as JSON.
+async fn inspect(gateway: &Gateway, located: &Located) -> Result<Response<Body>, GatewayError> {
+    let Located {
+        route,
+        key,
+        scope,
+        store_key,
+    } = located;
     let info = gateway
         .store()
-        .inspect(&store_key)
+        .inspect(store_key)
         .await
         .map_err(store_failed)?
         .ok_or(GatewayError::RecordNotFound)?;
     let stored = info
         .response
         .as_ref()
-        .and_then(|r| gateway.keyring().open(&store_key, r.clone()).ok())
-        .and_then(|r| StoredResponse::decode(&r, &store_key).ok());
+        .and_then(|r| gateway.keyring().open(store_key, r.clone()).ok())
+        .and_then(|r| StoredResponse::decode(&r, store_key).ok());
     let view = KeyView {
-        route: route_name,
-        key: &key,
-        scope: &scope,
+        route: &route.name,
+        key,
+        scope,
         store_key: store_key.as_str(),
         state: info.state.as_str(),
         fence: info.fence.get(),
@@ -257,9 +276,11 @@ async fn keys(
         attempts: info.attempts,
         claimed_at: info.claimed_at.map(rfc3339),
         completed_at: info.completed_at.map(rfc3339),
-        version: located_order
+        version: route
+            .order
+            .as_ref()
             .zip(info.version.as_ref())
-            .map(|(compare, v)| key::order::show(compare, v)),
+            .map(|(o, v)| key::order::show(o.compare, v)),
         lease_left_ms: info.lease_left.map(|d| d.as_millis()),
         expires_in_ms: info.expires_in.map(|d| d.as_millis()),
         status: stored.as_ref().map(|s| s.status.as_u16()),

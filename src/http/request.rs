@@ -38,6 +38,16 @@ pub(super) struct Handled {
     pub errors: Dialect,
 }
 
+/// Where a request stands once its deduping route is known.
+#[derive(Clone, Copy)]
+struct Routed<'a> {
+    live: &'a Arc<Live>,
+    route: usize,
+    conn: &'a ConnInfo,
+    origin: &'a Origin,
+    started: Instant,
+}
+
 /// How `dispatch` ended.
 enum Dispatched {
     /// Answered without a claim: the caller accounts for it.
@@ -90,16 +100,15 @@ impl Gateway {
         origin: &Origin,
         started: Instant,
     ) -> Dispatched {
-        let refused_in = |errors: &Dialect, route: &Arc<str>, refusal: Refusal| {
+        // Refused before a route is known: in `[defaults]`'s dialect.
+        let refused = |route: &Arc<str>, refusal: Refusal| {
             Dispatched::Handled(Handled {
                 response: Err(refusal.error),
                 access: Access::keyless(started, route.clone(), Outcome::Rejected),
                 close: refusal.close,
-                errors: errors.clone(),
+                errors: live.config.errors.clone(),
             })
         };
-        // Refused before a route is known: in `[defaults]`'s dialect.
-        let refused = |route: &Arc<str>, refusal| refused_in(&live.config.errors, route, refusal);
         let req = match admit(req, conn) {
             Ok(req) => req,
             Err((e, body)) => return refused(&self.no_route, Refusal::drained(e, body).await),
@@ -125,64 +134,108 @@ impl Gateway {
                 return Dispatched::Handled(handled);
             }
         };
-        let route = &live.config.routes[route_idx];
-        // From here on, refused in the route's dialect.
-        let refused = |name: &Arc<str>, refusal| refused_in(&route.errors, name, refusal);
+        let routed = Routed {
+            live: &live,
+            route: route_idx,
+            conn,
+            origin,
+            started,
+        };
+        self.dedupe(routed, req, &matched).await
+    }
 
+    /// A request on a route that dedupes: its key refused or absent (answered or streamed
+    /// without a claim), or its body read, its signature checked and its verdict claimed.
+    async fn dedupe(
+        self: &Arc<Self>,
+        at: Routed<'_>,
+        req: Request<Incoming>,
+        matched: &str,
+    ) -> Dispatched {
+        let Routed {
+            live,
+            route: route_idx,
+            conn,
+            started,
+            ..
+        } = at;
+        let route = &live.config.routes[route_idx];
+        // Refused in the route's dialect.
+        let refused = |refusal: Refusal| {
+            Dispatched::Handled(Handled {
+                response: Err(refusal.error),
+                access: Access::keyless(started, route.name.clone(), Outcome::Rejected),
+                close: refusal.close,
+                errors: route.errors.clone(),
+            })
+        };
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything (not on a signed route: see
         // `Route::verdict_from_headers`).
         let (parts, body) = req.into_parts();
         if let Some(skip) = route.verdict_from_headers(&parts.headers) {
             let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
-            return self.skip(&live, route, skip, req, conn, started).await;
+            return self.skip(live, route, skip, req, conn, started).await;
         }
         let body = match read_body(body, &parts, &live.config).await {
             Ok(body) => body,
-            Err(refusal) => return refused(&route.name, refusal),
+            Err(refusal) => return refused(refusal),
         };
         if let Err(e) = self.check_signature(route, &parts.headers, &body) {
-            return refused(&route.name, Refusal::read(e));
+            return refused(Refusal::read(e));
         }
         let keyed = match route.verdict(
             live.config.store.namespace(),
             live.config.server.max_body,
-            &view(&parts, &matched, &body),
+            &view(&parts, matched, &body),
         ) {
             Verdict::Claim(keyed) => keyed,
             Verdict::Skip(skip) => {
                 let req = Request::from_parts(parts, full(body));
-                return self.skip(&live, route, skip, req, conn, started).await;
+                return self.skip(live, route, skip, req, conn, started).await;
             }
         };
-        if self.overloaded(&live) {
-            return refused(&route.name, Refusal::read(GatewayError::Overloaded));
+        if self.overloaded(live) {
+            return refused(Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
+        let request = self.keyed_request(at, parts, body, keyed, &delivery);
+        self.claim(request, delivery, delivered, &route.errors)
+            .await
+    }
+
+    /// A keyed request with everything its task needs.
+    fn keyed_request(
+        &self,
+        at: Routed<'_>,
+        parts: Parts,
+        body: bytes::Bytes,
+        keyed: route::Keyed,
+        delivery: &Delivery,
+    ) -> KeyedRequest {
+        let route = &at.live.config.routes[at.route];
         let join = (route.on_conflict == OnConflict::Join)
             .then(|| (self.streams.clone(), keyed.request_hash));
         let forwarder = Forwarder {
             join,
             delivery: delivery.clone(),
-            live: live.clone(),
-            route: route_idx,
+            live: at.live.clone(),
+            route: at.route,
             parts,
             body,
-            remote: conn.remote,
+            remote: at.conn.remote,
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),
         };
-        let keyed_request = KeyedRequest {
+        KeyedRequest {
             forwarder,
             policy: policy(route),
             keyed,
             route_name: route.name.clone(),
             advertise_expiry: route.advertise_expiry,
-            started,
-            origin: origin.clone(),
-        };
-        self.claim(keyed_request, delivery, delivered, &route.errors)
-            .await
+            started: at.started,
+            origin: at.origin.clone(),
+        }
     }
 
     /// Requests whose clients left keep running (their claims must settle), but only so

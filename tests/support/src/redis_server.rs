@@ -205,9 +205,12 @@ impl RedisServer {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
     }
 
-    /// Runs one command on a new connection; panics on an error.
+    /// Runs one command on a new connection; panics on an error. Patient (5 s): a node
+    /// busy with a failover on a loaded 2-core machine answers late, not never.
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut c = self.connection().unwrap();
+        let mut c = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+            .unwrap();
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
             cmd.arg(*a);
