@@ -70,6 +70,10 @@ async fn route(
     authorize(gateway, headers)?;
     match (method, path) {
         (_, "/metrics") if read => {
+            // A ping per scrape, as /readyz makes: an idle gateway's lost store shows
+            // before the first request fails (`dedupe_store_up`).
+            let up = gateway.store().ping().await.is_ok();
+            gateway.metrics().store_up(up);
             if let Some(stats) = gateway.store().near_cache_stats() {
                 gateway.metrics().near_cache(stats);
             }

@@ -1,14 +1,19 @@
 //! Prometheus metrics: counters per route and key outcome, store and upstream figures.
+//!
+//! The names are a stable interface (`docs/stability.md`): the dashboard in
+//! `deploy/grafana/` and the alerts in `deploy/prometheus/` query them, and a test holds
+//! both to what a running gateway exports.
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
@@ -52,6 +57,85 @@ struct OpLabel {
     op: &'static str,
 }
 
+/// A gauge exported only once it has been set: a gateway without a near-cache exports no
+/// `dedupe_near_cache_serving` that an alert would read as "not serving".
+#[derive(Debug, Clone, Default)]
+struct GaugeOnceSet {
+    set: Arc<AtomicBool>,
+    gauge: Gauge<i64, AtomicI64>,
+}
+
+impl GaugeOnceSet {
+    fn set(&self, value: i64) {
+        self.gauge.set(value);
+        self.set.store(true, Ordering::Relaxed);
+    }
+}
+
+impl EncodeMetric for GaugeOnceSet {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.gauge.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.set.load(Ordering::Relaxed)
+    }
+}
+
+/// A claim event an operator watches (`dedupe_claim_events_total{event}`). Every event is
+/// exported from the start at 0, so an alert's `increase()` sees the first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum ClaimEvent {
+    /// A claim took over an expired lease: the write may execute twice.
+    Takeover,
+    /// A lease renewal was refused: the key was taken over meanwhile.
+    RenewalRefused,
+    /// A key's outcome is held for an operator (`on_unknown = "hold"`), counted once per
+    /// held key.
+    OutcomeHeld,
+    /// A completion or release was refused: the key was taken over under a newer fence,
+    /// so the response reached its client only.
+    FencedOut,
+    /// A new claim was refused (503 `overloaded`): too many requests whose clients left
+    /// are still running.
+    Overloaded,
+}
+
+impl ClaimEvent {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// A store operation (`op` of `dedupe_store_latency_seconds` and
+/// `dedupe_store_errors_total`). The errors of every operation are exported from the
+/// start at 0, so an alert's `rate()` sees the first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum StoreOp {
+    /// Claiming a key (or reading its record for a replay).
+    Claim,
+    /// Renewing a lease while the upstream call runs.
+    Renew,
+    /// Storing the response.
+    Complete,
+    /// Freeing the key after a call that had no effect.
+    Release,
+}
+
+impl StoreOp {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
@@ -76,6 +160,8 @@ pub struct Metrics {
     inflight: Gauge<i64, AtomicI64>,
     near_cache: Family<NearLabel, Counter>,
     near_cache_bytes: Gauge<i64, AtomicI64>,
+    near_cache_serving: GaugeOnceSet,
+    store_up: Gauge<i64, AtomicI64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -120,9 +206,18 @@ impl Metrics {
         let events = Family::<EventLabel, Counter>::default();
         registry.register(
             "claim_events",
-            "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key)",
+            "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key), fenced_out, overloaded",
             events.clone(),
         );
+        // Created at 0: the first event or error is then an increase a rule can see.
+        for event in <ClaimEvent as strum::VariantArray>::VARIANTS {
+            let _ = events.get_or_create(&EventLabel {
+                event: event.as_str(),
+            });
+        }
+        for op in <StoreOp as strum::VariantArray>::VARIANTS {
+            let _ = store_errors.get_or_create(&OpLabel { op: op.as_str() });
+        }
         let upstream_responses = Family::<RouteClass, Counter>::default();
         registry.register(
             "upstream_responses",
@@ -161,10 +256,24 @@ impl Metrics {
             "Bytes of completed records the near-cache holds",
             near_cache_bytes.clone(),
         );
+        let near_cache_serving = GaugeOnceSet::default();
+        registry.register(
+            "near_cache_serving",
+            "1 while the near-cache's invalidation channel has proved it delivers within the last second (copies are served), 0 while it is silent or lost (replays read Redis); absent without a near-cache",
+            near_cache_serving.clone(),
+        );
+        let store_up = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "store_up",
+            "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
+            store_up.clone(),
+        );
         Self {
             registry,
             near_cache,
             near_cache_bytes,
+            near_cache_serving,
+            store_up,
             outcomes,
             shadow,
             signatures,
@@ -212,7 +321,8 @@ impl Metrics {
     }
 
     /// Records a store operation's latency, and counts it when it failed.
-    pub fn store_op(&self, op: &'static str, took: Duration, ok: bool) {
+    pub fn store_op(&self, op: StoreOp, took: Duration, ok: bool) {
+        let op = op.as_str();
         self.store_latency
             .get_or_create(&OpLabel { op })
             .observe(took.as_secs_f64());
@@ -221,9 +331,18 @@ impl Metrics {
         }
     }
 
-    /// Counts a claim event (`takeover`, `renewal_refused`, `outcome_held`).
-    pub fn event(&self, event: &'static str) {
-        self.events.get_or_create(&EventLabel { event }).inc();
+    /// Counts a claim event.
+    pub fn event(&self, event: ClaimEvent) {
+        self.events
+            .get_or_create(&EventLabel {
+                event: event.as_str(),
+            })
+            .inc();
+    }
+
+    /// Whether the store answered the ping made for this scrape.
+    pub fn store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
     }
 
     /// Records an upstream response head.
@@ -256,7 +375,6 @@ impl Metrics {
 
     /// Takes the near-cache's counters (kept by the store, read at each scrape).
     pub fn near_cache(&self, stats: crate::store::near_cache::NearCacheStats) {
-        use std::sync::atomic::Ordering::Relaxed;
         for (result, n) in [
             ("hit", stats.hits),
             ("miss", stats.misses),
@@ -265,10 +383,11 @@ impl Metrics {
             self.near_cache
                 .get_or_create(&NearLabel { result })
                 .inner()
-                .store(n, Relaxed);
+                .store(n, Ordering::Relaxed);
         }
         self.near_cache_bytes
             .set(i64::try_from(stats.bytes).unwrap_or(i64::MAX));
+        self.near_cache_serving.set(i64::from(stats.serving));
     }
 
     /// The text exposition.

@@ -306,7 +306,11 @@ async fn a_call_longer_than_its_lease_is_renewed_not_taken_over(b: Backend) {
     assert_eq!(replay.body, first.body);
     assert_eq!(e.up.effects(), 1);
     let metrics = e.gw.gateway.metrics().encode();
-    assert!(!metrics.contains("takeover"), "{metrics}");
+    assert!(
+        metrics.contains(r#"dedupe_claim_events_total{event="takeover"} 0"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(r#"outcome="takeover""#), "{metrics}");
 }
 
 async fn not_executed_statuses_release_and_504_keeps_the_claim(b: Backend) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Env, Policy};
+use crate::metrics::StoreOp;
 use crate::route::{Mode, OnUnknown};
 use crate::store::{Claim, ClaimRequest, Order, RequestHash, StoreError, StoreKey};
 
@@ -75,6 +76,6 @@ async fn claim_once(env: &Env<'_>, request: ClaimRequest<'_>) -> Result<Claim, S
     let started = Instant::now();
     let claim = env.store.claim(request).await;
     env.metrics
-        .store_op("claim", started.elapsed(), claim.is_ok());
+        .store_op(StoreOp::Claim, started.elapsed(), claim.is_ok());
     claim
 }

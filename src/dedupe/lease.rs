@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tracing::{debug, error, warn};
 
 use super::Finish;
-use crate::metrics::Metrics;
+use crate::metrics::{ClaimEvent, Metrics, StoreOp};
 use crate::store::{Completion, Fence, Order, Permit, Store, StoreKey};
 
 /// The right to settle one key under one fence.
@@ -80,7 +80,7 @@ impl<'a> Lease<'a> {
             let started = Instant::now();
             let renewed = self.store.renew(&self.permit, self.lease, self.order).await;
             self.metrics
-                .store_op("renew", started.elapsed(), renewed.is_ok());
+                .store_op(StoreOp::Renew, started.elapsed(), renewed.is_ok());
             match renewed {
                 Ok(true) => {
                     debug!(store_key = %self.key(), fence = self.fence().get(), "lease renewed")
@@ -88,7 +88,7 @@ impl<'a> Lease<'a> {
                 Ok(false) => {
                     warn!(store_key = %self.key(), fence = self.fence().get(),
                         "lease renewal refused: the key was taken over under a newer fence or settled; renewals stop");
-                    self.metrics.event("renewal_refused");
+                    self.metrics.event(ClaimEvent::RenewalRefused);
                     return;
                 }
                 Err(e) => {
@@ -116,12 +116,13 @@ impl<'a> Lease<'a> {
             .complete(&self.permit, record, self.window, self.order)
             .await;
         self.metrics
-            .store_op("complete", started.elapsed(), done.is_ok());
+            .store_op(StoreOp::Complete, started.elapsed(), done.is_ok());
         match done {
             Ok(Completion::Completed) => Finish::Completed,
             Ok(Completion::Fenced) => {
                 warn!(store_key = %self.key(), fence = self.fence().get(),
                     "completion refused: the key was taken over under a newer fence; this response reached its client only");
+                self.metrics.event(ClaimEvent::FencedOut);
                 Finish::FencedOut
             }
             Err(e) => {
@@ -142,12 +143,13 @@ impl<'a> Lease<'a> {
             .release(&self.permit, self.window, self.order)
             .await;
         self.metrics
-            .store_op("release", started.elapsed(), released.is_ok());
+            .store_op(StoreOp::Release, started.elapsed(), released.is_ok());
         match released {
             Ok(true) => Finish::Released,
             Ok(false) => {
                 warn!(store_key = %self.key(), fence = self.fence().get(),
                     "release refused: the key was taken over under a newer fence");
+                self.metrics.event(ClaimEvent::FencedOut);
                 Finish::FencedOut
             }
             Err(e) => {

@@ -42,7 +42,7 @@ use tracing::{debug, error, warn};
 
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome, Would};
-use crate::metrics::Metrics;
+use crate::metrics::{ClaimEvent, Metrics};
 use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
 use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreKey};
@@ -203,7 +203,7 @@ where
             Ok(Claim::Stale) => Some(Would::Stale),
             Ok(Claim::Held { first, .. }) => {
                 if *first {
-                    env.metrics.event("outcome_held");
+                    env.metrics.event(ClaimEvent::OutcomeHeld);
                 }
                 Some(Would::Held)
             }
@@ -233,7 +233,7 @@ where
         Ok(Claim::Stale) => return Settled::answered(Answer::Stale, Outcome::Stale),
         Ok(Claim::Held { fence, first }) => {
             if first {
-                env.metrics.event("outcome_held");
+                env.metrics.event(ClaimEvent::OutcomeHeld);
             }
             let mut settled =
                 Settled::answered(Answer::OutcomeUnknown { fence, first }, Outcome::Held);
@@ -246,7 +246,7 @@ where
     if let Some(old) = takeover {
         warn!(store_key = %key, old_fence = old.get(), new_fence = fence.get(),
             "previous lease expired without an outcome; taking over under a new fence: the write may execute twice");
-        env.metrics.event("takeover");
+        env.metrics.event(ClaimEvent::Takeover);
     }
     let _held = env.metrics.claim_held();
     let lease = Lease::new(env.store, env.metrics, permit, policy, order);

@@ -240,6 +240,13 @@ async fn a_frozen_owner_is_taken_over_and_fenced_out() {
     let first = first.await;
     assert_eq!(first.finish, Some(Finish::FencedOut));
     assert_eq!(h.calls(), 2);
+    let metrics = h.metrics.encode();
+    for counted in [
+        r#"dedupe_claim_events_total{event="takeover"} 1"#,
+        r#"dedupe_claim_events_total{event="fenced_out"} 1"#,
+    ] {
+        assert!(metrics.contains(counted), "{metrics}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -23,6 +23,7 @@ use super::stream::{Delivery, StreamedMark, Tethered};
 use super::{ConnInfo, Gateway, Live};
 use crate::dedupe::{Outcome, Policy, Would};
 use crate::key::{KeyError, RequestView};
+use crate::metrics::ClaimEvent;
 use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
@@ -249,6 +250,7 @@ impl Gateway {
             detached,
             "too many requests whose clients left are still running; refusing new claims"
         );
+        self.metrics.event(ClaimEvent::Overloaded);
         true
     }
 

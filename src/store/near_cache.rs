@@ -59,6 +59,9 @@ pub struct NearCacheStats {
     pub invalidations: u64,
     /// Bytes held now.
     pub bytes: u64,
+    /// Whether the channel has proved it delivers lately enough for copies to be served
+    /// now: false while it is silent, lost, or not yet subscribed.
+    pub serving: bool,
 }
 
 struct Entry {
@@ -248,13 +251,21 @@ impl NearCache {
         }
     }
 
-    /// Counters and bytes held, for metrics.
-    pub fn stats(&self) -> NearCacheStats {
+    /// Counters, bytes held, and whether copies may be served at `now`, for metrics.
+    pub fn stats(&self, now: Instant) -> NearCacheStats {
+        let (bytes, serving) = {
+            let inner = self.lock();
+            (
+                inner.bytes,
+                inner.proven_until.is_some_and(|until| now < until),
+            )
+        };
         NearCacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             invalidations: self.invalidations.load(Ordering::Relaxed),
-            bytes: self.lock().bytes,
+            bytes,
+            serving,
         }
     }
 }
@@ -308,9 +319,9 @@ mod tests {
         assert_eq!(c.get("k", &hash(1), now), Some(rec(10)));
         assert_eq!(c.get("k", &hash(2), now), None, "a mismatch goes to Redis");
         assert_eq!(c.get("k", &hash(1), now + Duration::from_secs(5)), None);
-        assert_eq!(c.stats().bytes, 0, "the expired copy is dropped");
-        assert_eq!(c.stats().hits, 1);
-        assert_eq!(c.stats().misses, 2);
+        assert_eq!(c.stats(now).bytes, 0, "the expired copy is dropped");
+        assert_eq!(c.stats(now).hits, 1);
+        assert_eq!(c.stats(now).misses, 2);
     }
 
     #[test]
@@ -321,7 +332,7 @@ mod tests {
         assert!(c.insert("k", hash(1), rec(10), later, m));
         c.invalidate("k");
         assert_eq!(c.get("k", &hash(1), now), None);
-        assert_eq!(c.stats().invalidations, 1);
+        assert_eq!(c.stats(now).invalidations, 1);
         // A claim sent before an invalidation of its key, answered after it.
         let m = c.mark();
         c.invalidate("k");
@@ -343,13 +354,29 @@ mod tests {
     }
 
     #[test]
+    fn stats_say_whether_copies_are_served() {
+        let c = NearCache::new(1 << 20);
+        let now = Instant::now();
+        assert!(!c.stats(now).serving, "not proved yet");
+        c.prove(c.mark(), now + PROOF_LASTS);
+        assert!(c.stats(now).serving);
+        assert!(
+            !c.stats(now + PROOF_LASTS).serving,
+            "the proof ran out: silent"
+        );
+        c.prove(c.mark(), now + PROOF_LASTS);
+        c.flush();
+        assert!(!c.stats(now).serving, "a flush needs a new proof");
+    }
+
+    #[test]
     fn a_flush_empties_refuses_older_inserts_and_needs_a_new_proof() {
         let (c, now) = proved(1 << 20);
         let later = now + Duration::from_secs(5);
         let before = c.mark();
         assert!(c.insert("a", hash(1), rec(10), later, before));
         c.flush();
-        assert_eq!(c.stats().bytes, 0);
+        assert_eq!(c.stats(now).bytes, 0);
         assert!(!c.insert("b", hash(1), rec(10), later, before));
         let m = c.mark();
         assert!(c.insert("b", hash(1), rec(10), later, m));
@@ -370,12 +397,12 @@ mod tests {
         for k in ["a", "b", "c", "d", "e"] {
             assert!(c.insert(k, hash(1), rec(100), later, c.mark()));
         }
-        assert_eq!(c.stats().bytes, size * 4);
+        assert_eq!(c.stats(now).bytes, size * 4);
         assert_eq!(c.get("a", &hash(1), now), None);
         assert!(c.get("e", &hash(1), now).is_some());
         // Replacing a key counts it once.
         assert!(c.insert("e", hash(1), rec(100), later, c.mark()));
-        assert_eq!(c.stats().bytes, size * 4);
+        assert_eq!(c.stats(now).bytes, size * 4);
         assert!(!c.insert("big", hash(1), rec(size as usize * 2), later, c.mark()));
     }
 
@@ -388,7 +415,7 @@ mod tests {
             assert!(c.insert(&k, hash(1), rec(10), later, c.mark()));
             c.invalidate(&k);
         }
-        assert_eq!(c.stats().bytes, 0);
+        assert_eq!(c.stats(now).bytes, 0);
         let queued = c.lock().order.len();
         assert!(queued <= 64 + 1, "{queued} slots queued for no entries");
     }
@@ -406,7 +433,7 @@ mod tests {
         assert!(poison.is_err() && c.inner.is_poisoned());
         assert_eq!(c.get("a", &hash(1), now), None, "emptied");
         assert!(!c.inner.is_poisoned());
-        assert_eq!(c.stats().bytes, 0);
+        assert_eq!(c.stats(now).bytes, 0);
         assert!(!c.insert("b", hash(1), rec(10), later, before));
         assert!(c.insert("b", hash(1), rec(10), later, c.mark()));
         assert_eq!(c.get("b", &hash(1), now), None, "no proof since the flush");

@@ -106,7 +106,9 @@ macro_rules! redis_backend {
 
             /// The near-cache's counters, when it has one.
             pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
-                self.near.as_ref().map(|n| n.stats())
+                self.near
+                    .as_ref()
+                    .map(|n| n.stats(std::time::Instant::now()))
             }
 
             pub(in crate::store) async fn claim(
