@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::explain::{explain, summary, Probe};
 use dedupe_gateway::log::Format;
@@ -31,8 +31,15 @@ const EXIT_RUNTIME: u8 = 70;
 /// Exit status for an unusable `--request` or `-H` (EX_USAGE too).
 const EXIT_USAGE: u8 = 64;
 
+mod manual;
+
 #[derive(Parser)]
-#[command(version, about = "A reverse proxy that makes retried HTTP writes safe")]
+#[command(
+    version = manual::VERSION,
+    about = "A reverse proxy that makes retried HTTP writes safe",
+    after_help = "Exit statuses and environment variables: see --help.",
+    after_long_help = manual::long_help()
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,6 +83,22 @@ enum Command {
     /// Prove dedupe on your setup: replay, lease, crash, race and misuse drills per route,
     /// and store checks. With --target, a black-box run against a live gateway.
     Drill(DrillArgs),
+    /// Print the shell completion script for SHELL, e.g. to
+    /// /usr/share/bash-completion/completions/dedupe-gateway.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `dedupe-gateway man | man -l -`; with SUBCOMMAND,
+    /// that subcommand's page (dedupe-gateway-SUBCOMMAND(1)).
+    Man {
+        /// A subcommand (run, check, drill, ...).
+        subcommand: Option<String>,
+        /// Print the subcommands that have a page of their own, one a line.
+        #[arg(long, conflicts_with = "subcommand")]
+        list: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -179,6 +202,26 @@ fn main() -> ExitCode {
             }
         }
         Command::Drill(args) => drill(args),
+        Command::Completions { shell } => print(&manual::completions(shell, Cli::command())),
+        Command::Man { list: true, .. } => {
+            let names = manual::subcommands(&Cli::command());
+            print(format!("{}\n", names.join("\n")).as_bytes())
+        }
+        Command::Man { subcommand, .. } => {
+            match manual::man_page(Cli::command(), subcommand.as_deref()) {
+                Some(Ok(page)) => print(&page),
+                Some(Err(e)) => {
+                    report(&format!("cannot render the man page: {e}"));
+                    ExitCode::from(EXIT_RUNTIME)
+                }
+                None => {
+                    let known = manual::subcommands(&Cli::command()).join(", ");
+                    let name = subcommand.unwrap_or_default();
+                    report(&format!("man: no subcommand {name:?}; one of {known}"));
+                    ExitCode::from(EXIT_USAGE)
+                }
+            }
+        }
         Command::Run { config: path } => {
             // Held to the end: dropping it writes out the lines still buffered.
             let _log = match init_tracing(cli.log_format) {
@@ -254,6 +297,17 @@ fn probe(request: &str, headers: &[String], body: Option<String>) -> Result<Prob
 fn config_error(e: &anyhow::Error) -> ExitCode {
     report(&format!("{e:#}"));
     ExitCode::from(EXIT_CONFIG)
+}
+
+/// Writes `bytes` to stdout; a reader that stopped early (`| head`) is no failure.
+fn print(bytes: &[u8]) -> ExitCode {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            report(&format!("cannot write to stdout: {e}"));
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// Prints a message on stderr. Unlike `eprintln!`, a closed stderr is no panic: the exit

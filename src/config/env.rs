@@ -3,6 +3,18 @@
 
 use super::file::{EnvOverride, FileAdmin, FileConfig};
 
+/// Every variable that overrides a field of the file, with the field it sets: what
+/// `dedupe-gateway --help` and the man page list. A test holds it to [`FileConfig::apply_env`].
+pub const ENV_OVERRIDES: [(&str, &str); 7] = [
+    ("DEDUPE_LISTEN", "server.listen"),
+    ("DEDUPE_UPSTREAM", "server.upstream"),
+    ("DEDUPE_REDIS_URL", "store.url"),
+    ("DEDUPE_REDIS_URLS", "store.urls"),
+    ("DEDUPE_REDIS_PASSWORD", "store.password"),
+    ("DEDUPE_ADMIN_LISTEN", "admin.listen"),
+    ("DEDUPE_ADMIN_TOKEN", "admin.token"),
+];
+
 impl FileConfig {
     /// Applies the environment overrides a container sets (`DEDUPE_LISTEN`,
     /// `DEDUPE_UPSTREAM`, `DEDUPE_REDIS_URL`, `DEDUPE_REDIS_URLS`, `DEDUPE_ADMIN_LISTEN`,
@@ -62,5 +74,32 @@ impl FileConfig {
             .iter()
             .find(|o| o.field == field)
             .map(|o| o.var)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listed_overrides_are_the_ones_applied() {
+        let mut file = FileConfig::parse(
+            "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n",
+        )
+        .unwrap();
+        let asked = std::cell::RefCell::new(Vec::new());
+        file.apply_env(|var| {
+            asked.borrow_mut().push(var.to_owned());
+            Some("x".to_owned())
+        });
+        let mut applied: Vec<(&str, &str)> =
+            file.from_env.iter().map(|o| (o.var, o.field)).collect();
+        let mut listed = ENV_OVERRIDES.to_vec();
+        applied.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(applied, listed);
+        let mut asked = asked.into_inner();
+        asked.sort_unstable();
+        assert_eq!(asked, listed.iter().map(|(v, _)| *v).collect::<Vec<_>>());
     }
 }

@@ -35,6 +35,7 @@ mod tests;
 mod verify;
 
 pub use crate::route::{OnConflict, OnError};
+pub use env::ENV_OVERRIDES;
 pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
     FileServer, FileStore, FileVerify,
