@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::explain::{explain, summary, Probe};
 use dedupe_gateway::log::Format;
@@ -37,8 +37,7 @@ mod manual;
 #[command(
     version = manual::VERSION,
     about = "A reverse proxy that makes retried HTTP writes safe",
-    after_help = "Exit statuses and environment variables: see --help.",
-    after_long_help = manual::long_help()
+    after_help = "Exit statuses and environment variables: see --help."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -151,7 +150,10 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match manual::command(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -202,13 +204,15 @@ fn main() -> ExitCode {
             }
         }
         Command::Drill(args) => drill(args),
-        Command::Completions { shell } => print(&manual::completions(shell, Cli::command())),
+        Command::Completions { shell } => {
+            print(&manual::completions(shell, manual::command(Cli::command())))
+        }
         Command::Man { list: true, .. } => {
             let names = manual::subcommands(&Cli::command());
             print(format!("{}\n", names.join("\n")).as_bytes())
         }
         Command::Man { subcommand, .. } => {
-            match manual::man_page(Cli::command(), subcommand.as_deref()) {
+            match manual::man_page(manual::command(Cli::command()), subcommand.as_deref()) {
                 Some(Ok(page)) => print(&page),
                 Some(Err(e)) => {
                     report(&format!("cannot render the man page: {e}"));

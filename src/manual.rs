@@ -39,40 +39,73 @@ fn exit_statuses() -> [(u8, &'static str); 5] {
     ]
 }
 
-/// Every environment variable the binary reads, and what for.
-fn environment() -> Vec<(&'static str, String)> {
-    let mut vars = vec![(
-        "DEDUPE_CONFIG",
-        "the configuration file, when --config is not given (run, check, drill)".to_owned(),
-    )];
+/// Every environment variable the binary reads, and what for: the arguments' (`env =` in
+/// `main.rs`, found in the clap definition, so a new one is listed without a word here),
+/// the overrides of the file's fields, and `RUST_LOG`.
+fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
+    // Each argument's variable, with the subcommands that read it.
+    let mut args: Vec<(String, String, Vec<String>)> = Vec::new();
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_arguments() {
+            let Some(var) = arg.get_env().and_then(|v| v.to_str()) else {
+                continue;
+            };
+            let flag = arg
+                .get_long()
+                .map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
+            match args.iter_mut().find(|(v, f, _)| v == var && *f == flag) {
+                Some((_, _, subs)) => subs.push(sub.get_name().to_owned()),
+                None => args.push((var.to_owned(), flag, vec![sub.get_name().to_owned()])),
+            }
+        }
+    }
+    let read_as = |var: &str| {
+        args.iter()
+            .filter(|(v, _, _)| v == var)
+            .map(|(_, flag, subs)| format!("{flag} ({}) when not given", subs.join(", ")))
+            .collect::<Vec<_>>()
+    };
+    let mut vars = Vec::new();
+    for (var, _, _) in &args {
+        let overridden = dedupe_gateway::config::ENV_OVERRIDES
+            .iter()
+            .any(|(v, _)| v == var);
+        if !overridden && !vars.iter().any(|(v, _)| v == var) {
+            vars.push((var.clone(), read_as(var).join("; ")));
+        }
+    }
     for (var, field) in dedupe_gateway::config::ENV_OVERRIDES {
-        let also = match var {
-            "DEDUPE_ADMIN_TOKEN" => "; also drill --target's --token",
-            "DEDUPE_REDIS_URLS" => " (comma-separated)",
-            "DEDUPE_REDIS_PASSWORD" => ", never printed",
-            _ => "",
-        };
-        vars.push((var, format!("overrides {field} of the file{also}")));
+        let mut what = format!("overrides {field} of the file");
+        match var {
+            "DEDUPE_REDIS_URLS" => what += " (comma-separated)",
+            "DEDUPE_REDIS_PASSWORD" => what += ", never printed",
+            _ => {}
+        }
+        let also = read_as(var);
+        if !also.is_empty() {
+            what += &format!("; also {}", also.join("; "));
+        }
+        vars.push((var.to_owned(), what));
     }
     vars.push((
-        "RUST_LOG",
+        "RUST_LOG".to_owned(),
         "the log filter (default info); info,dedupe_gateway::access=warn turns access lines off"
             .to_owned(),
     ));
     vars
 }
 
-/// The end of `--help`: exit statuses and environment variables.
-pub fn long_help() -> String {
+/// The command with `--help`'s epilogue: exit statuses and environment variables.
+pub fn command(cmd: clap::Command) -> clap::Command {
     let mut out = String::from("Exit status:\n");
     for (code, when) in exit_statuses() {
         out += &format!("  {code:<3} {when}\n");
     }
     out += "\nEnvironment:\n";
-    for (var, what) in environment() {
+    for (var, what) in environment(&cmd) {
         out += &format!("  {var:<22} {what}\n");
     }
-    out
+    cmd.after_long_help(out)
 }
 
 /// The subcommands with a page of their own (`dedupe-gateway-run(1)`, ...).
@@ -110,6 +143,7 @@ fn main_page(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
         .iter()
         .map(|s| format!("dedupe-gateway-{s}(1)"))
         .collect();
+    let variables = environment(&cmd);
     // `--help`'s epilogue is rendered below as sections of their own, not as clap's EXTRA
     // section of run-on lines. The page's footer has room for the package version only;
     // the commit and the build date go to the VERSION section.
@@ -133,7 +167,7 @@ fn main_page(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
             .text([roman(when)]);
     }
     roff.control("SH", ["ENVIRONMENT"]);
-    for (var, what) in environment() {
+    for (var, what) in variables {
         roff.control("TP", []).text([bold(var)]).text([roman(what)]);
     }
     roff.control("SH", ["SEE ALSO"]);
