@@ -350,34 +350,10 @@ fn drill(args: DrillArgs) -> ExitCode {
     };
     let result = match (&args.target, &args.admin) {
         (Some(t), Some(a)) => {
-            let [route] = args.routes.as_slice() else {
-                report("drill --target: name exactly one --route");
-                return ExitCode::from(EXIT_CONFIG);
-            };
-            let mut headers = http::HeaderMap::new();
-            for h in &args.headers {
-                match dedupe_gateway::drill::request::parse_header(h) {
-                    Ok((name, value)) => {
-                        headers.insert(name, value);
-                    }
-                    Err(e) => {
-                        report(&format!("--header: {e}"));
-                        return ExitCode::from(EXIT_CONFIG);
-                    }
-                }
-            }
-            let opts = target::TargetOptions {
-                target: t.clone(),
-                admin: a.clone(),
-                token: args.token.clone(),
-                route: route.clone(),
-                headers,
-                race: args.race,
-            };
-            let plan = match target::Plan::new(&config, &opts) {
-                Ok(p) => p,
-                Err(e) => {
-                    report(&e.to_string());
+            let plan = match target_plan(&args, &config, t, a) {
+                Ok(plan) => plan,
+                Err(message) => {
+                    report(&message);
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
@@ -417,6 +393,35 @@ fn drill(args: DrillArgs) -> ExitCode {
     } else {
         ExitCode::from(EXIT_DRILL_FAILED)
     }
+}
+
+/// `drill --target`'s plan: one route, the `--header`s, the admin access; what is wrong
+/// with them as a message.
+fn target_plan(
+    args: &DrillArgs,
+    config: &Config,
+    target: &str,
+    admin: &str,
+) -> Result<dedupe_gateway::drill::target::Plan, String> {
+    use dedupe_gateway::drill::target;
+    let [route] = args.routes.as_slice() else {
+        return Err("drill --target: name exactly one --route".to_owned());
+    };
+    let mut headers = http::HeaderMap::new();
+    for h in &args.headers {
+        let (name, value) = dedupe_gateway::drill::request::parse_header(h)
+            .map_err(|e| format!("--header: {e}"))?;
+        headers.insert(name, value);
+    }
+    let opts = target::TargetOptions {
+        target: target.to_owned(),
+        admin: admin.to_owned(),
+        token: args.token.clone(),
+        route: route.clone(),
+        headers,
+        race: args.race,
+    };
+    target::Plan::new(config, &opts).map_err(|e| e.to_string())
 }
 
 /// Logs to stderr in `format` (text on a terminal, JSON otherwise) through the library's
