@@ -9,16 +9,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
-use serde::Serialize;
 
 use crate::headers::{REPLAYED, STALE, STRIPE_SHOULD_RETRY};
 use crate::key::coding::CodingError;
 use crate::key::KeyError;
 use crate::path::PathError;
 use crate::record::StoredBody;
-use crate::route::dialect::{Dialect, Envelope, Fields};
+use crate::route::dialect::{Dialect, Envelope};
 use crate::upstream::UpstreamFailure;
 use crate::{full, Body};
+
+mod envelope;
 
 /// Every error the gateway answers itself.
 #[derive(Debug, thiserror::Error)]
@@ -125,45 +126,6 @@ pub enum GatewayError {
     /// A bug: a task panicked.
     #[error("internal error")]
     Internal,
-}
-
-#[derive(Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    title: &'a str,
-    status: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<&'a str>,
-    /// `claim-live`: the live claim's fence and lease left (extension members).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fence: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lease_left_ms: Option<u128>,
-}
-
-/// Stripe's error object: `{"error": {...}}`.
-#[derive(Serialize)]
-struct StripeBody<'a> {
-    error: StripeError<'a>,
-}
-
-#[derive(Serialize)]
-struct StripeError<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    code: &'a str,
-    message: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    doc_url: Option<&'a str>,
-}
-
-/// How an answer reads to Stripe's clients.
-struct StripeReading {
-    status: StatusCode,
-    kind: &'static str,
-    code: String,
-    should_retry: Option<&'static str>,
 }
 
 impl GatewayError {
@@ -447,95 +409,6 @@ impl GatewayError {
         resp
     }
 
-    /// The status, content type and body of the answer in `dialect`.
-    fn body_in(&self, dialect: &Dialect) -> (StatusCode, HeaderValue, Vec<u8>) {
-        let (status, name, title) = self.describe();
-        let kind = dialect.problem_type(name);
-        let detail = self.detail();
-        let detail = detail.as_deref();
-        // Serialising structs of strings and integers cannot fail.
-        match &dialect.envelope {
-            Envelope::Problem => {
-                let problem = Problem {
-                    kind: &kind,
-                    title,
-                    status: status.as_u16(),
-                    detail,
-                    fence: match self {
-                        GatewayError::ClaimLive { fence, .. } => Some(*fence),
-                        _ => None,
-                    },
-                    lease_left_ms: match self {
-                        GatewayError::ClaimLive { lease_left, .. } => Some(lease_left.as_millis()),
-                        _ => None,
-                    },
-                };
-                let body = serde_json::to_vec(&problem).unwrap_or_default();
-                let problem_json = HeaderValue::from_static("application/problem+json");
-                (status, problem_json, body)
-            }
-            Envelope::Stripe => {
-                let reading = self.stripe_reading();
-                let message = match detail {
-                    Some(d) => format!("{title}: {d}"),
-                    None => title.to_owned(),
-                };
-                let error = StripeError {
-                    kind: reading.kind,
-                    code: &reading.code,
-                    message: &message,
-                    doc_url: dialect.problem_base_url.is_some().then_some(&*kind),
-                };
-                let body = serde_json::to_vec(&StripeBody { error }).unwrap_or_default();
-                let json = HeaderValue::from_static("application/json");
-                (reading.status, json, body)
-            }
-            Envelope::Template(t) => {
-                let fields = Fields {
-                    status: status.as_u16(),
-                    kind: &kind,
-                    name,
-                    title,
-                    detail,
-                };
-                let body = t.fill(&fields).into_bytes();
-                (status, t.content_type().clone(), body)
-            }
-        }
-    }
-
-    /// How Stripe's clients are to read this error. The idempotency errors (in flight,
-    /// reused, held) are `idempotency_error` at 400: stripe-python and stripe-ruby raise
-    /// `IdempotencyError` only for that type at 400 or 404 (Stripe answers a key in flight
-    /// with 409, which they raise as a generic `APIError`), and `Stripe-Should-Retry` tells
-    /// them which of the three to retry. Other statuses stay: `api_error` for 5xx,
-    /// `invalid_request_error` for the rest. The code is the problem's name in Stripe's
-    /// spelling, and Stripe's own `idempotency_key_in_use` for a key in flight.
-    fn stripe_reading(&self) -> StripeReading {
-        let (status, name, _) = self.describe();
-        let code = name.replace('-', "_");
-        let idempotency = |code: String, retry| StripeReading {
-            status: StatusCode::BAD_REQUEST,
-            kind: "idempotency_error",
-            code,
-            should_retry: Some(retry),
-        };
-        match self {
-            GatewayError::Conflict { .. } => idempotency("idempotency_key_in_use".into(), "true"),
-            GatewayError::Mismatch | GatewayError::OutcomeUnknown => idempotency(code, "false"),
-            _ => StripeReading {
-                status,
-                kind: if status.is_server_error() {
-                    "api_error"
-                } else {
-                    "invalid_request_error"
-                },
-                code,
-                should_retry: None,
-            },
-        }
-    }
-
     /// The headers an answer carries in every dialect, and Stripe's retry advice in its.
     fn add_headers(&self, headers: &mut HeaderMap, dialect: &Dialect) {
         if let Envelope::Stripe = dialect.envelope {
@@ -569,184 +442,4 @@ impl GatewayError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conflict_rounds_retry_after_up() {
-        let r = GatewayError::Conflict {
-            retry_after: Duration::from_millis(1500),
-        }
-        .to_response();
-        assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert_eq!(r.headers()[RETRY_AFTER], "2");
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
-        let r = GatewayError::Conflict {
-            retry_after: Duration::from_millis(10),
-        }
-        .to_response();
-        assert_eq!(r.headers()[RETRY_AFTER], "1");
-    }
-
-    async fn body(r: Response<Body>) -> serde_json::Value {
-        use http_body_util::BodyExt;
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
-    }
-
-    fn stripe() -> Dialect {
-        Dialect {
-            envelope: Envelope::Stripe,
-            problem_base_url: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn problem_json_by_default_with_urn_types_or_links() {
-        let e = GatewayError::Mismatch;
-        let r = e.to_response();
-        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
-        let v = body(r).await;
-        assert_eq!(
-            v["type"],
-            "urn:dedupe-gateway:problem:idempotency-key-reused"
-        );
-        assert_eq!(v["status"], 422);
-        assert_eq!(
-            v["title"],
-            "Idempotency key reused with a different request"
-        );
-        let linked = Dialect {
-            envelope: Envelope::Problem,
-            problem_base_url: Some("https://docs.example.com/problems/".into()),
-        };
-        let v = body(e.to_response_in(&linked)).await;
-        assert_eq!(
-            v["type"],
-            "https://docs.example.com/problems/idempotency-key-reused"
-        );
-    }
-
-    #[tokio::test]
-    async fn stripe_reads_idempotency_errors_at_400_and_says_which_to_retry() {
-        let in_flight = GatewayError::Conflict {
-            retry_after: Duration::from_millis(2500),
-        };
-        let r = in_flight.to_response_in(&stripe());
-        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
-        assert_eq!(r.headers()[RETRY_AFTER], "3");
-        assert_eq!(r.headers()[&STRIPE_SHOULD_RETRY], "true");
-        let v = body(r).await;
-        assert_eq!(v["error"]["type"], "idempotency_error");
-        assert_eq!(v["error"]["code"], "idempotency_key_in_use");
-        assert_eq!(
-            v["error"]["message"],
-            "A request with this idempotency key is still in flight"
-        );
-        assert!(v["error"].get("doc_url").is_none(), "{v}");
-        assert_eq!(in_flight.status_in(&stripe()), StatusCode::BAD_REQUEST);
-        assert_eq!(
-            in_flight.status_in(&Dialect::default()),
-            StatusCode::CONFLICT
-        );
-
-        for (e, code) in [
-            (GatewayError::Mismatch, "idempotency_key_reused"),
-            (GatewayError::OutcomeUnknown, "outcome_unknown"),
-        ] {
-            let r = e.to_response_in(&stripe());
-            assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-            assert_eq!(r.headers()[&STRIPE_SHOULD_RETRY], "false");
-            let v = body(r).await;
-            assert_eq!(v["error"]["type"], "idempotency_error");
-            assert_eq!(v["error"]["code"], code);
-        }
-    }
-
-    #[tokio::test]
-    async fn stripe_keeps_other_statuses_and_headers_typed_by_class() {
-        let r = GatewayError::StoreUnavailable.to_response_in(&stripe());
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(r.headers()[RETRY_AFTER], "1");
-        assert!(!r.headers().contains_key(&STRIPE_SHOULD_RETRY));
-        let v = body(r).await;
-        assert_eq!(v["error"]["type"], "api_error");
-        assert_eq!(v["error"]["code"], "store_unavailable");
-
-        let missing = GatewayError::Key(KeyError::MissingPart("json:/order_id".into()));
-        let linked = Dialect {
-            problem_base_url: Some("https://docs.example.com/p/".into()),
-            ..stripe()
-        };
-        let r = missing.to_response_in(&linked);
-        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        let v = body(r).await;
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert_eq!(v["error"]["code"], "fingerprint_part_missing");
-        let message = v["error"]["message"].as_str().unwrap();
-        assert!(
-            message.starts_with("Request lacks a fingerprint part: ")
-                && message.contains("json:/order_id"),
-            "{message}"
-        );
-        assert_eq!(
-            v["error"]["doc_url"],
-            "https://docs.example.com/p/fingerprint-part-missing"
-        );
-
-        // A record without its body keeps the original status and its replay mark.
-        let gone = GatewayError::ReplayUnavailable {
-            status: StatusCode::CREATED,
-            body: StoredBody::NotStored,
-        };
-        let r = gone.to_response_in(&stripe());
-        assert_eq!(r.status(), StatusCode::CREATED);
-        assert_eq!(r.headers()[&REPLAYED], "true");
-    }
-
-    #[tokio::test]
-    async fn a_template_is_filled_with_the_answer_and_keeps_status_and_headers() {
-        let template = crate::route::dialect::Template::new(
-            r#"{"errors": [{"status": "{{status}}", "code": "{{name}}", "type": "{{type}}", "title": "{{title}}", "detail": "{{detail}}"}]}"#,
-            "application/vnd.api+json",
-        )
-        .unwrap();
-        let dialect = Dialect {
-            envelope: Envelope::Template(std::sync::Arc::new(template)),
-            problem_base_url: None,
-        };
-        let e = GatewayError::Conflict {
-            retry_after: Duration::from_secs(4),
-        };
-        let r = e.to_response_in(&dialect);
-        assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/vnd.api+json");
-        assert_eq!(r.headers()[RETRY_AFTER], "4");
-        let v = body(r).await;
-        let err = &v["errors"][0];
-        assert_eq!(err["status"], "409");
-        assert_eq!(err["code"], "request-in-flight");
-        assert_eq!(err["type"], "urn:dedupe-gateway:problem:request-in-flight");
-        assert_eq!(err["detail"], "");
-        let e = GatewayError::Key(KeyError::MissingPart("header:\"X\"".into()));
-        let v = body(e.to_response_in(&dialect)).await;
-        assert!(
-            v["errors"][0]["detail"]
-                .as_str()
-                .unwrap()
-                .contains("header:\"X\""),
-            "{v}"
-        );
-    }
-
-    #[test]
-    fn key_errors_name_the_part_to_the_client() {
-        let e = GatewayError::Key(KeyError::MissingPart("json:/order_id".into()));
-        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
-        assert!(e.detail().unwrap().contains("json:/order_id"));
-        let broken = UpstreamFailure::Broken("connection reset by peer".into());
-        assert!(GatewayError::from(broken).detail().is_none());
-    }
-}
+mod tests;
