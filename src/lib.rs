@@ -101,16 +101,16 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 
 #[cfg(test)]
 mod layout_tests {
-    /// The README's layout section names every module this file declares, and the module
-    /// map above names them in the same order.
+    /// The book's layout page (docs/layout.md) names every module this file declares, and
+    /// the module map above names them in the same order.
     #[test]
-    fn readme_layout_and_module_map_match_the_modules() {
+    fn book_layout_and_module_map_match_the_modules() {
         let lib = include_str!("lib.rs");
-        let readme = include_str!("../README.md");
-        let layout = readme
-            .split("## Layout")
+        let book = include_str!("../docs/layout.md");
+        let layout = book
+            .split("# Layout\n")
             .nth(1)
-            .expect("README has a Layout section");
+            .expect("docs/layout.md has a Layout heading");
         let modules: Vec<&str> = lib
             .lines()
             .filter_map(|l| l.strip_prefix("pub mod "))
@@ -120,7 +120,7 @@ mod layout_tests {
         for m in &modules {
             assert!(
                 layout.contains(&format!("src/{m}.rs")) || layout.contains(&format!("src/{m}/")),
-                "README layout misses module {m}"
+                "docs/layout.md misses module {m}"
             );
             assert!(
                 lib.contains(&format!("//! - [`{m}`]")),

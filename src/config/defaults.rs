@@ -1,6 +1,6 @@
 //! Every default the configuration applies, and every bound it enforces, named once.
-//! Validation reads these and nothing else; a test in this crate holds the README's
-//! reference table to them.
+//! Validation reads these and nothing else; a test in this crate holds the book's
+//! reference table (docs/configuration.md) to them.
 //!
 //! The bounds are sanity limits, far above any useful setting: they exist so that no value
 //! can overflow a deadline (`Instant + d`), a multiplication or an allocation at run time.
@@ -151,19 +151,19 @@ mod tests {
     use super::*;
     use crate::config::parse;
 
-    /// One row of the README's reference table, backticks removed.
+    /// One row of the book's reference table (docs/configuration.md), backticks removed.
     struct Row {
         field: String,
         default: String,
         bound: String,
     }
 
-    fn readme_rows() -> Vec<Row> {
-        let readme = include_str!("../../README.md");
-        let table = readme
-            .split("### Reference")
+    fn reference_rows() -> Vec<Row> {
+        let book = include_str!("../../docs/configuration.md");
+        let table = book
+            .split("\n## Reference\n")
             .nth(1)
-            .expect("README has no \"### Reference\" section");
+            .expect("docs/configuration.md has no \"## Reference\" section");
         let mut lines = table.lines().skip_while(|l| !l.starts_with('|'));
         let header: Vec<&str> = cells(lines.next().expect("no table header"));
         let column = |name: &str| {
@@ -211,11 +211,11 @@ mod tests {
     }
 
     fn duration(text: &str) -> Option<Duration> {
-        parse::duration_allow_zero("readme", text, Duration::MAX).ok()
+        parse::duration_allow_zero("reference", text, Duration::MAX).ok()
     }
 
     fn size(text: &str) -> Option<u64> {
-        parse::size("readme", text, 0, u64::MAX).ok()
+        parse::size("reference", text, 0, u64::MAX).ok()
     }
 
     fn number(text: &str) -> Option<u64> {
@@ -225,7 +225,7 @@ mod tests {
             .ok()
     }
 
-    /// Whether the README's `text` states the named constant's value; `None` for a field
+    /// Whether the reference table's `text` states the named constant's value; `None` for a field
     /// that has no named default.
     fn states_default(field: &str, text: &str) -> Option<bool> {
         let d = |v| duration(text) == Some(v);
@@ -288,7 +288,7 @@ mod tests {
         })
     }
 
-    /// Whether the README's bound (`≤ MAX` or `MIN to MAX`) states the named constants;
+    /// Whether the reference table's bound (`≤ MAX` or `MIN to MAX`) states the named constants;
     /// `None` for a field without a bound.
     fn states_bound(field: &str, text: &str) -> Option<bool> {
         let (min, max) = match text.split_once(" to ") {
@@ -324,9 +324,9 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_states_every_default_and_bound_as_the_constants_say() {
-        let rows = readme_rows();
-        assert!(rows.len() > 20, "README table not found whole");
+    fn the_book_states_every_default_and_bound_as_the_constants_say() {
+        let rows = reference_rows();
+        assert!(rows.len() > 20, "reference table not found whole");
         let (mut defaults, mut bounds) = (0, 0);
         for Row {
             field,
@@ -338,27 +338,27 @@ mod tests {
                 Some(ok) => {
                     assert!(
                         ok,
-                        "README: {field} defaults to {default:?}; the constant differs"
+                        "docs/configuration.md: {field} defaults to {default:?}; the constant differs"
                     );
                     defaults += 1;
                 }
                 // A field without a named default says so in words, never with a value.
                 None => assert!(
                     ["required", "—", "off", "none", "[]", "inherited"].contains(&default.as_str()),
-                    "README gives {field} the default {default:?}, which no constant backs"
+                    "docs/configuration.md gives {field} the default {default:?}, which no constant backs"
                 ),
             }
             match states_bound(field, bound) {
                 Some(ok) => {
                     assert!(
                         ok,
-                        "README: {field} is bounded by {bound:?}; the constants differ"
+                        "docs/configuration.md: {field} is bounded by {bound:?}; the constants differ"
                     );
                     bounds += 1;
                 }
                 None => assert!(
                     bound.is_empty(),
-                    "README bounds {field} by {bound:?}, which no constant backs"
+                    "docs/configuration.md bounds {field} by {bound:?}, which no constant backs"
                 ),
             }
         }
@@ -370,8 +370,8 @@ mod tests {
             - 1;
         assert_eq!(
             defaults, constants,
-            "every DEFAULT_* constant has its README row"
+            "every DEFAULT_* constant has its row in docs/configuration.md"
         );
-        assert_eq!(bounds, 21, "every bounded field has its README bound");
+        assert_eq!(bounds, 21, "every bounded field has its bound in docs/configuration.md");
     }
 }
