@@ -296,3 +296,38 @@ fn the_checks_report_what_is_broken() {
     assert_eq!(slug("Rolling out: shadow mode"), "rolling-out-shadow-mode");
     assert_eq!(slug("Try it (one command, no Redis)"), "try-it-one-command-no-redis");
 }
+
+/// The worked configuration in the README's "Run it in front of your API" passes
+/// `check --strict` (valid, and without a warning) with the secrets it names set.
+#[test]
+fn the_readmes_worked_configuration_passes_check_strict() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Run it in front of your API\n")
+        .nth(1)
+        .expect("the README has a \"Run it in front of your API\" section");
+    let toml = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|s| s.split("\n```").next())
+        .expect("the section opens with a TOML block");
+    assert!(toml.contains("[admin]") && toml.contains("token = \"env:DEDUPE_ADMIN_TOKEN\""));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        .args(["check", "--strict", "--config"])
+        .arg(&file)
+        .env("DEDUPE_ADMIN_TOKEN", "0123456789abcdef")
+        .env("STRIPE_WEBHOOK_SECRET", "whsec_test")
+        .env_remove("DEDUPE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "check --strict on the README's configuration: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
