@@ -9,18 +9,18 @@ use std::path::{Component, Path, PathBuf};
 /// The Markdown files checked, by path relative to the repository root.
 type Pages = BTreeMap<PathBuf, String>;
 
-/// The text outside fenced code blocks, line by line (fences themselves dropped).
-fn prose(text: &str) -> Vec<&str> {
+/// The lines outside fenced code blocks (fences themselves dropped), with their numbers.
+fn prose(text: &str) -> Vec<(usize, &str)> {
     let mut fence: Option<&str> = None;
     let mut out = Vec::new();
-    for line in text.lines() {
+    for (n, line) in text.lines().enumerate() {
         let t = line.trim_start();
         match fence {
             Some(f) if t.starts_with(f) => fence = None,
             Some(_) => {}
             None if t.starts_with("```") => fence = Some("```"),
             None if t.starts_with("~~~") => fence = Some("~~~"),
-            None => out.push(line),
+            None => out.push((n + 1, line)),
         }
     }
     out
@@ -115,7 +115,7 @@ fn slug(heading: &str) -> String {
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = BTreeSet::new();
-    for line in prose(text) {
+    for (_, line) in prose(text) {
         let hashes = line.chars().take_while(|&c| c == '#').count();
         if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
             continue;
@@ -152,7 +152,7 @@ fn normalise(path: &Path) -> PathBuf {
 fn broken_links(pages: &Pages, exists: impl Fn(&Path) -> bool) -> Vec<String> {
     let mut problems = Vec::new();
     for (page, text) in pages {
-        for (n, line) in prose(text).into_iter().enumerate() {
+        for (n, line) in prose(text) {
             for dest in links(line) {
                 if dest.contains("://") || dest.starts_with("mailto:") || dest.is_empty() {
                     continue;
@@ -166,7 +166,7 @@ fn broken_links(pages: &Pages, exists: impl Fn(&Path) -> bool) -> Vec<String> {
                 } else {
                     normalise(&page.parent().unwrap_or(Path::new("")).join(file))
                 };
-                let at = format!("{}: prose line {}: ({dest})", page.display(), n + 1);
+                let at = format!("{}:{n}: ({dest})", page.display());
                 let target_text = pages.get(&target);
                 if target_text.is_none() && !exists(&target) {
                     problems.push(format!("{at}: {} does not exist", target.display()));
@@ -195,7 +195,7 @@ fn unlisted_pages(pages: &Pages) -> Vec<String> {
     let summary = &pages[Path::new("docs/SUMMARY.md")];
     let listed: BTreeSet<PathBuf> = prose(summary)
         .into_iter()
-        .flat_map(links)
+        .flat_map(|(_, line)| links(line))
         .map(|d| normalise(&Path::new("docs").join(d.split('#').next().unwrap_or(""))))
         .collect();
     pages
