@@ -235,9 +235,17 @@ fn repository_pages() -> Pages {
 #[test]
 fn every_relative_link_and_anchor_in_the_readme_and_the_book_resolves() {
     let pages = repository_pages();
-    assert!(pages.len() > 10, "the book has its pages: {:?}", pages.keys());
+    assert!(
+        pages.len() > 10,
+        "the book has its pages: {:?}",
+        pages.keys()
+    );
     let problems = broken_links(&pages, |p| root().join(p).exists());
-    assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -270,7 +278,10 @@ fn the_checks_report_what_is_broken() {
          [bad](../README.md#a)\n"
             .into(),
     );
-    pages.insert("docs/SUMMARY.md".into(), "# Summary\n\n- [A](a.md)\n".into());
+    pages.insert(
+        "docs/SUMMARY.md".into(),
+        "# Summary\n\n- [A](a.md)\n".into(),
+    );
     pages.insert("docs/orphan.md".into(), "# Orphan\n".into());
     let problems = broken_links(&pages, |_| false);
     let expect = [
@@ -292,9 +303,15 @@ fn the_checks_report_what_is_broken() {
         unlisted_pages(&pages),
         ["docs/orphan.md is not listed in docs/SUMMARY.md"]
     );
-    assert_eq!(slug("Errors in the API's dialect"), "errors-in-the-apis-dialect");
+    assert_eq!(
+        slug("Errors in the API's dialect"),
+        "errors-in-the-apis-dialect"
+    );
     assert_eq!(slug("Rolling out: shadow mode"), "rolling-out-shadow-mode");
-    assert_eq!(slug("Try it (one command, no Redis)"), "try-it-one-command-no-redis");
+    assert_eq!(
+        slug("Try it (one command, no Redis)"),
+        "try-it-one-command-no-redis"
+    );
 }
 
 /// The worked configuration in the README's "Run it in front of your API" passes

@@ -372,6 +372,9 @@ mod tests {
             defaults, constants,
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
-        assert_eq!(bounds, 21, "every bounded field has its bound in docs/configuration.md");
+        assert_eq!(
+            bounds, 21,
+            "every bounded field has its bound in docs/configuration.md"
+        );
     }
 }
