@@ -274,7 +274,7 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         "server.max_concurrent_streams".into(),
     ));
     cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
-    // Units the README does not document are refused, never guessed at.
+    // Units the configuration reference does not document are refused, never guessed at.
     for unit in ["\"1Mb\"", "\"1M\"", "\"1 MiB\"", "\"1MB\""] {
         cases.push((server("max_body", unit), "server.max_body".into()));
     }
@@ -328,8 +328,9 @@ fn check_ends_quietly_when_stdout_is_closed() {
     assert!(err.is_empty(), "{err}");
 }
 
-/// A value of the wrong type is named by its field and described in the README's words:
-/// no serde type names, no Rust types, no parser internals.
+/// A value of the wrong type is named by its field and described in the words of the
+/// configuration reference (docs/configuration.md): no serde type names, no Rust types, no
+/// parser internals.
 #[test]
 fn check_names_the_field_of_a_mistyped_value() {
     let cases = [

@@ -390,7 +390,7 @@ async fn run_logs_store_findings_at_start_up() {
         .await;
 }
 
-/// A route that holds unknown outcomes (`on_unknown = "hold"`, the setting the README
+/// A route that holds unknown outcomes (`on_unknown = "hold"`, the setting the book
 /// advises for payments) passes its crash drill: the dead winner's key answers 409
 /// `outcome-unknown` instead of being taken over, and an operator's resolve frees it.
 #[test]

@@ -227,7 +227,7 @@ async fn timestamps_in_a_header_compare_as_instants(b: Backend) {
     assert_eq!(e.up.effects(), 2);
 }
 
-/// The ordering details decided in issue #23 (README, Stale writes), counted at the
+/// The ordering details decided in issue #23 (docs/routing.md, Stale writes), counted at the
 /// upstream: a string version is compared as sent (`"b "` is after `"b"`, not equal and
 /// stale); timestamps with `t`/`z` or a space are the instants they name; a leap second is
 /// refused; an entity sent as `42` and as `"42"` is one entity.

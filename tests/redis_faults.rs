@@ -26,7 +26,7 @@ fn config(up: &Upstream, url: &str, lease: &str, upstream_timeout: &str) -> Gate
         .route(RouteCfg::header("open", "/open/*").fail_open())
 }
 
-/// The store timeout the tests run with, and the bound the README states for replacing
+/// The store timeout the tests run with, and the bound docs/faults.md states for replacing
 /// a connection that stopped answering: the timeout that notices it, then the probe's
 /// patience (at least 1s), then a dial. Slack on top for a loaded 2-core machine.
 const TIMEOUT: Duration = Duration::from_millis(250);

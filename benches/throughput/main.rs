@@ -225,7 +225,7 @@ async fn main() {
         );
     }
     // Kept alive until the end: dropping a RedisServer kills it.
-    // With the `hash-max-listpack-value` the store check advises (README, Redis store).
+    // With the `hash-max-listpack-value` the store check advises (docs/redis.md).
     let redis = on_path("redis-server")
         .then(|| RedisServer::start_with(&["--hash-max-listpack-value", "1024"]));
     if redis.is_none() {

@@ -2,8 +2,8 @@
 //! SQLite together with the highest `Idempotency-Fence` seen for its (`Idempotency-Scope`,
 //! `Idempotency-Key`), in one transaction; a write under a lower fence (a gateway that froze
 //! past its lease and woke up after a takeover) is refused with 409 and changes nothing.
-//! Not part of the gateway: the pattern to copy into an upstream (see the README's
-//! "Fences the upstream can enforce").
+//! Not part of the gateway: the pattern to copy into an upstream (see the book's
+//! "Fences the upstream can enforce", docs/guarantees.md).
 //!
 //! `cargo run --example fenced_upstream -- 127.0.0.1:9000 orders.db`
 //! (`GET /orders` lists the orders and the refused stale writes.)

@@ -460,7 +460,8 @@ fn plain_message(at: &str, message: &str) -> String {
     format!("expected {expected}, found {found}")
 }
 
-/// What a field holds, in the README's words, where serde's would be unhelpful.
+/// What a field holds, in the words of the configuration reference (docs/configuration.md),
+/// where serde's would be unhelpful.
 fn expected_for(field: &str) -> Option<&'static str> {
     Some(match field {
         "lease"

@@ -1,6 +1,6 @@
 //! Webhook presets: a provider's delivery id as the key, a `match` under which its
 //! redeliveries replay, and a window at least as long as the provider's documented retry
-//! horizon. Pure data; the README cites each provider's documentation.
+//! horizon. Pure data; docs/routing.md cites each provider's documentation.
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! (<https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries>)
 //! and Shopify (<https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook>).
 //! Neither signs a timestamp or the delivery id, so a captured delivery verifies forever
-//! and under any id header (the README says what follows).
+//! and under any id header (docs/routing.md says what follows).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
