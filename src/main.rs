@@ -172,37 +172,7 @@ fn main() -> ExitCode {
             request,
             headers,
             body,
-        } => {
-            let c = match load(&config) {
-                Ok(c) => c,
-                Err(e) => return config_error(&e),
-            };
-            let printed = match request {
-                Some(request) => match probe(&request, &headers, body) {
-                    Ok(p) => write!(std::io::stdout().lock(), "{}", explain(&c, &p)),
-                    Err(e) => {
-                        report(&e);
-                        return ExitCode::from(EXIT_USAGE);
-                    }
-                },
-                None => write!(std::io::stdout().lock(), "{}", summary(&c)),
-            };
-            match printed {
-                // A reader that stopped early (`check ... | head -2`) has what it wanted.
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    report(&format!("cannot write to stdout: {e}"));
-                    ExitCode::FAILURE
-                }
-                _ if strict && !c.warnings.is_empty() => {
-                    report(&format!(
-                        "--strict: {} warning(s) (see above)",
-                        c.warnings.len()
-                    ));
-                    ExitCode::FAILURE
-                }
-                _ => ExitCode::SUCCESS,
-            }
-        }
+        } => check(&config, strict, request, &headers, body),
         Command::Drill(args) => drill(args),
         Command::Completions { shell } => {
             print(&manual::completions(shell, manual::command(Cli::command())))
@@ -226,31 +196,73 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Run { config: path } => {
-            // Held to the end: dropping it writes out the lines still buffered.
-            let _log = match init_tracing(cli.log_format) {
-                Ok(guard) => guard,
-                Err(e) => {
-                    report(&format!("cannot start the log's writer thread: {e}"));
-                    return ExitCode::from(EXIT_RUNTIME);
-                }
-            };
-            let config = match load(&path) {
-                Ok(c) => c,
-                Err(e) => return config_error(&e),
-            };
-            match run(config, path) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    // Once, through the log: stderr in either log format.
-                    tracing::error!("{e:#}");
-                    let bind = matches!(
-                        e.downcast_ref::<dedupe_gateway::server::RunError>(),
-                        Some(dedupe_gateway::server::RunError::Bind { .. })
-                    );
-                    ExitCode::from(if bind { EXIT_UNAVAILABLE } else { EXIT_RUNTIME })
-                }
+        Command::Run { config: path } => run_gateway(cli.log_format, path),
+    }
+}
+
+/// `check`: the file's summary, or with `--request` what the gateway would do with one.
+fn check(
+    config: &std::path::Path,
+    strict: bool,
+    request: Option<String>,
+    headers: &[String],
+    body: Option<String>,
+) -> ExitCode {
+    let c = match load(config) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let printed = match request {
+        Some(request) => match probe(&request, headers, body) {
+            Ok(p) => write!(std::io::stdout().lock(), "{}", explain(&c, &p)),
+            Err(e) => {
+                report(&e);
+                return ExitCode::from(EXIT_USAGE);
             }
+        },
+        None => write!(std::io::stdout().lock(), "{}", summary(&c)),
+    };
+    match printed {
+        // A reader that stopped early (`check ... | head -2`) has what it wanted.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            report(&format!("cannot write to stdout: {e}"));
+            ExitCode::FAILURE
+        }
+        _ if strict && !c.warnings.is_empty() => {
+            report(&format!(
+                "--strict: {} warning(s) (see above)",
+                c.warnings.len()
+            ));
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// `run`: logging, the configuration, then the gateway until it drains.
+fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
+    // Held to the end: dropping it writes out the lines still buffered.
+    let _log = match init_tracing(log_format) {
+        Ok(guard) => guard,
+        Err(e) => {
+            report(&format!("cannot start the log's writer thread: {e}"));
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let config = match load(&path) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    match run(config, path) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Once, through the log: stderr in either log format.
+            tracing::error!("{e:#}");
+            let bind = matches!(
+                e.downcast_ref::<dedupe_gateway::server::RunError>(),
+                Some(dedupe_gateway::server::RunError::Bind { .. })
+            );
+            ExitCode::from(if bind { EXIT_UNAVAILABLE } else { EXIT_RUNTIME })
         }
     }
 }

@@ -643,8 +643,8 @@ fn the_stability_statement_names_every_metric_header_and_problem_type() {
         let name = h.split('"').next().unwrap();
         assert!(doc_lower.contains(&format!("`{name}`")), "header {name}");
     }
-    // Problem types: the names describe() gives in src/problem.rs.
-    let problem = std::fs::read_to_string("src/problem.rs").unwrap();
+    // Problem types: the names describe() gives in src/problem/mod.rs.
+    let problem = std::fs::read_to_string("src/problem/mod.rs").unwrap();
     let describe = problem
         .split("fn describe(")
         .nth(1)
