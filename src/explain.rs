@@ -14,7 +14,11 @@ use crate::config::{format_duration, Config};
 use crate::key::{KeyRule, MatchRule, RequestPart, RequestView};
 use crate::path;
 use crate::problem::GatewayError;
-use crate::route::{self, Mode, OnConflict, OnUnknown, Route, Skip, Verdict};
+use crate::route::{self, Mode, Route, Skip, Verdict};
+
+mod summary;
+
+pub use self::summary::summary;
 
 /// A request described on the command line.
 #[derive(Debug, Clone)]
@@ -154,101 +158,6 @@ fn rules(out: &mut String, route: &Route) -> bool {
         MatchRule::Parts(p) => writeln!(out, "match: {}", list(p)),
     };
     true
-}
-
-/// `check` without `--request`: the file's listener, upstream, store and encryption, its
-/// warnings, and one line per route with every setting that decides what a request gets.
-pub fn summary(c: &Config) -> String {
-    let mut out = String::new();
-    let upstream = &c.server.upstream;
-    let _ = writeln!(
-        out,
-        "configuration ok: listen {}, upstream {}://{}{}, store {}",
-        c.server.listen,
-        upstream.scheme,
-        upstream.authority,
-        upstream.base_path,
-        c.store.backend.kind().as_str(),
-    );
-    // Keys by id only: `check` output never shows key material.
-    let ids: Vec<String> = c
-        .store
-        .encryption
-        .key_ids()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let _ = match ids.split_first() {
-        Some((first, [])) => writeln!(out, "stored responses encrypted: key id {first}"),
-        Some((first, rest)) => writeln!(
-            out,
-            "stored responses encrypted: key id {first}; also decrypting key ids {}",
-            rest.join(", ")
-        ),
-        None => writeln!(out, "stored responses not encrypted"),
-    };
-    for w in &c.warnings {
-        let _ = writeln!(out, "warning: {w}");
-    }
-    if c.routes.is_empty() {
-        let _ = writeln!(out, "no routes: every request is proxied without dedupe");
-    }
-    for r in &c.routes {
-        route_line(&mut out, r);
-    }
-    out
-}
-
-/// One route's settings on one line.
-fn route_line(out: &mut String, r: &Route) {
-    let key = match &r.key {
-        KeyRule::Header { name, required, .. } => format!(
-            "header {name} ({})",
-            if *required { "required" } else { "optional" }
-        ),
-        KeyRule::Fingerprint(parts) => format!("fingerprint [{}]", list(parts)),
-    };
-    let conflict = match r.on_conflict {
-        OnConflict::Reject => "reject".to_owned(),
-        OnConflict::Wait => format!("wait up to {}", format_duration(r.conflict_wait)),
-        OnConflict::Join => format!("join, or wait up to {}", format_duration(r.conflict_wait)),
-    };
-    let scope = if r.scope.is_empty() {
-        "-".to_owned()
-    } else {
-        format!("[{}]", list(&r.scope))
-    };
-    let must_match = match &r.must_match {
-        MatchRule::Request => "request".to_owned(),
-        MatchRule::Parts(p) if p.is_empty() => "key".to_owned(),
-        MatchRule::Parts(p) => format!("[{}]", list(p)),
-    };
-    let on_unknown = match r.on_unknown {
-        OnUnknown::Retry => "retry",
-        OnUnknown::Hold => "hold",
-    };
-    let _ = writeln!(
-        out,
-        "route {}: {} {} key={} lease={} window={} on_conflict={}{} scope={} match={} on_unknown={} mode={}{}",
-        r.name,
-        methods(r),
-        r.path.as_str(),
-        key,
-        format_duration(r.lease),
-        format_duration(r.window),
-        conflict,
-        if r.store_body { "" } else { " store_body=false" },
-        scope,
-        must_match,
-        on_unknown,
-        r.mode.as_str(),
-        // How many secrets, never what they are.
-        r.verify.as_ref().map_or(String::new(), |v| format!(
-            " verify={} ({} secret(s))",
-            v.scheme().as_str(),
-            v.secret_count()
-        )),
-    );
 }
 
 /// What the gateway does with the request: the route's one verdict, as the pipeline
