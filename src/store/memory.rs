@@ -28,6 +28,7 @@ use super::{Claim, ClaimRequest, Fence, Order, Permit, RecordInfo, RecordState, 
 
 mod claim;
 mod entities;
+mod listing;
 mod shard;
 
 use self::claim::{Attempt, Decision};
@@ -62,6 +63,17 @@ struct Record {
     completed_at: Option<SystemTime>,
     /// On an ordered route: the current claim's version (shown to operators).
     version: Option<Bytes>,
+}
+
+impl Record {
+    /// The state an operator is shown: a holding claim whose lease ran out is unknown.
+    fn shown_state(&self, now: Instant) -> RecordState {
+        if self.state == RecordState::InFlight && self.hold && now >= self.lease_until {
+            RecordState::Unknown
+        } else {
+            self.state
+        }
+    }
 }
 
 /// The next fence after `previous`: `max(previous + 1, wall clock in microseconds)`, as in
@@ -352,11 +364,7 @@ impl MemoryStore {
             .get(key)
             .filter(|r| r.expires_at > now)
             .map(|r| RecordInfo {
-                state: if r.state == RecordState::InFlight && r.hold && now >= r.lease_until {
-                    RecordState::Unknown
-                } else {
-                    r.state
-                },
+                state: r.shown_state(now),
                 held: r.hold,
                 fence: Fence::new(r.fence),
                 lease_left: (r.state == RecordState::InFlight)

@@ -27,6 +27,7 @@
 //! lease can never complete a record that somebody else now owns.
 
 pub mod health;
+pub mod listing;
 mod memory;
 pub mod near_cache;
 mod redis;
@@ -344,6 +345,11 @@ impl Store {
     pub async fn inspect(&self, key: &StoreKey) -> Result<Option<RecordInfo>, StoreError> {
         let key = key.as_str();
         dispatch!(self, s => s.inspect(key))
+    }
+
+    /// Lists records in a state, within the request's bounds (see [`listing`]).
+    pub async fn list(&self, req: &listing::ListRequest) -> Result<listing::Listing, StoreError> {
+        dispatch!(self, s => s.list(req))
     }
 
     /// Deletes a record (an operator resolving an unknown outcome).

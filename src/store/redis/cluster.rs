@@ -221,3 +221,51 @@ impl RedisClusterStore {
         Ok((nodes, ClusterReplies { info }))
     }
 }
+
+impl RedisClusterStore {
+    /// Every master, as the client addresses it, in a stable order (a listing's cursor
+    /// names one by its place).
+    pub(super) async fn masters(
+        &self,
+    ) -> Result<Vec<redis::cluster_routing::SingleNodeRoutingInfo>, StoreError> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+        let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let reply = self
+            .query(|mut con| {
+                let all = all.clone();
+                async move { con.route_command(redis::cmd("PING"), all).await }
+            })
+            .await?;
+        let Value::Map(pairs) = reply else {
+            return Err(StoreError::Protocol(format!("PING to every master: {reply:?}")));
+        };
+        let mut masters: Vec<(String, u16)> = pairs
+            .into_iter()
+            .filter_map(|(k, _)| {
+                let addr: String = redis::from_redis_value(k).ok()?;
+                let (host, port) = addr.rsplit_once(':')?;
+                Some((host.to_owned(), port.parse().ok()?))
+            })
+            .collect();
+        masters.sort();
+        Ok(masters
+            .into_iter()
+            .map(|(host, port)| SingleNodeRoutingInfo::ByAddress { host, port })
+            .collect())
+    }
+
+    /// Sends `pipe` to the node `at`, within `store.timeout`.
+    pub(super) async fn send_to(
+        &self,
+        pipe: redis::Pipeline,
+        at: redis::cluster_routing::SingleNodeRoutingInfo,
+    ) -> Result<Vec<Value>, StoreError> {
+        let n = pipe.len();
+        let pipe = &pipe;
+        self.query(|mut con| {
+            let at = at.clone();
+            async move { con.route_pipeline(pipe.clone(), 0, n, at).await }
+        })
+        .await
+    }
+}

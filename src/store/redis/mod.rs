@@ -27,6 +27,7 @@
 mod access;
 mod link;
 mod reply;
+mod scan;
 mod scripts;
 mod topology;
 mod tracking;
