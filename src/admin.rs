@@ -4,6 +4,7 @@
 //! `/healthz` and `/readyz` need no token (probes cannot carry secrets); `/metrics` and
 //! `/keys/...` need `Authorization: Bearer <token>` when `[admin] token` is set.
 //!
+//! `GET /keys?state=held|in-flight` lists the records in that state (see [`list`]);
 //! `POST /keys/{route}/{key}/resolve` settles a claim by hand (an unknown outcome held for
 //! a person): released for a retry, or completed with a given response, under the fence
 //! `GET` showed; the store refuses a stale fence and a second resolution atomically.
@@ -31,6 +32,7 @@ use crate::route::Route;
 use crate::store::{Fence, RecordState, Resolution, StoreKey};
 use crate::{full, Body};
 
+mod list;
 mod live;
 mod resolve;
 
@@ -91,6 +93,7 @@ async fn route(
             let body = read_body(gateway, body).await?;
             resolve(gateway, p, uri.query(), &body).await
         }
+        (_, "/keys") if read => list::list(gateway, uri.query()).await,
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/keys/") => {
             keys(gateway, method, p, uri.query()).await
         }
@@ -311,8 +314,17 @@ fn rfc3339(t: std::time::SystemTime) -> String {
 /// An operator's resolution, as posted.
 /// On a cluster, an ordered route's record lives beside its entity: `entity=<value>` (the
 /// entity's value as the request carried it: `cus_123`, or `42` for a JSON number).
+/// Or `entity_hash=<32 hex digits>`, the hash itself (as `check --request` and `keys`
+/// derive it).
 fn entity_from_query(query: Option<&str>) -> Result<String, GatewayError> {
-    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+    let pairs = || form_urlencoded::parse(query.unwrap_or("").as_bytes());
+    if let Some((_, h)) = pairs().find(|(k, _)| k == "entity_hash") {
+        let valid = h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit());
+        return valid.then(|| h.to_ascii_lowercase()).ok_or_else(|| {
+            GatewayError::BadAdminRequest("entity_hash must be 32 hex digits".into())
+        });
+    }
+    pairs()
         .find(|(k, _)| k == "entity")
         .map(|(_, v)| key::order::entity_hash(v.as_bytes()))
         .ok_or_else(|| {

@@ -67,6 +67,7 @@ pub mod framing;
 pub mod headers;
 pub mod http;
 pub mod key;
+pub mod keys;
 pub mod log;
 pub mod metrics;
 pub mod path;

@@ -31,6 +31,7 @@ const EXIT_RUNTIME: u8 = 70;
 /// Exit status for an unusable `--request` or `-H` (EX_USAGE too).
 const EXIT_USAGE: u8 = 64;
 
+mod keys_cli;
 mod manual;
 
 #[derive(Parser)]
@@ -82,6 +83,10 @@ enum Command {
     /// Prove dedupe on your setup: replay, lease, crash, race and misuse drills per route,
     /// and store checks. With --target, a black-box run against a live gateway.
     Drill(DrillArgs),
+    /// Operate on records through a running gateway's admin API: show, resolve or delete
+    /// one (named by route, key and the request's scope headers, as the config derives it),
+    /// or list those held for a person or in flight.
+    Keys(keys_cli::KeysArgs),
     /// Print the shell completion script for SHELL, e.g. to
     /// /usr/share/bash-completion/completions/dedupe-gateway.
     Completions {
@@ -174,6 +179,7 @@ fn main() -> ExitCode {
             body,
         } => check(&config, strict, request, &headers, body),
         Command::Drill(args) => drill(args),
+        Command::Keys(args) => keys_cli::run(args),
         Command::Completions { shell } => {
             print(&manual::completions(shell, manual::command(Cli::command())))
         }

@@ -21,11 +21,11 @@ fn exit_statuses() -> [(u8, &'static str); 5] {
     [
         (
             0,
-            "run: stopped after a clean drain; check: the file is valid; drill: every drill passed",
+            "run: stopped after a clean drain; check: the file is valid; drill: every drill passed; keys: done",
         ),
         (
             EXIT_DRILL_FAILED,
-            "drill: a drill or store check failed; check --strict: the file has warnings",
+            "drill: a drill or store check failed; check --strict: the file has warnings; keys: the admin API refused (its problem is printed: not found, stale fence, claim live, unauthorized)",
         ),
         (
             EXIT_CONFIG,
@@ -33,7 +33,7 @@ fn exit_statuses() -> [(u8, &'static str); 5] {
         ),
         (
             EXIT_UNAVAILABLE,
-            "run: a listener could not be bound (address in use, permission)",
+            "run: a listener could not be bound (address in use, permission); keys: the admin API cannot be reached",
         ),
         (EXIT_RUNTIME, "any other failure at run time"),
     ]

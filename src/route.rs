@@ -16,7 +16,7 @@ mod keyed;
 pub mod preset;
 
 pub use self::dialect::{Dialect, Envelope};
-pub use self::keyed::{Derived, Keyed, Namespace, Skip, Verdict};
+pub use self::keyed::{Derived, Keyed, Named, Namespace, Skip, Verdict};
 pub use self::preset::Preset;
 
 /// What a deduped request does when the store fails or times out.

@@ -60,6 +60,19 @@ impl Derived {
     }
 }
 
+/// A record as an operator names it (see [`Route::record_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// The idempotency key.
+    pub key: String,
+    /// The scope hash.
+    pub scope: String,
+    /// On an ordered route: the entity's hash.
+    pub entity: Option<String>,
+    /// The record's store key.
+    pub store_key: StoreKey,
+}
+
 /// A request the store will be asked to claim: everything it is keyed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyed {
@@ -187,6 +200,37 @@ impl Route {
             scope: key::scope_hash(&self.scope, req)?,
             request_hash: key::request_hash(req, &self.must_match, &self.hash_headers)?,
             ordered: self.order.as_ref().map(|o| o.derive(req)).transpose()?,
+        }))
+    }
+
+    /// What names a request's record, for an operator (`dedupe-gateway keys`): the key,
+    /// scope and entity as [`Route::derive`] makes them (the body's content coding undone
+    /// as [`Route::verdict`] does) and the store key; not the request hash, so naming a
+    /// record takes no more of the request than its key, scope and order read.
+    /// `Ok(None)`: an optional key header is absent.
+    pub fn record_of(
+        &self,
+        ns: Namespace<'_>,
+        max_body: u64,
+        req: &RequestView<'_>,
+    ) -> Result<Option<Named>, KeyError> {
+        let body = self.content(req, max_body)?;
+        let req = RequestView {
+            body: &body,
+            ..*req
+        };
+        let Some(key) = self.key.derive(&req)? else {
+            return Ok(None);
+        };
+        let scope = key::scope_hash(&self.scope, &req)?;
+        let ordered = self.order.as_ref().map(|o| o.derive(&req)).transpose()?;
+        let entity = ordered.map(|o| o.entity);
+        let store_key = ns.record_key(&self.name, &scope, &key, entity.as_deref());
+        Ok(Some(Named {
+            key,
+            scope,
+            entity,
+            store_key,
         }))
     }
 

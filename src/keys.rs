@@ -1,0 +1,274 @@
+//! `dedupe-gateway keys`: an operator's tools for one record (`show`, `resolve`, `delete`)
+//! and for finding records in a state (`list`), through a running gateway's admin API.
+//!
+//! The record is named locally, from the user's config, with the pipeline's own derivation
+//! ([`Route::record_of`]: [`Route::derive`]'s key, scope and order, and the one store key): the key from `--key` (header-keyed
+//! routes) or from the request parts given (fingerprint routes), the scope from the given
+//! headers, hashed as the gateway hashes them. The admin API is then asked for that route,
+//! key and scope hash (`?scope=`), and names the same store key: `show` says if it does not
+//! (the gateway runs another config).
+
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue, Method};
+
+use crate::config::Config;
+use crate::key::{KeyError, KeyRule, RequestPart, RequestView};
+use crate::route::{self, Mode, Route};
+use crate::tokens::StoreKey;
+
+pub mod act;
+pub mod client;
+pub mod output;
+
+/// Why a `keys` command could not do its work.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    /// The arguments do not name a record (unknown route, missing key, bad header).
+    #[error("{0}")]
+    Usage(String),
+    /// The key or scope could not be derived from the request parts given.
+    #[error("cannot derive the key: {0}")]
+    Derive(#[from] KeyError),
+    /// The admin API could not be reached.
+    #[error("admin API {url}: {reason}")]
+    Unreachable {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The admin API answered with a problem (a 4xx or 5xx).
+    #[error("admin API answered {status}: {title}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The problem's `type`.
+        problem_type: Option<String>,
+        /// The problem's `title`.
+        title: String,
+        /// The problem's `detail`.
+        detail: Option<String>,
+    },
+    /// The admin API answered something this command does not understand.
+    #[error("unexpected answer from the admin API: {0}")]
+    Reply(String),
+}
+
+/// What names one record on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct KeyArgs {
+    /// `--route`.
+    pub route: String,
+    /// `--key`: the idempotency key (a fingerprint route: the fingerprint itself).
+    pub key: Option<String>,
+    /// `--request "METHOD /path?query"`: for a route whose key or scope reads them.
+    pub request: Option<String>,
+    /// `-H "Name: value"`.
+    pub headers: Vec<String>,
+    /// `--body`.
+    pub body: Option<String>,
+}
+
+/// A record, named as the gateway names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// The route.
+    pub route: String,
+    /// The idempotency key or fingerprint.
+    pub key: String,
+    /// The scope hash (`-` without scope).
+    pub scope: String,
+    /// On an ordered route whose records carry it (a cluster): the entity's hash.
+    pub entity: Option<String>,
+    /// The store key the config derives.
+    pub store_key: StoreKey,
+}
+
+impl Located {
+    /// The record's admin path: `/keys/{route}/{key}?scope=...`.
+    pub fn admin_path(&self) -> String {
+        let key =
+            percent_encoding::utf8_percent_encode(&self.key, percent_encoding::NON_ALPHANUMERIC);
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("scope", &self.scope);
+        if let Some(e) = &self.entity {
+            query.append_pair("entity_hash", e);
+        }
+        format!("/keys/{}/{key}?{}", self.route, query.finish())
+    }
+}
+
+fn usage(message: impl Into<String>) -> KeysError {
+    KeysError::Usage(message.into())
+}
+
+/// Names the record `args` describe under `config`, with the pipeline's verdict.
+pub fn locate(config: &Config, args: &KeyArgs) -> Result<Located, KeysError> {
+    let route = config
+        .routes
+        .iter()
+        .find(|r| *r.name == *args.route)
+        .ok_or_else(|| {
+            let known: Vec<&str> = config.routes.iter().map(|r| &*r.name).collect();
+            usage(format!(
+                "--route {:?}: no such route (the config has {})",
+                args.route,
+                known.join(", ")
+            ))
+        })?;
+    if route.mode == Mode::Off {
+        return Err(usage(format!(
+            "route {} is off: it keeps no records",
+            route.name
+        )));
+    }
+    let mut headers = parse_headers(&args.headers)?;
+    let (method, path, query) = target(config, route, args.request.as_deref())?;
+    let body = args.body.as_deref().unwrap_or("").as_bytes();
+    let fingerprint_given = match (&route.key, &args.key) {
+        (KeyRule::Header { name, .. }, Some(key)) => {
+            set_key(&mut headers, name, key)?;
+            None
+        }
+        (KeyRule::Fingerprint(_), Some(key)) => Some(key.clone()),
+        (KeyRule::Header { name, .. }, None) if !headers.contains_key(name) => {
+            return Err(usage(format!(
+                "route {} is keyed by the {name} header: give --key (or -H \"{name}: ...\")",
+                route.name
+            )))
+        }
+        _ => None,
+    };
+    let view = RequestView {
+        method: &method,
+        path: &path,
+        query: query.as_deref(),
+        headers: &headers,
+        body,
+    };
+    let ns = config.store.namespace();
+    if let Some(key) = fingerprint_given {
+        // The fingerprint as listed: only the scope is derived.
+        let scope = crate::key::scope_hash(&route.scope, &view)?;
+        let store_key = ns.record_key(&route.name, &scope, &key, None);
+        return Ok(located(route, key, scope, None, store_key));
+    }
+    let named = route
+        .record_of(ns, config.server.max_body, &view)?
+        .ok_or_else(|| usage("no key: the request carries none"))?;
+    let entity = named.entity.filter(|_| ns.tags_by_entity);
+    Ok(located(
+        route,
+        named.key,
+        named.scope,
+        entity,
+        named.store_key,
+    ))
+}
+
+fn located(
+    route: &Route,
+    key: String,
+    scope: String,
+    entity: Option<String>,
+    store_key: StoreKey,
+) -> Located {
+    Located {
+        route: route.name.to_string(),
+        key,
+        scope,
+        entity,
+        store_key,
+    }
+}
+
+/// `--key` as the route's key header, unless `-H` gave it already (then they must agree).
+fn set_key(headers: &mut HeaderMap, name: &HeaderName, key: &str) -> Result<(), KeysError> {
+    let value = HeaderValue::from_str(key)
+        .map_err(|_| usage(format!("--key {key:?} is not a header value")))?;
+    match headers.get(name) {
+        Some(given) if *given != value => Err(usage(format!(
+            "--key and -H \"{name}: ...\" name two different keys"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            headers.insert(name.clone(), value);
+            Ok(())
+        }
+    }
+}
+
+/// `-H "Name: value"` as headers, in order.
+pub fn parse_headers(given: &[String]) -> Result<HeaderMap, KeysError> {
+    let mut map = HeaderMap::new();
+    for h in given {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| usage(format!("-H {h:?}: expected \"Name: value\"")))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| usage(format!("-H {h:?}: {name:?} is not a header name")))?;
+        let value = HeaderValue::from_str(value.trim())
+            .map_err(|_| usage(format!("-H {h:?}: the value is not a header value")))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// The method, path and query derivation sees: `--request`'s (which must take `route`), or,
+/// for a route whose key, scope and order read none of them, the route's first method.
+fn target(
+    config: &Config,
+    route: &Route,
+    request: Option<&str>,
+) -> Result<(Method, String, Option<String>), KeysError> {
+    let Some(request) = request else {
+        if let Some(part) = target_part(route) {
+            return Err(usage(format!(
+                "route {}'s key or scope reads {part}: give --request \"METHOD /path\"",
+                route.name
+            )));
+        }
+        let method = route.methods.first().cloned().unwrap_or(Method::POST);
+        return Ok((method, "/".to_owned(), None));
+    };
+    let (method, target) = request
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| usage(format!("--request {request:?}: expected \"METHOD /path\"")))?;
+    let method = Method::from_bytes(method.as_bytes())
+        .map_err(|_| usage(format!("--request: {method:?} is not a method")))?;
+    let (raw, query) = match target.trim().split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (target.trim(), None),
+    };
+    let normal = crate::path::normalise(raw).map_err(|e| usage(format!("--request: {e}")))?;
+    let path = crate::path::match_form(&normal).into_owned();
+    let taken = route::find(&config.routes, &method, &path).map(|i| &*config.routes[i].name);
+    if taken != Some(&*route.name) {
+        return Err(usage(format!(
+            "--request {request:?} takes route {}, not {}",
+            taken.unwrap_or("(none: passthrough)"),
+            route.name
+        )));
+    }
+    Ok((method, path, query))
+}
+
+/// A part of the request line the route's key, scope or order reads, if any.
+fn target_part(route: &Route) -> Option<&RequestPart> {
+    let line = |p: &&RequestPart| {
+        matches!(
+            p,
+            RequestPart::Method | RequestPart::Path | RequestPart::Query
+        )
+    };
+    let key = match &route.key {
+        KeyRule::Fingerprint(parts) => parts.as_slice(),
+        KeyRule::Header { .. } => &[],
+    };
+    let order = route.order.iter().flat_map(|o| [&o.entity, &o.version]);
+    key.iter()
+        .chain(route.scope.iter())
+        .chain(order)
+        .find(line)
+}
