@@ -267,8 +267,5 @@ fn target_part(route: &Route) -> Option<&RequestPart> {
         KeyRule::Header { .. } => &[],
     };
     let order = route.order.iter().flat_map(|o| [&o.entity, &o.version]);
-    key.iter()
-        .chain(route.scope.iter())
-        .chain(order)
-        .find(line)
+    key.iter().chain(route.scope.iter()).chain(order).find(line)
 }

@@ -39,9 +39,10 @@ fn request(gateway: &Gateway, query: Option<&str>) -> Result<ListRequest, Gatewa
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*k {
             "state" => {
-                wanted = Some(Wanted::parse(&v).ok_or_else(|| {
-                    bad(format!("state must be held or in-flight, not {v:?}"))
-                })?)
+                wanted =
+                    Some(Wanted::parse(&v).ok_or_else(|| {
+                        bad(format!("state must be held or in-flight, not {v:?}"))
+                    })?)
             }
             "route" => route = Some(v.into_owned()),
             "limit" => {
@@ -52,9 +53,10 @@ fn request(gateway: &Gateway, query: Option<&str>) -> Result<ListRequest, Gatewa
                     .ok_or_else(|| bad(format!("limit must be 1 to {MAX_LIMIT}")))?
             }
             "cursor" => {
-                cursor = Some(Cursor::parse(&v).ok_or_else(|| {
-                    bad("cursor must be one a previous page returned".into())
-                })?)
+                cursor = Some(
+                    Cursor::parse(&v)
+                        .ok_or_else(|| bad("cursor must be one a previous page returned".into()))?,
+                )
             }
             other => return Err(bad(format!("unknown parameter {other:?}"))),
         }

@@ -63,7 +63,8 @@ impl Admin {
             .map_err(|e| KeysError::Usage(format!("--admin {url:?}: {e}")))?;
         let exchange = async {
             let resp = self.client.request(request).await.map_err(|e| {
-                let cause = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+                let cause =
+                    std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
                 unreachable(format!("{e}{cause}"))
             })?;
             let status = resp.status();
@@ -93,12 +94,8 @@ fn refused(status: StatusCode, body: &[u8]) -> KeysError {
     KeysError::Refused {
         status: status.as_u16(),
         problem_type: text("type"),
-        title: text("title").unwrap_or_else(|| {
-            status
-                .canonical_reason()
-                .unwrap_or("error")
-                .to_owned()
-        }),
+        title: text("title")
+            .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned()),
         detail: text("detail"),
     }
 }

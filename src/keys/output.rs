@@ -54,11 +54,7 @@ pub fn listing(v: &Value) -> String {
         text(&v["scanned"])
     );
     if v["truncated"] == Value::Bool(true) {
-        let _ = writeln!(
-            out,
-            "truncated: more with --cursor {}",
-            text(&v["cursor"])
-        );
+        let _ = writeln!(out, "truncated: more with --cursor {}", text(&v["cursor"]));
     }
     out
 }

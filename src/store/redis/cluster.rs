@@ -237,7 +237,9 @@ impl RedisClusterStore {
             })
             .await?;
         let Value::Map(pairs) = reply else {
-            return Err(StoreError::Protocol(format!("PING to every master: {reply:?}")));
+            return Err(StoreError::Protocol(format!(
+                "PING to every master: {reply:?}"
+            )));
         };
         let mut masters: Vec<(String, u16)> = pairs
             .into_iter()

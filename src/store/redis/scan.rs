@@ -143,7 +143,11 @@ pub(super) async fn walk(nodes: &[Node<'_>], req: &ListRequest) -> Result<Listin
             continue;
         }
         skip = 0;
-        (node, cursor) = if next == 0 { (node + 1, 0) } else { (node, next) };
+        (node, cursor) = if next == 0 {
+            (node + 1, 0)
+        } else {
+            (node, next)
+        };
     }
     Ok(out)
 }
@@ -184,7 +188,14 @@ mod tests {
     #[test]
     fn a_holding_claim_past_its_lease_is_held() {
         let key = crate::key::store_key("dg", "pay", "-", "k1");
-        let f = fields(&[Some("i"), Some("7"), Some("1000"), Some("1"), Some("2"), Some("900")]);
+        let f = fields(&[
+            Some("i"),
+            Some("7"),
+            Some("1000"),
+            Some("1"),
+            Some("2"),
+            Some("900"),
+        ]);
         let held = decode(key.as_str(), "dg", &f, 1500).unwrap();
         assert_eq!(held.state, RecordState::Unknown);
         assert_eq!(held.lease_left, Some(Duration::ZERO));
@@ -194,7 +205,10 @@ mod tests {
         assert_eq!(live.state, RecordState::InFlight);
         assert_eq!(live.lease_left, Some(Duration::from_millis(600)));
         let f = fields(&[Some("i"), Some("7"), Some("1000"), Some("0"), None, None]);
-        assert_eq!(decode(key.as_str(), "dg", &f, 1500).unwrap().state, RecordState::InFlight);
+        assert_eq!(
+            decode(key.as_str(), "dg", &f, 1500).unwrap().state,
+            RecordState::InFlight
+        );
     }
 
     #[test]
