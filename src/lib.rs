@@ -45,11 +45,13 @@
 //! - [`problem`]: the one place errors become responses: RFC 9457 problem+json, or the
 //!   route's dialect (Stripe's error object, the operator's template).
 //! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
+//! - [`keys`]: `dedupe-gateway keys`: a record named from the config as the gateway names
+//!   it, and shown, resolved, deleted or listed through the admin API.
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
 //!   forwarder's upstream call, replays, the access record.
-//! - [`admin`]: metrics, health and key inspection on a separate port.
+//! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`drill`]: `dedupe-gateway drill`: five drills per route and the store checks, against
 //!   an in-process gateway or a live one.
