@@ -32,30 +32,7 @@ enum Action {
     /// Settle a claim by hand (an unknown outcome held for a person): `--as retry` frees
     /// the key, `--as done` completes it with a response; under the fence `show` or `list`
     /// showed.
-    Resolve {
-        #[command(flatten)]
-        record: Record,
-        /// The fence `keys show` or `keys list` showed: under any other, refused.
-        #[arg(long)]
-        fence: u64,
-        /// retry: the next request executes; done: the key answers the given response.
-        #[arg(long = "as", value_enum)]
-        resolve_as: As,
-        /// With --as done: the response's status (200 to 599).
-        #[arg(long)]
-        status: Option<u16>,
-        /// With --as done: a response header, "Name: value" (repeatable).
-        #[arg(long = "response-header", value_name = "NAME: VALUE")]
-        response_headers: Vec<String>,
-        /// With --as done: the response's body.
-        #[arg(long)]
-        response_body: Option<String>,
-        /// Act even on a claim whose lease is live.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        out: Out,
-    },
+    Resolve(ResolveArgs),
     /// Forget one record: the next request with its key executes again.
     Delete {
         #[command(flatten)]
@@ -86,6 +63,33 @@ enum Action {
         #[command(flatten)]
         out: Out,
     },
+}
+
+/// `keys resolve`: the record, and the admin API's fields.
+#[derive(Args)]
+struct ResolveArgs {
+    #[command(flatten)]
+    record: Record,
+    /// The fence `keys show` or `keys list` showed: under any other, refused.
+    #[arg(long)]
+    fence: u64,
+    /// retry: the next request executes; done: the key answers the given response.
+    #[arg(long = "as", value_enum)]
+    resolve_as: As,
+    /// With --as done: the response's status (200 to 599).
+    #[arg(long)]
+    status: Option<u16>,
+    /// With --as done: a response header, "Name: value" (repeatable).
+    #[arg(long = "response-header", value_name = "NAME: VALUE")]
+    response_headers: Vec<String>,
+    /// With --as done: the response's body.
+    #[arg(long)]
+    response_body: Option<String>,
+    /// Act even on a claim whose lease is live.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    out: Out,
 }
 
 /// Which record, named as a request names it.
@@ -160,7 +164,7 @@ pub fn run(args: KeysArgs) -> ExitCode {
     };
     let (name, format) = match &args.action {
         Action::Show { out, .. } => ("show", out.format),
-        Action::Resolve { out, .. } => ("resolve", out.format),
+        Action::Resolve(args) => ("resolve", args.out.format),
         Action::Delete { out, .. } => ("delete", out.format),
         Action::List { out, .. } => ("list", out.format),
     };
@@ -201,34 +205,9 @@ async fn act_on(action: Action) -> Result<serde_json::Value, KeysError> {
             let located = locate(&record)?;
             act::show(&admin(&out)?, &located).await
         }
-        Action::Resolve {
-            record,
-            fence,
-            resolve_as,
-            status,
-            response_headers,
-            response_body,
-            force,
-            out,
-        } => {
-            let located = locate(&record)?;
-            let mut headers = std::collections::BTreeMap::new();
-            for (name, value) in keys::parse_headers(&response_headers)?.iter() {
-                let value = value.to_str().unwrap_or_default().to_owned();
-                headers.insert(name.as_str().to_owned(), value);
-            }
-            let req = act::Resolve {
-                fence,
-                resolve_as: match resolve_as {
-                    As::Retry => ResolveAs::Retry,
-                    As::Done => ResolveAs::Done,
-                },
-                status,
-                headers,
-                body: response_body,
-                force,
-            };
-            act::resolve(&admin(&out)?, &located, &req).await
+        Action::Resolve(args) => {
+            let located = locate(&args.record)?;
+            act::resolve(&admin(&args.out)?, &located, &resolution(&args)?).await
         }
         Action::Delete {
             record,
@@ -259,6 +238,26 @@ async fn act_on(action: Action) -> Result<serde_json::Value, KeysError> {
             act::list(&admin(&out)?, &req).await
         }
     }
+}
+
+/// The admin API's resolve request from `keys resolve`'s flags.
+fn resolution(args: &ResolveArgs) -> Result<act::Resolve, KeysError> {
+    let mut headers = std::collections::BTreeMap::new();
+    for (name, value) in keys::parse_headers(&args.response_headers)?.iter() {
+        let value = value.to_str().unwrap_or_default().to_owned();
+        headers.insert(name.as_str().to_owned(), value);
+    }
+    Ok(act::Resolve {
+        fence: args.fence,
+        resolve_as: match args.resolve_as {
+            As::Retry => ResolveAs::Retry,
+            As::Done => ResolveAs::Done,
+        },
+        status: args.status,
+        headers,
+        body: args.response_body.clone(),
+        force: args.force,
+    })
 }
 
 fn admin(out: &Out) -> Result<Admin, KeysError> {

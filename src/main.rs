@@ -83,9 +83,8 @@ enum Command {
     /// Prove dedupe on your setup: replay, lease, crash, race and misuse drills per route,
     /// and store checks. With --target, a black-box run against a live gateway.
     Drill(DrillArgs),
-    /// Operate on records through a running gateway's admin API: show, resolve or delete
-    /// one (named by route, key and the request's scope headers, as the config derives it),
-    /// or list those held for a person or in flight.
+    /// Show, resolve or delete a record (named from the config, as the gateway names it),
+    /// or list those held for a person or in flight: through the admin API.
     Keys(keys_cli::KeysArgs),
     /// Print the shell completion script for SHELL, e.g. to
     /// /usr/share/bash-completion/completions/dedupe-gateway.
