@@ -123,15 +123,17 @@ async fn a_held_key_is_listed_shown_and_resolved(b: Backend) {
     let url = e.gw.url("/held/k1");
     let auth = ("Authorization", "Bearer alice");
     // The upstream dies mid-call: the outcome is unknown, and the route holds it.
-    let r = e
-        .http
-        .post(
-            &url,
-            &[("Idempotency-Key", "k1"), auth, ("x-test-drop", "1")],
-            "{}",
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    for key in ["k1", "k2"] {
+        let r = e
+            .http
+            .post(
+                &e.gw.url(&format!("/held/{key}")),
+                &[("Idempotency-Key", key), auth, ("x-test-drop", "1")],
+                "{}",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    }
     let listed = e.listed("held", "k1").await;
     assert_eq!(listed["state"], "unknown", "{listed}");
     assert_eq!(listed["route"], "held");
@@ -197,7 +199,44 @@ async fn a_held_key_is_listed_shown_and_resolved(b: Backend) {
         .post(&url, &[("Idempotency-Key", "k1"), auth], "{}")
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
-    assert_eq!(e.up.effects(), 2);
+    assert_eq!(e.up.effects(), 3);
+
+    // Resolved as done: the given response is what retries get.
+    let k2 = e.listed("held", "k2").await;
+    let fence = k2["fence"].to_string();
+    let done = [
+        "resolve",
+        "--route",
+        "held",
+        "--key",
+        "k2",
+        "-H",
+        ALICE,
+        "--fence",
+        &fence,
+        "--as",
+        "done",
+        "--status",
+        "201",
+        "--response-header",
+        "Content-Type: application/json",
+        "--response-body",
+        r#"{"id":"by-hand"}"#,
+    ];
+    let out = e.keys(&done).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = e
+        .http
+        .post(
+            &e.gw.url("/held/k2"),
+            &[("Idempotency-Key", "k2"), auth],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert!(r.replayed());
+    assert_eq!(r.text(), r#"{"id":"by-hand"}"#);
+    assert_eq!(e.up.effects(), 3, "replayed, not executed");
     let page = e.json(&["list", "--state", "held"]).await;
     assert_eq!(page["keys"].as_array().unwrap().len(), 0, "{page}");
 
@@ -303,6 +342,12 @@ async fn stalled_calls_are_listed_in_flight_in_pages(b: Backend) {
         seen,
         BTreeSet::from(["s1".into(), "s2".into(), "s3".into()])
     );
+    // The admin API's bounds, as its problem.
+    let zero = e
+        .keys(&["list", "--state", "in-flight", "--limit", "0"])
+        .await;
+    assert_eq!(zero.status.code(), Some(1));
+    assert!(stderr(&zero).contains("400"), "{}", stderr(&zero));
     // Nothing is held: these claims are live.
     let held = e.json(&["list", "--state", "held"]).await;
     assert_eq!(held["keys"].as_array().unwrap().len(), 0, "{held}");
