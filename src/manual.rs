@@ -45,7 +45,7 @@ fn exit_statuses() -> [(u8, &'static str); 5] {
 fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
     // Each argument's variable, with the subcommands that read it.
     let mut args: Vec<(String, String, Vec<String>)> = Vec::new();
-    for sub in cmd.get_subcommands() {
+    for (name, sub) in subcommands_within(cmd, "") {
         for arg in sub.get_arguments() {
             let Some(var) = arg.get_env().and_then(|v| v.to_str()) else {
                 continue;
@@ -54,8 +54,8 @@ fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
                 .get_long()
                 .map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
             match args.iter_mut().find(|(v, f, _)| v == var && *f == flag) {
-                Some((_, _, subs)) => subs.push(sub.get_name().to_owned()),
-                None => args.push((var.to_owned(), flag, vec![sub.get_name().to_owned()])),
+                Some((_, _, subs)) => subs.push(name.clone()),
+                None => args.push((var.to_owned(), flag, vec![name.clone()])),
             }
         }
     }
@@ -93,6 +93,17 @@ fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
             .to_owned(),
     ));
     vars
+}
+
+/// Every subcommand, nested ones too (`keys show`), with its name as typed.
+fn subcommands_within<'c>(cmd: &'c clap::Command, above: &str) -> Vec<(String, &'c clap::Command)> {
+    let mut out = Vec::new();
+    for sub in cmd.get_subcommands() {
+        let name = format!("{above}{}", sub.get_name());
+        out.extend(subcommands_within(sub, &format!("{name} ")));
+        out.push((name, sub));
+    }
+    out
 }
 
 /// The command with `--help`'s epilogue: exit statuses and environment variables.
