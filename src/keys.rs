@@ -123,9 +123,10 @@ pub fn locate(config: &Config, args: &KeyArgs) -> Result<Located, KeysError> {
         )));
     }
     let mut headers = parse_headers(&args.headers)?;
-    let (method, path, query) = target(config, route, args.request.as_deref())?;
+    let fingerprint_given = matches!(route.key, KeyRule::Fingerprint(_)) && args.key.is_some();
+    let (method, path, query) = target(config, route, args.request.as_deref(), !fingerprint_given)?;
     let body = args.body.as_deref().unwrap_or("").as_bytes();
-    let fingerprint_given = match (&route.key, &args.key) {
+    let fingerprint = match (&route.key, &args.key) {
         (KeyRule::Header { name, .. }, Some(key)) => {
             set_key(&mut headers, name, key)?;
             None
@@ -147,7 +148,7 @@ pub fn locate(config: &Config, args: &KeyArgs) -> Result<Located, KeysError> {
         body,
     };
     let ns = config.store.namespace();
-    if let Some(key) = fingerprint_given {
+    if let Some(key) = fingerprint {
         // The fingerprint as listed: only the scope is derived.
         let scope = crate::key::scope_hash(&route.scope, &view)?;
         let store_key = ns.record_key(&route.name, &scope, &key, None);
@@ -220,9 +221,10 @@ fn target(
     config: &Config,
     route: &Route,
     request: Option<&str>,
+    deriving_key: bool,
 ) -> Result<(Method, String, Option<String>), KeysError> {
     let Some(request) = request else {
-        if let Some(part) = target_part(route) {
+        if let Some(part) = target_part(route, deriving_key) {
             return Err(usage(format!(
                 "route {}'s key or scope reads {part}: give --request \"METHOD /path\"",
                 route.name
@@ -254,8 +256,9 @@ fn target(
     Ok((method, path, query))
 }
 
-/// A part of the request line the route's key, scope or order reads, if any.
-fn target_part(route: &Route) -> Option<&RequestPart> {
+/// A part of the request line the route's key (when `deriving_key`), scope or order
+/// reads, if any.
+fn target_part(route: &Route, deriving_key: bool) -> Option<&RequestPart> {
     let line = |p: &&RequestPart| {
         matches!(
             p,
@@ -263,9 +266,134 @@ fn target_part(route: &Route) -> Option<&RequestPart> {
         )
     };
     let key = match &route.key {
-        KeyRule::Fingerprint(parts) => parts.as_slice(),
-        KeyRule::Header { .. } => &[],
+        KeyRule::Fingerprint(parts) if deriving_key => parts.as_slice(),
+        _ => &[],
     };
     let order = route.order.iter().flat_map(|o| [&o.entity, &o.version]);
     key.iter().chain(route.scope.iter()).chain(order).find(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::Verdict;
+
+    fn example() -> Config {
+        Config::from_toml(include_str!("../config/example.toml")).unwrap()
+    }
+
+    /// The store key the gateway's pipeline gives a whole request.
+    fn pipeline(
+        c: &Config,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> StoreKey {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let i = route::find(&c.routes, &method, path).unwrap();
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let view = RequestView {
+            method: &method,
+            path,
+            query: None,
+            headers: &map,
+            body: body.as_bytes(),
+        };
+        match c.routes[i].verdict(c.store.namespace(), c.server.max_body, &view) {
+            Verdict::Claim(k) => k.store_key,
+            Verdict::Skip(s) => panic!("{s:?}"),
+        }
+    }
+
+    fn args(route: &str, key: Option<&str>, headers: &[&str]) -> KeyArgs {
+        KeyArgs {
+            route: route.into(),
+            key: key.map(Into::into),
+            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
+            ..KeyArgs::default()
+        }
+    }
+
+    #[test]
+    fn a_scoped_header_key_is_named_as_the_pipeline_names_it() {
+        let c = example();
+        let got = locate(
+            &c,
+            &args("payments", Some("k1"), &["Authorization: Bearer a"]),
+        )
+        .unwrap();
+        let want = pipeline(
+            &c,
+            "POST",
+            "/v1/payments/42",
+            &[("Idempotency-Key", "k1"), ("Authorization", "Bearer a")],
+            "{}",
+        );
+        assert_eq!(got.store_key, want);
+        // The sf-string spelling of the same key is the same record.
+        let quoted = locate(
+            &c,
+            &args("payments", Some("\"k1\""), &["Authorization: Bearer a"]),
+        )
+        .unwrap();
+        assert_eq!(quoted.store_key, want);
+        assert!(
+            got.admin_path().starts_with("/keys/payments/k1?scope="),
+            "{}",
+            got.admin_path()
+        );
+        // Another caller, another record.
+        let other = locate(
+            &c,
+            &args("payments", Some("k1"), &["Authorization: Bearer b"]),
+        )
+        .unwrap();
+        assert_ne!(other.store_key, want);
+    }
+
+    #[test]
+    fn a_fingerprint_that_reads_the_path_needs_the_request() {
+        let c = example();
+        let body = r#"{"order_id":"o1","event_type":"paid"}"#;
+        let mut a = args("generic-webhooks", None, &["X-Source: shop"]);
+        a.body = Some(body.into());
+        let err = locate(&c, &a).unwrap_err();
+        assert!(err.to_string().contains("--request"), "{err}");
+        a.request = Some("POST /webhooks/orders".into());
+        let got = locate(&c, &a).unwrap();
+        let want = pipeline(
+            &c,
+            "POST",
+            "/webhooks/orders",
+            &[("X-Source", "shop")],
+            body,
+        );
+        assert_eq!(got.store_key, want);
+        // The fingerprint itself names the same record.
+        let by_key = locate(&c, &args("generic-webhooks", Some(&got.key), &[])).unwrap();
+        assert_eq!(by_key.store_key, want);
+        // A request another route takes is refused.
+        a.request = Some("POST /v1/payments/1".into());
+        assert!(matches!(locate(&c, &a), Err(KeysError::Usage(_))));
+    }
+
+    #[test]
+    fn a_header_keyed_route_needs_its_key() {
+        let c = example();
+        assert!(matches!(
+            locate(&c, &args("payments", None, &[])),
+            Err(KeysError::Usage(_))
+        ));
+        assert!(matches!(
+            locate(&c, &args("nope", Some("k"), &[])),
+            Err(KeysError::Usage(_))
+        ));
+    }
 }
