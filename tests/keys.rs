@@ -485,6 +485,39 @@ async fn a_cluster_listing_finds_records_on_every_master() {
         })
         .collect();
     assert_eq!(owners.len(), cluster.nodes.len(), "records on every master");
+
+    // The same through a gateway's admin API and the CLI.
+    let up = Upstream::start().await;
+    let config = GatewayConfig::new(up.url())
+        .store(StoreCfg::cluster(cluster.urls()).prefix("dgc"))
+        .route(RouteCfg::header("pay", "/pay/*"))
+        .admin_with_token(TOKEN);
+    let e = Env {
+        gw: GatewayProcess::start(&config),
+        up,
+        http: Http::new(),
+        _redis: None,
+    };
+    let page = e
+        .json(&[
+            "list",
+            "--state",
+            "in-flight",
+            "--route",
+            "pay",
+            "--limit",
+            "1000",
+        ])
+        .await;
+    let mut listed: Vec<String> = page["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["store_key"].as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, all, "{page}");
+    assert_eq!(page["truncated"], false);
 }
 
 /// Whether `node` holds a key in `slot` (only the slot's master does).
