@@ -192,15 +192,29 @@ impl Route {
     /// Key, scope, request hash and order of a request; `Ok(None)` when an optional key
     /// header is absent.
     pub fn derive(&self, req: &RequestView<'_>) -> Result<Option<Derived>, KeyError> {
-        let Some(key) = self.key.derive(req)? else {
+        let Some((key, scope)) = self.key_and_scope(req)? else {
             return Ok(None);
         };
         Ok(Some(Derived {
             key,
-            scope: key::scope_hash(&self.scope, req)?,
+            scope,
             request_hash: key::request_hash(req, &self.must_match, &self.hash_headers)?,
-            ordered: self.order.as_ref().map(|o| o.derive(req)).transpose()?,
+            ordered: self.ordered(req)?,
         }))
+    }
+
+    /// The key and scope hash of a request (both steps of [`Route::derive`] and
+    /// [`Route::record_of`]); `Ok(None)` when an optional key header is absent.
+    fn key_and_scope(&self, req: &RequestView<'_>) -> Result<Option<(String, String)>, KeyError> {
+        let Some(key) = self.key.derive(req)? else {
+            return Ok(None);
+        };
+        Ok(Some((key, key::scope_hash(&self.scope, req)?)))
+    }
+
+    /// On an ordered route, the entity and version of a request.
+    fn ordered(&self, req: &RequestView<'_>) -> Result<Option<Ordered>, KeyError> {
+        self.order.as_ref().map(|o| o.derive(req)).transpose()
     }
 
     /// What names a request's record, for an operator (`dedupe-gateway keys`): the key,
@@ -219,12 +233,10 @@ impl Route {
             body: &body,
             ..*req
         };
-        let Some(key) = self.key.derive(&req)? else {
+        let Some((key, scope)) = self.key_and_scope(&req)? else {
             return Ok(None);
         };
-        let scope = key::scope_hash(&self.scope, &req)?;
-        let ordered = self.order.as_ref().map(|o| o.derive(&req)).transpose()?;
-        let entity = ordered.map(|o| o.entity);
+        let entity = self.ordered(&req)?.map(|o| o.entity);
         let store_key = ns.record_key(&self.name, &scope, &key, entity.as_deref());
         Ok(Some(Named {
             key,
