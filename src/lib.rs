@@ -66,6 +66,7 @@ pub mod drill;
 pub mod explain;
 pub mod files;
 pub mod framing;
+pub mod grpc;
 pub mod headers;
 pub mod http;
 pub mod key;

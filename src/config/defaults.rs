@@ -16,6 +16,8 @@ const MIB: u64 = 1024 * KIB;
 
 /// `server.upstream_timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// `server.upstream_http2`: gRPC calls go over h2c to an `http://` upstream.
+pub const DEFAULT_UPSTREAM_HTTP2: super::server::UpstreamHttp2 = super::server::UpstreamHttp2::Grpc;
 /// `server.connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `server.max_body`.
@@ -234,6 +236,9 @@ mod tests {
         Some(match field {
             "server.upstream_timeout" => d(DEFAULT_UPSTREAM_TIMEOUT),
             "server.connect_timeout" => d(DEFAULT_CONNECT_TIMEOUT),
+            "server.upstream_http2" => {
+                enum_value::<crate::config::UpstreamHttp2>(text) == DEFAULT_UPSTREAM_HTTP2
+            }
             "server.max_body" => s(DEFAULT_MAX_BODY),
             "server.max_header_bytes" => s(DEFAULT_MAX_HEADER_BYTES),
             "server.header_read_timeout" => d(DEFAULT_HEADER_READ_TIMEOUT),

@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use super::server::UpstreamHttp2;
+
 use super::store::Backend;
 use super::{invalid, ConfigError};
 use crate::route::dialect::BuiltIn;
@@ -72,6 +74,9 @@ pub struct FileServer {
     pub max_concurrent_streams: Option<u32>,
     /// `https://` upstreams: PEM file of a private CA trusted besides the platform's roots.
     pub upstream_ca_file: Option<String>,
+    /// `http://` upstreams: which calls go over HTTP/2 with prior knowledge (h2c):
+    /// `"grpc"` (gRPC calls), `"prior-knowledge"` (every call) or `"off"`.
+    pub upstream_http2: Option<UpstreamHttp2>,
     /// `[server.tls]`: TLS on the public listener.
     pub tls: Option<FileListenerTls>,
 }

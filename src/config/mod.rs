@@ -41,7 +41,7 @@ pub use file::{
     FileServer, FileStore, FileVerify,
 };
 pub use parse::format_duration;
-pub use server::{ListenerTls, ServerConfig, UpstreamTarget};
+pub use server::{ListenerTls, ServerConfig, UpstreamHttp2, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
 
 use crate::route::{Dialect, Route};

@@ -8,9 +8,9 @@ use http::uri::{Authority, Scheme};
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT,
-    DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS,
-    MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_HTTP2,
+    DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS,
+    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -47,6 +47,27 @@ pub struct ServerConfig {
     pub upstream_ca: Option<PemFile>,
     /// `[server.tls]`: the public listener's certificate and key, when it speaks TLS.
     pub tls: Option<ListenerTls>,
+    /// `server.upstream_http2`: which calls to an `http://` upstream go over h2c.
+    pub upstream_http2: UpstreamHttp2,
+}
+
+/// `server.upstream_http2`: which calls to a plain-`http` upstream go over HTTP/2 with
+/// prior knowledge (h2c) instead of the pooled HTTP/1.1 connections. An `https` upstream
+/// negotiates with ALPN instead, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(
+    rename_all = "kebab-case",
+    expecting = "\"grpc\", \"prior-knowledge\" or \"off\""
+)]
+pub enum UpstreamHttp2 {
+    /// gRPC calls (HTTP/2 from the client, `content-type: application/grpc*`): gRPC has no
+    /// HTTP/1.1 form, so no other choice can work for them.
+    #[default]
+    Grpc,
+    /// Every call: an upstream that speaks only h2c.
+    PriorKnowledge,
+    /// None: HTTP/1.1 only (a gRPC call then fails upstream).
+    Off,
 }
 
 /// Validated `[server.tls]`: files read, the key checked against the certificate.
@@ -135,6 +156,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
     let upstream_ca = upstream_ca(s, &upstream)?;
     let tls = s.tls.as_ref().map(listener_tls).transpose()?;
     Ok(ServerConfig {
+        upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),
         tls,
         upstream_ca,
         max_connections,

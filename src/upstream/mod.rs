@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::{ServerConfig, UpstreamTarget};
+use crate::config::{ServerConfig, UpstreamHttp2, UpstreamTarget};
 use crate::{Body, BoxError};
 
 mod body;
@@ -63,12 +63,26 @@ impl UpstreamFailure {
 /// URL (SNI and `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream
 /// that speaks HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are
 /// pooled.
+///
+/// A plain-`http` upstream also gets HTTP/2 with prior knowledge (h2c) for the calls
+/// `server.upstream_http2` names (gRPC calls by default): one multiplexed connection from
+/// hyper's client, beside the HTTP/1.1 pool. Which one a call takes is its version after
+/// [`Upstream::prepare`].
 #[derive(Clone)]
 pub struct Upstream {
     transport: Transport,
+    /// `http` upstream: the h2c client, unless `server.upstream_http2 = "off"`.
+    h2c: Option<H2c>,
     target: UpstreamTarget,
     /// `server.upstream_timeout`: from a call's start to its response head.
     timeout: Duration,
+}
+
+/// The h2c client and which calls take it.
+#[derive(Clone)]
+struct H2c {
+    client: Box<Client<HttpConnector, Body>>,
+    every_call: bool,
 }
 
 #[derive(Clone)]
@@ -125,8 +139,18 @@ impl Upstream {
                 },
             ))
         };
+        let plain = cfg.upstream.scheme != http::uri::Scheme::HTTPS;
+        let h2c = match cfg.upstream_http2 {
+            UpstreamHttp2::Off => None,
+            _ if !plain => None,
+            mode => Some(H2c {
+                client: Box::new(h2c_client(connect_timeout)),
+                every_call: mode == UpstreamHttp2::PriorKnowledge,
+            }),
+        };
         Self {
             transport,
+            h2c,
             target: cfg.upstream.clone(),
             timeout: cfg.upstream_timeout,
         }
@@ -138,8 +162,11 @@ impl Upstream {
     }
 
     /// Rewrites a client request for the upstream: path and query under the base path,
-    /// HTTP/1.1, hop-by-hop headers stripped, `X-Forwarded-*` set.
+    /// HTTP/1.1 (HTTP/2 when it goes over h2c, with `te: trailers` for a gRPC call),
+    /// hop-by-hop headers stripped, `X-Forwarded-*` set.
     pub fn prepare(&self, mut req: Request<Body>, remote: SocketAddr) -> Request<Body> {
+        let grpc = crate::grpc::is_call(req.version(), req.headers());
+        let h2 = self.h2c.as_ref().is_some_and(|h2c| h2c.every_call || grpc);
         let path_and_query = req
             .uri()
             .path_and_query()
@@ -158,9 +185,18 @@ impl Upstream {
         if let Ok(uri) = Uri::try_from(pq) {
             *req.uri_mut() = uri;
         }
-        *req.version_mut() = Version::HTTP_11;
+        *req.version_mut() = if h2 {
+            Version::HTTP_2
+        } else {
+            Version::HTTP_11
+        };
         let headers = req.headers_mut();
         strip_hop_by_hop(headers);
+        if grpc {
+            // The one `TE` HTTP/2 allows, and gRPC servers look for: the hop-by-hop rules
+            // strip the client's.
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         headers.remove(header::HOST);
         // The fence and the scope are the gateway's word to the upstream; a client must not
         // forge them. A winner sets its own after `prepare`.
@@ -202,6 +238,13 @@ impl Upstream {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+        if let (Some(h2c), Version::HTTP_2) = (&self.h2c, req.version()) {
+            return match h2c.client.request(self.absolute(req)).await {
+                Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
+                Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
+                Err(e) => Err(UpstreamFailure::Broken(e.into())),
+            };
+        }
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
             Transport::Tls(client) => match client.request(self.absolute(req)).await {
@@ -248,6 +291,21 @@ fn tls_client(
         .enable_all_versions()
         .wrap_connector(connector);
     Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .pool_max_idle_per_host(MAX_IDLE)
+        .build(connector)
+}
+
+/// The h2c client of an `http` upstream: HTTP/2 with prior knowledge, one multiplexed
+/// connection, pinged while idle so a silently dropped one is noticed.
+fn h2c_client(connect_timeout: Duration) -> Client<HttpConnector, Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .http2_keep_alive_interval(Some(IDLE_TIMEOUT / 2))
         .pool_idle_timeout(IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE)
         .build(connector)
