@@ -150,6 +150,9 @@ pub enum KeyError {
     /// The body's content coding could not be undone (see [`coding`]).
     #[error(transparent)]
     Coding(#[from] coding::CodingError),
+    /// A `grpc = true` route's request is not exactly one gRPC message.
+    #[error(transparent)]
+    Grpc(#[from] crate::grpc::frame::FrameError),
 }
 
 /// Longest client key accepted, in bytes.

@@ -2,12 +2,14 @@
 //! key it was stored under, in a compact length-prefixed binary form. Pure; unit-tested here.
 //!
 //! Layout (all integers big-endian):
-//! `"DGR2"` | key: u16 len + bytes | expires: u64 Unix seconds (0: not known) |
+//! `"DGR3"` | key: u16 len + bytes | expires: u64 Unix seconds (0: not known) |
 //! status: u16 | body state: u8 |
 //! header count: u16 | per header: u16 name len + name + u32 value len + value |
-//! body: u32 len + bytes (only when the body state is "stored").
+//! body: u32 len + bytes (only when the body state is "stored") |
+//! trailer count: u16 | per trailer: as a header.
 //!
-//! `"DGR1"` records (no expiry field), written before `Idempotency-Expires`, still decode.
+//! `"DGR2"` records (no trailer section), written before trailers were kept, and `"DGR1"`
+//! records (no expiry field either), written before `Idempotency-Expires`, still decode.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +19,9 @@ use http::{HeaderMap, StatusCode};
 
 use crate::tokens::StoreKey;
 
-const MAGIC: &[u8; 4] = b"DGR2";
+const MAGIC: &[u8; 4] = b"DGR3";
+/// The layout before the trailer section.
+const MAGIC_V2: &[u8; 4] = b"DGR2";
 /// The layout before the expiry field.
 const MAGIC_V1: &[u8; 4] = b"DGR1";
 
@@ -47,6 +51,9 @@ pub struct StoredResponse {
     pub body: StoredBody,
     /// When the store forgets the key (completion plus the window), to the second.
     pub expires: Option<SystemTime>,
+    /// The body's trailer section (HTTP/2 trailers, HTTP/1.1 chunked trailers: gRPC's
+    /// `grpc-status` and `grpc-message`); empty when there was none.
+    pub trailers: HeaderMap,
 }
 
 /// Why a stored record could not be used.
@@ -68,11 +75,10 @@ impl StoredResponse {
             StoredBody::Stored(b) => b.len(),
             _ => 0,
         };
-        let headers_len: usize = self
-            .headers
-            .iter()
-            .map(|(n, v)| 6 + n.as_str().len() + v.len())
-            .sum();
+        let fields_len = |h: &HeaderMap| -> usize {
+            h.iter().map(|(n, v)| 6 + n.as_str().len() + v.len()).sum()
+        };
+        let headers_len = fields_len(&self.headers) + 2 + fields_len(&self.trailers);
         let mut out =
             BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
         out.put_slice(MAGIC);
@@ -89,17 +95,12 @@ impl StoredResponse {
             StoredBody::Incomplete => 2,
             StoredBody::NotStored => 3,
         });
-        let count = self.headers.len().min(u16::MAX as usize);
-        out.put_u16(count as u16);
-        for (name, value) in self.headers.iter().take(count) {
-            put_u16_bytes(&mut out, name.as_str().as_bytes());
-            out.put_u32(value.len() as u32);
-            out.put_slice(value.as_bytes());
-        }
+        put_fields(&mut out, &self.headers);
         if let StoredBody::Stored(b) = &self.body {
             out.put_u32(b.len() as u32);
             out.put_slice(b);
         }
+        put_fields(&mut out, &self.trailers);
         out.freeze()
     }
 
@@ -108,16 +109,17 @@ impl StoredResponse {
     pub fn decode(bytes: &Bytes, expected_key: &StoreKey) -> Result<Self, RecordError> {
         let expected_key = expected_key.as_str();
         let mut r = Reader { buf: bytes, pos: 0 };
-        let v2 = match r.take(4)? {
-            m if m == MAGIC => true,
-            m if m == MAGIC_V1 => false,
+        let version = match r.take(4)? {
+            m if m == MAGIC => 3,
+            m if m == MAGIC_V2 => 2,
+            m if m == MAGIC_V1 => 1,
             _ => return Err(RecordError::Corrupt("bad magic")),
         };
         let key_len = r.u16()? as usize;
         if r.take(key_len)? != expected_key.as_bytes() {
             return Err(RecordError::WrongKey);
         }
-        let expires = match v2 {
+        let expires = match version >= 2 {
             true => match r.u64()? {
                 0 => None,
                 secs => Some(
@@ -131,17 +133,7 @@ impl StoredResponse {
         let status =
             StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
         let state = r.u8()?;
-        let count = r.u16()? as usize;
-        let mut headers = HeaderMap::with_capacity(count);
-        for _ in 0..count {
-            let name_len = r.u16()? as usize;
-            let name = HeaderName::from_bytes(r.take(name_len)?)
-                .map_err(|_| RecordError::Corrupt("bad header name"))?;
-            let value_len = r.u32()? as usize;
-            let value = HeaderValue::from_bytes(r.take(value_len)?)
-                .map_err(|_| RecordError::Corrupt("bad header value"))?;
-            headers.append(name, value);
-        }
+        let headers = r.fields()?;
         let body = match state {
             0 => {
                 let len = r.u32()? as usize;
@@ -154,6 +146,10 @@ impl StoredResponse {
             3 => StoredBody::NotStored,
             _ => return Err(RecordError::Corrupt("bad body state")),
         };
+        let trailers = match version {
+            3 => r.fields()?,
+            _ => HeaderMap::new(),
+        };
         if r.pos != bytes.len() {
             return Err(RecordError::Corrupt("trailing bytes"));
         }
@@ -162,7 +158,19 @@ impl StoredResponse {
             headers,
             body,
             expires,
+            trailers,
         })
+    }
+}
+
+/// A header or trailer section: its count, then each field.
+fn put_fields(out: &mut BytesMut, fields: &HeaderMap) {
+    let count = fields.len().min(u16::MAX as usize);
+    out.put_u16(count as u16);
+    for (name, value) in fields.iter().take(count) {
+        put_u16_bytes(out, name.as_str().as_bytes());
+        out.put_u32(value.len() as u32);
+        out.put_slice(value.as_bytes());
     }
 }
 
@@ -200,6 +208,20 @@ impl<'a> Reader<'a> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
+    fn fields(&mut self) -> Result<HeaderMap, RecordError> {
+        let count = self.u16()? as usize;
+        let mut fields = HeaderMap::with_capacity(count);
+        for _ in 0..count {
+            let name_len = self.u16()? as usize;
+            let name = HeaderName::from_bytes(self.take(name_len)?)
+                .map_err(|_| RecordError::Corrupt("bad header name"))?;
+            let value_len = self.u32()? as usize;
+            let value = HeaderValue::from_bytes(self.take(value_len)?)
+                .map_err(|_| RecordError::Corrupt("bad header value"))?;
+            fields.append(name, value);
+        }
+        Ok(fields)
+    }
     fn u64(&mut self) -> Result<u64, RecordError> {
         let mut b = [0; 8];
         b.copy_from_slice(self.take(8)?);
@@ -216,12 +238,32 @@ mod tests {
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         headers.append("x-multi", HeaderValue::from_static("1"));
         headers.append("x-multi", HeaderValue::from_static("2"));
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("3"));
+        trailers.insert("grpc-message", HeaderValue::from_static("bad%20amount"));
         StoredResponse {
             status: StatusCode::CREATED,
             headers,
             body,
             expires: Some(UNIX_EPOCH + Duration::from_secs(1_900_000_000)),
+            trailers,
         }
+    }
+
+    #[test]
+    fn version_2_records_decode_without_trailers() {
+        let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+        r.trailers = HeaderMap::new();
+        let k = StoreKey::from_raw("k");
+        // DGR2 was this layout without the trailer count at its end.
+        let mut v2 = r.encode(&k).to_vec();
+        v2[..4].copy_from_slice(b"DGR2");
+        v2.truncate(v2.len() - 2);
+        assert_eq!(StoredResponse::decode(&Bytes::from(v2), &k).unwrap(), r);
+        // Trailers with an empty body, as a gRPC error answer has.
+        let mut grpc = sample(StoredBody::Stored(Bytes::new()));
+        grpc.headers = HeaderMap::new();
+        assert_eq!(StoredResponse::decode(&grpc.encode(&k), &k).unwrap(), grpc);
     }
 
     #[test]

@@ -380,6 +380,12 @@ pub struct Route {
     pub on_unknown: OnUnknown,
     /// Which upstream statuses release the key, and which leave the outcome unknown.
     pub statuses: StatusPolicy,
+    /// `grpc = true`: gRPC methods. The request is one length-prefixed message (hashed
+    /// after its `grpc-encoding`), `grpc-status` decides the claim under `grpc_codes`, and
+    /// the gateway's own answers are gRPC statuses.
+    pub grpc: bool,
+    /// Which gRPC status codes release the key, and which leave the outcome unknown.
+    pub grpc_codes: StatusPolicy,
     /// Whether the upstream's body and headers are stored for replay; without them a
     /// duplicate gets the original status and a `response-not-stored` problem.
     pub store_body: bool,

@@ -84,6 +84,7 @@ fn resolution(
             headers,
             body: StoredBody::Stored(body),
             expires: Some(expires),
+            trailers: http::HeaderMap::new(),
         }
         .encode(store_key),
     ))

@@ -83,6 +83,11 @@ pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
 ];
 /// `defaults.unknown_statuses`: a gateway timeout behind the upstream may have acted.
 pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
+/// `routes[].grpc_retry_codes`: UNAVAILABLE and RESOURCE_EXHAUSTED say the call did not
+/// take effect.
+pub const DEFAULT_GRPC_RETRY_CODES: &[StatusSpec] = &[StatusSpec::Code(14), StatusSpec::Code(8)];
+/// `routes[].grpc_unknown_codes`: DEADLINE_EXCEEDED may have taken effect.
+pub const DEFAULT_GRPC_UNKNOWN_CODES: &[StatusSpec] = &[StatusSpec::Code(4)];
 /// `defaults.errors`: RFC 9457 problem+json.
 pub const DEFAULT_ERRORS: BuiltIn = BuiltIn::Problem;
 /// `defaults.errors.content_type`: a template's answers are JSON.
@@ -265,6 +270,12 @@ mod tests {
             "defaults.retry_statuses" => statuses(text).as_deref() == Some(DEFAULT_RETRY_STATUSES),
             "defaults.unknown_statuses" => {
                 statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
+            }
+            "routes[].grpc_retry_codes" => {
+                statuses(text).as_deref() == Some(DEFAULT_GRPC_RETRY_CODES)
+            }
+            "routes[].grpc_unknown_codes" => {
+                statuses(text).as_deref() == Some(DEFAULT_GRPC_UNKNOWN_CODES)
             }
             "defaults.errors" => enum_value::<BuiltIn>(text) == DEFAULT_ERRORS,
             "defaults.errors.content_type" => text == DEFAULT_TEMPLATE_CONTENT_TYPE,

@@ -353,6 +353,13 @@ pub struct FileRoute {
     pub retry_statuses: Option<Vec<StatusSpec>>,
     /// Overrides `[defaults] unknown_statuses`.
     pub unknown_statuses: Option<Vec<StatusSpec>>,
+    /// gRPC methods (`/package.Service/Method`): one request message, hashed after its
+    /// `grpc-encoding`; statuses read from `grpc-status`; the gateway answers in gRPC.
+    pub grpc: Option<bool>,
+    /// gRPC status codes that release the key (a `grpc = true` route).
+    pub grpc_retry_codes: Option<Vec<crate::grpc::status::Code>>,
+    /// gRPC status codes that leave the outcome unknown (a `grpc = true` route).
+    pub grpc_unknown_codes: Option<Vec<crate::grpc::status::Code>>,
     /// Whether the upstream's body and headers are stored for replay (`false`: only the
     /// outcome is).
     pub store_body: Option<bool>,

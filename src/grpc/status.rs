@@ -61,6 +61,40 @@ pub fn parse(text: &str) -> Option<u16> {
     NAMES.iter().position(|n| *n == upper).map(|i| i as u16)
 }
 
+/// A status code as config writes it: a number (`14`) or a name (`"UNAVAILABLE"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Code(pub u16);
+
+impl<'de> serde::Deserialize<'de> for Code {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Code;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a gRPC status code: a number such as 14 or a name such as \"UNAVAILABLE\"",
+                )
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Code, E> {
+                u16::try_from(v)
+                    .map(Code)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Code, E> {
+                u16::try_from(v)
+                    .map(Code)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Code, E> {
+                parse(v)
+                    .map(Code)
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// The `grpc-status` in `headers` (a trailer section, or a trailers-only head).
 pub fn of(headers: &HeaderMap) -> Option<u16> {
     headers

@@ -12,6 +12,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
 
+use super::grpc;
 use super::join::Streams;
 use super::passthrough::{self, stream_response, Forwarded};
 use super::replay;
@@ -25,7 +26,7 @@ use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
 use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
-use crate::{full, BoxError};
+use crate::{full, full_with_trailers, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
 pub(super) struct Forwarder {
@@ -117,6 +118,8 @@ struct Kept {
     status: StatusCode,
     headers: http::HeaderMap,
     body: StoredBody,
+    /// The body's trailer section.
+    trailers: http::HeaderMap,
     response: Result<Response<crate::Body>, GatewayError>,
     /// A streamed answer's end, sent once the record is stored.
     tail: Option<stream::Tail>,
@@ -171,48 +174,112 @@ impl OwnedCall<'_> {
         }
         let (mut head, body) = resp.into_parts();
         strip_hop_by_hop(&mut head.headers);
-        // The store forgets the key a window after completion, which follows at once: to
-        // the second, this is when, and never later than the store does.
-        let expires = SystemTime::now() + route.window;
-        let kept = if route.store_body {
-            self.kept(head, body, expires).await
+        let limit = route.max_cached_body;
+        let ready = if route.grpc {
+            // gRPC's status comes in the trailers: the answer is read before the claim is
+            // settled, within `max_cached_body`.
+            let ready = grpc::read_answer(body, limit, self.idle).await;
+            match grpc::meaning(route, &head.headers, &ready) {
+                StatusMeaning::Final => ready,
+                meaning => return self.unsettled(meaning, head, ready, took),
+            }
+        } else if route.store_body {
+            stream::read_ready(body, limit).await
         } else {
             // Only the outcome is kept: the body streams to this client alone.
             let body = body.map_err(BoxError::from).boxed();
-            Kept {
-                status: head.status,
-                headers: http::HeaderMap::new(),
-                body: StoredBody::NotStored,
-                response: Ok(Response::from_parts(head, body)),
-                tail: None,
-            }
+            return self.outcome_only(head, body, took);
         };
+        // The store forgets the key a window after completion, which follows at once: to
+        // the second, this is when, and never later than the store does.
+        let expires = SystemTime::now() + route.window;
+        let kept = self.kept(head, ready, expires).await;
+        self.settled(kept, expires, took)
+    }
+
+    /// A final answer's record, with this client's response.
+    fn settled(&self, kept: Kept, expires: SystemTime, took: Duration) -> Attempt<Forwarded> {
         let record = StoredResponse {
             status: kept.status,
             headers: kept.headers,
             body: kept.body,
             expires: Some(expires),
+            trailers: kept.trailers,
         }
         .encode(self.store_key);
         Attempt::Final {
             record,
             response: Forwarded {
+                response: kept.response,
+                upstream: Some(took),
                 expires: Some(expires),
                 tail: kept.tail,
-                ..forwarded(kept.response)
             },
+        }
+    }
+
+    /// A route that keeps only the outcome (`store_body = false`): final, its body
+    /// streamed to this client alone.
+    fn outcome_only(
+        &self,
+        head: http::response::Parts,
+        body: crate::Body,
+        took: Duration,
+    ) -> Attempt<Forwarded> {
+        let expires = SystemTime::now() + self.route.window;
+        let kept = Kept {
+            status: head.status,
+            headers: http::HeaderMap::new(),
+            body: StoredBody::NotStored,
+            trailers: http::HeaderMap::new(),
+            response: Ok(Response::from_parts(head, body)),
+            tail: None,
+        };
+        self.settled(kept, expires, took)
+    }
+
+    /// A gRPC answer read whole whose status releases the key or leaves the outcome
+    /// unknown: answered as it came, nothing stored.
+    fn unsettled(
+        &self,
+        meaning: StatusMeaning,
+        head: http::response::Parts,
+        ready: Ready,
+        took: Duration,
+    ) -> Attempt<Forwarded> {
+        let response = match ready {
+            Ready::Whole(bytes, trailers) => Ok(Response::from_parts(
+                head,
+                full_with_trailers(bytes, trailers),
+            )),
+            Ready::Broken(reason) => {
+                warn!(route = &*self.route.name, store_key = %self.store_key, fence = self.fence.get(),
+                    reason, "gRPC answer broke off after its head: outcome unknown");
+                Err(UpstreamFailure::Broken("the response body broke off".into()).into())
+            }
+            // Never unsettled: past the limit the status cannot be read in time.
+            Ready::More(_) => Err(GatewayError::Internal),
+        };
+        let forwarded = Forwarded {
+            response,
+            upstream: Some(took),
+            expires: None,
+            tail: None,
+        };
+        match meaning {
+            StatusMeaning::Retry => Attempt::NotExecuted(forwarded),
+            _ => {
+                warn!(route = &*self.route.name, store_key = %self.store_key, fence = self.fence.get(),
+                    "gRPC status leaves the outcome unknown");
+                Attempt::Unknown(forwarded)
+            }
         }
     }
 
     /// The status, headers and body to store under the replay policy, and this client's
     /// response: from memory when the body was already whole, streamed otherwise (then the
     /// client has it already, and what comes back only carries its status).
-    async fn kept(
-        &self,
-        head: http::response::Parts,
-        body: UpstreamBody,
-        expires: SystemTime,
-    ) -> Kept {
+    async fn kept(&self, head: http::response::Parts, ready: Ready, expires: SystemTime) -> Kept {
         let route = self.route;
         let limit = route.max_cached_body;
         // The replay policy applies before the store: dropped headers never reach it.
@@ -222,22 +289,25 @@ impl OwnedCall<'_> {
         let status = head.status;
         // Joiners get the head a replay would.
         let offered_headers = self.join.map(|_| headers.clone());
-        let kept = |body, response, tail| Kept {
+        let kept = |body, trailers, response, tail| Kept {
             status,
             headers,
             body,
+            trailers,
             response,
             tail,
         };
-        let partial = match stream::read_ready(body, limit).await {
-            Ready::Whole(bytes) => {
-                let response = Ok(Response::from_parts(head, full(bytes.clone())));
-                return kept(StoredBody::Stored(bytes), response, None);
+        let partial = match ready {
+            Ready::Whole(bytes, trailers) => {
+                let body = full_with_trailers(bytes.clone(), trailers.clone());
+                let response = Ok(Response::from_parts(head, body));
+                return kept(StoredBody::Stored(bytes), trailers, response, None);
             }
             Ready::Broken(reason) => {
                 self.broke(&reason);
                 let broken = UpstreamFailure::Broken("the response body broke off".into());
-                return kept(StoredBody::Incomplete, Err(broken.into()), None);
+                let none = http::HeaderMap::new();
+                return kept(StoredBody::Incomplete, none, Err(broken.into()), None);
             }
             Ready::More(partial) => partial,
         };
@@ -267,15 +337,20 @@ impl OwnedCall<'_> {
         let mut response = Response::from_parts(head, streamed.boxed());
         response.extensions_mut().insert(StreamedMark);
         self.delivery.deliver(response);
-        let (body, broke, tail) = stream::pump(partial, limit, self.idle, length, tx, offer).await;
-        if let Some(reason) = broke {
-            self.broke(&reason);
+        let pumped = stream::pump(partial, limit, self.idle, length, tx, offer).await;
+        if let Some(reason) = &pumped.broke {
+            self.broke(reason);
         }
         // The client has its response; this one only carries its status to the log.
         let mut delivered = Response::new(full(Bytes::new()));
         *delivered.status_mut() = status;
         delivered.extensions_mut().insert(StreamedMark);
-        kept(body, Ok(delivered), Some(tail))
+        kept(
+            pumped.body,
+            pumped.trailers,
+            Ok(delivered),
+            Some(pumped.tail),
+        )
     }
 
     fn broke(&self, reason: &str) {

@@ -14,6 +14,7 @@
 //! - `signed`: a signed route's webhook signature, checked before the key is read.
 //! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
 //!   one when failing open or in shadow mode), classified for the protocol.
+//! - `grpc`: the winner's answer on a gRPC route, read whole for its `grpc-status`.
 //! - `stream`: the winner's answer streamed to its client while a copy is kept for the
 //!   store, and the hand-off of a keyed request's response.
 //! - `capture`: reading bodies frame by frame: the winner's response for the store, and
@@ -31,6 +32,7 @@ mod capture;
 mod detach;
 mod forwarder;
 pub mod gateway;
+mod grpc;
 mod head;
 mod join;
 mod keyed;

@@ -12,9 +12,9 @@ use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::Dialect;
 use crate::store::StoreKey;
-use crate::{full, Body};
+use crate::{full_with_trailers, Body};
 
-/// The stored response, byte for byte, marked `Idempotent-Replayed: true`, after checking
+/// The stored response, byte for byte and with its trailers, marked `Idempotent-Replayed: true`, after checking
 /// it was stored under this very key. A record without a body answers the original status
 /// with a `response-not-stored` problem. With `advertise_expiry`, both carry
 /// `Idempotency-Expires`. The problem is in the route's dialect, `errors`.
@@ -30,7 +30,7 @@ pub(super) fn respond(
     })?;
     let mut resp = match stored.body {
         StoredBody::Stored(body) => {
-            let mut resp = Response::new(full(body));
+            let mut resp = Response::new(full_with_trailers(body, stored.trailers));
             *resp.status_mut() = stored.status;
             *resp.headers_mut() = stored.headers;
             resp.headers_mut()

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::{mpsc, oneshot};
@@ -28,8 +28,8 @@ const CHANNEL_FRAMES: usize = 8;
 
 /// What the winner's body holds without waiting.
 pub(super) enum Ready {
-    /// All of it: the body ended.
-    Whole(Bytes),
+    /// All of it: the body ended, with its trailer section (empty when none).
+    Whole(Bytes, HeaderMap),
     /// It broke off.
     Broken(String),
     /// Not all of it yet.
@@ -43,9 +43,22 @@ pub(super) struct Partial {
     pub(super) rest: UpstreamBody,
 }
 
+/// What the pump kept of a streamed answer for the store.
+pub(super) struct Pumped {
+    /// The body as the store keeps it.
+    pub(super) body: StoredBody,
+    /// Its trailer section (empty when none, or when the body broke off).
+    pub(super) trailers: HeaderMap,
+    /// Why the body broke off or stalled.
+    pub(super) broke: Option<String>,
+    /// The stream's end, sent once the record is stored.
+    pub(super) tail: Tail,
+}
+
 /// Reads the frames the body already holds, without waiting for more.
 pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
     let mut read = Gathered::default();
+    let mut trailers = HeaderMap::new();
     loop {
         let polled =
             std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
@@ -57,11 +70,17 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
                     rest: body,
                 })
             }
-            Poll::Ready(None) => return Ready::Whole(read.into_bytes()),
+            Poll::Ready(None) => return Ready::Whole(read.into_bytes(), trailers),
             Poll::Ready(Some(Err(e))) => return Ready::Broken(e.to_string()),
             Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        if let Ok(t) = frame.into_trailers() {
+                            trailers.extend(t);
+                        }
+                        continue;
+                    }
                 };
                 if read.push(data) as u64 > limit {
                     return Ready::More(Partial {
@@ -79,10 +98,11 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
 /// read the whole answer and retries at once must find the record (the same order as an
 /// answer from memory, which goes out after its record is stored). On a body of known
 /// length its last frame is held back too, since the client counts bytes instead of
-/// waiting for the end. Dropped unfinished, it still sends what it holds.
+/// waiting for the end; so is a trailer section, which ends a gRPC call. Dropped
+/// unfinished, it still sends what it holds.
 pub(super) struct Tail {
     tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
-    held: Option<Frame<Bytes>>,
+    held: Vec<Frame<Bytes>>,
     /// The offer to joiners, closed with the stream (whole, or broken off).
     offer: Option<(Opened, bool)>,
 }
@@ -90,7 +110,7 @@ pub(super) struct Tail {
 impl Tail {
     /// Sends what was held back and ends the client's stream, and the joiners'.
     pub(super) async fn finish(mut self) {
-        if let Some(frame) = self.held.take() {
+        for frame in std::mem::take(&mut self.held) {
             let _ = self.tx.send(Ok(frame)).await;
         }
         if let Some((offer, whole)) = self.offer.take() {
@@ -101,7 +121,7 @@ impl Tail {
 
 impl Drop for Tail {
     fn drop(&mut self) {
-        if let Some(frame) = self.held.take() {
+        for frame in std::mem::take(&mut self.held) {
             let _ = self.tx.try_send(Ok(frame));
         }
         if let Some((offer, whole)) = self.offer.take() {
@@ -113,9 +133,10 @@ impl Drop for Tail {
 /// Sends what was read, then every frame of `rest` as it arrives, to the client's end of
 /// `tx`, keeping a copy of at most `limit` bytes; waits at most `idle` for each frame.
 /// What the store keeps: the whole body, none past the limit, or none when the body broke
-/// off or stalled (the client's stream then ends in an error). A client that leaves does
-/// not stop the copy: the record is still stored. The stream's end (and, when `length` is
-/// known, the frame that completes it) comes back as the [`Tail`].
+/// off or stalled (the client's stream then ends in an error), and the trailer section. A
+/// client that leaves does not stop the copy: the record is still stored. The stream's end
+/// (the trailers, and when `length` is known, the frame that completes it) comes back as
+/// the [`Tail`].
 pub(super) async fn pump(
     partial: Partial,
     limit: u64,
@@ -123,7 +144,7 @@ pub(super) async fn pump(
     length: Option<u64>,
     tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
     offer: Option<Opened>,
-) -> (StoredBody, Option<String>, Tail) {
+) -> Pumped {
     let Partial {
         read,
         over,
@@ -136,12 +157,19 @@ pub(super) async fn pump(
         g
     });
     let mut sent = 0u64;
-    let mut held = None;
+    let mut held = Vec::new();
+    let mut trailers = HeaderMap::new();
     let mut next = (!prefix.is_empty()).then(|| Frame::data(prefix));
     let tail = |tx, held, offer: Option<Opened>, whole| Tail {
         tx,
         held,
         offer: offer.map(|o| (o, whole)),
+    };
+    let broken = |why: String, tail: Tail| Pumped {
+        body: StoredBody::Incomplete,
+        trailers: HeaderMap::new(),
+        broke: Some(why),
+        tail,
     };
     loop {
         if let Some(frame) = next.take() {
@@ -150,8 +178,11 @@ pub(super) async fn pump(
             }
             let n = frame.data_ref().map_or(0, |d| d.len() as u64);
             sent += n;
-            if n > 0 && length == Some(sent) {
-                held = Some(frame);
+            if let Some(t) = frame.trailers_ref() {
+                trailers.extend(t.clone());
+                held.push(frame);
+            } else if n > 0 && length == Some(sent) {
+                held.push(frame);
             } else {
                 // A client that left: keep reading for the record.
                 let _ = tx.send(Ok(frame)).await;
@@ -161,27 +192,25 @@ pub(super) async fn pump(
             Err(_) => {
                 let why = "the upstream body stalled for server.upstream_timeout";
                 let _ = tx.send(Err(why.into())).await;
-                return (
-                    StoredBody::Incomplete,
-                    Some(why.to_owned()),
-                    tail(tx, None, offer, false),
-                );
+                return broken(why.to_owned(), tail(tx, Vec::new(), offer, false));
             }
             Ok(None) => {
-                let stored = match kept {
+                let body = match kept {
                     Some(g) => StoredBody::Stored(g.into_bytes()),
                     None => StoredBody::TooLarge,
                 };
-                return (stored, None, tail(tx, held, offer, true));
+                let tail = tail(tx, held, offer, true);
+                return Pumped {
+                    body,
+                    trailers,
+                    broke: None,
+                    tail,
+                };
             }
             Ok(Some(Err(e))) => {
                 let why = e.to_string();
                 let _ = tx.send(Err(Box::new(e))).await;
-                return (
-                    StoredBody::Incomplete,
-                    Some(why),
-                    tail(tx, None, offer, false),
-                );
+                return broken(why, tail(tx, Vec::new(), offer, false));
             }
             Ok(Some(Ok(frame))) => frame,
         };

@@ -109,8 +109,19 @@ pub fn decoded<'a>(
     body: &'a [u8],
     limit: u64,
 ) -> Result<Cow<'a, [u8]>, CodingError> {
+    decoded_by(&CONTENT_ENCODING, headers, body, limit)
+}
+
+/// The body with every coding the `header` names undone: `Content-Encoding`, or gRPC's
+/// `grpc-encoding` for a compressed message (gzip, deflate, zstd, as gRPC names them).
+pub fn decoded_by<'a>(
+    header: &http::HeaderName,
+    headers: &HeaderMap,
+    body: &'a [u8],
+    limit: u64,
+) -> Result<Cow<'a, [u8]>, CodingError> {
     let mut codings = Vec::new();
-    for value in headers.get_all(CONTENT_ENCODING) {
+    for value in headers.get_all(header) {
         let text = value.to_str().map_err(|_| {
             CodingError::Unsupported(String::from_utf8_lossy(value.as_bytes()).into())
         })?;

@@ -91,6 +91,11 @@ impl GatewayError {
                 let json = HeaderValue::from_static("application/json");
                 (reading.status, json, body)
             }
+            // Trailers-only: the status is in the head (`add_headers`), with no message.
+            Envelope::Grpc => {
+                let grpc = HeaderValue::from_static("application/grpc");
+                (StatusCode::OK, grpc, Vec::new())
+            }
             Envelope::Template(t) => {
                 let fields = Fields {
                     status: status.as_u16(),

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
+use crate::grpc::frame::FrameError;
 use crate::headers::{REPLAYED, STALE, STRIPE_SHOULD_RETRY};
 use crate::key::coding::CodingError;
 use crate::key::KeyError;
@@ -20,6 +21,9 @@ use crate::upstream::UpstreamFailure;
 use crate::{full, Body};
 
 mod envelope;
+mod grpc;
+
+pub use self::grpc::RETRY_PUSHBACK;
 
 /// Every error the gateway answers itself.
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +238,16 @@ impl GatewayError {
                 "body-too-large",
                 "Request body too large",
             ),
+            Key(KeyError::Grpc(FrameError::Several(_))) => (
+                StatusCode::BAD_REQUEST,
+                "grpc-streaming-refused",
+                "A deduped gRPC method takes exactly one request message",
+            ),
+            Key(KeyError::Grpc(_)) => (
+                StatusCode::BAD_REQUEST,
+                "grpc-framing-invalid",
+                "Request is not one well-framed gRPC message",
+            ),
             Key(KeyError::Coding(CodingError::Corrupt { .. })) => (
                 StatusCode::BAD_REQUEST,
                 "content-encoding-invalid",
@@ -389,6 +403,7 @@ impl GatewayError {
         match dialect.envelope {
             Envelope::Stripe => self.stripe_reading().status,
             Envelope::Problem | Envelope::Template(_) => self.status(),
+            Envelope::Grpc => StatusCode::OK,
         }
     }
 
@@ -411,10 +426,14 @@ impl GatewayError {
 
     /// The headers an answer carries in every dialect, and Stripe's retry advice in its.
     fn add_headers(&self, headers: &mut HeaderMap, dialect: &Dialect) {
-        if let Envelope::Stripe = dialect.envelope {
-            if let Some(retry) = self.stripe_reading().should_retry {
-                headers.insert(STRIPE_SHOULD_RETRY.clone(), HeaderValue::from_static(retry));
+        match dialect.envelope {
+            Envelope::Stripe => {
+                if let Some(retry) = self.stripe_reading().should_retry {
+                    headers.insert(STRIPE_SHOULD_RETRY.clone(), HeaderValue::from_static(retry));
+                }
             }
+            Envelope::Grpc => self.add_grpc_headers(headers),
+            Envelope::Problem | Envelope::Template(_) => {}
         }
         match self {
             GatewayError::Conflict { retry_after } => {

@@ -31,6 +31,9 @@ pub enum Envelope {
     Stripe,
     /// The operator's JSON template.
     Template(Arc<Template>),
+    /// gRPC (a `grpc = true` route): trailers-only answers, HTTP 200, `grpc-status` and a
+    /// percent-encoded `grpc-message`.
+    Grpc,
 }
 
 /// `errors = "problem" | "stripe"`: the envelopes the gateway knows by name.
@@ -59,6 +62,7 @@ impl Envelope {
             Envelope::Problem => "problem",
             Envelope::Stripe => "stripe",
             Envelope::Template(_) => "template",
+            Envelope::Grpc => "grpc",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use http::HeaderMap;
 
 use super::{Mode, Route};
-use crate::key::coding::{self, CodingError};
+use crate::key::coding;
 use crate::key::order::{self, Ordered};
 use crate::key::{self, KeyError, KeyRule, MatchRule, RequestPart, RequestView};
 use crate::tokens::{RequestHash, StoreKey};
@@ -144,7 +144,7 @@ impl Route {
     pub fn verdict(&self, ns: Namespace<'_>, max_body: u64, req: &RequestView<'_>) -> Verdict {
         let body = match self.content(req, max_body) {
             Ok(body) => body,
-            Err(error) => return Verdict::Skip(self.refuse(error.into())),
+            Err(error) => return Verdict::Skip(self.refuse(error)),
         };
         let req = RequestView {
             body: &body,
@@ -158,14 +158,24 @@ impl Route {
     }
 
     /// The body as this route keys it: its content coding undone when any rule reads the
-    /// body (the same content compressed twice is one request); as sent otherwise.
-    fn content<'b>(
-        &self,
-        req: &RequestView<'b>,
-        max_body: u64,
-    ) -> Result<Cow<'b, [u8]>, CodingError> {
+    /// body (the same content compressed twice is one request); as sent otherwise. On a
+    /// `grpc = true` route, the one message, its `grpc-encoding` undone.
+    fn content<'b>(&self, req: &RequestView<'b>, max_body: u64) -> Result<Cow<'b, [u8]>, KeyError> {
+        if self.grpc {
+            let message = crate::grpc::frame::single(req.body)?;
+            if !message.compressed {
+                return Ok(Cow::Borrowed(message.payload));
+            }
+            let encoding = &crate::grpc::GRPC_ENCODING;
+            return Ok(coding::decoded_by(
+                encoding,
+                req.headers,
+                message.payload,
+                max_body,
+            )?);
+        }
         if self.reads_body() {
-            coding::decoded(req.headers, req.body, max_body)
+            Ok(coding::decoded(req.headers, req.body, max_body)?)
         } else {
             Ok(Cow::Borrowed(req.body))
         }
