@@ -4,7 +4,7 @@ Prints "PORT <n>" once it listens on 127.0.0.1. Methods of `test.Payments`:
 - Create (unary): answers b"created <n>: <request>", n the execution count of Create;
   metadata `x-test-status` (a code name) fails the call with that status and the message
   "server says <NAME> #<n>", with trailing metadata `x-test-trailer`; `x-test-delay-ms`
-  sleeps first.
+  sleeps once the execution is counted.
 - List (server streaming): three messages b"item <i> of <request> #<n>".
 - Chat (bidi streaming): echoes each message as b"echo <message>", then trailing metadata.
 `test.Counter/Get` (unary, never routed) answers the counts as JSON.
@@ -35,10 +35,10 @@ def meta(context, name):
 
 
 def create(request, context):
+    n = count("Create")
     delay = meta(context, "x-test-delay-ms")
     if delay:
         time.sleep(int(delay) / 1000)
-    n = count("Create")
     status = meta(context, "x-test-status")
     context.set_trailing_metadata((("x-test-trailer", "t%d" % n),))
     if status:

@@ -436,6 +436,8 @@ pub struct RouteCfg {
     #[serde(skip_serializing_if = "Option::is_none")]
     unknown_statuses: Option<Vec<Status>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    grpc: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     store_body: Option<bool>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     replay_drop_headers: Vec<String>,
@@ -517,6 +519,7 @@ impl RouteCfg {
             on_unknown: None,
             retry_statuses: None,
             unknown_statuses: None,
+            grpc: None,
             store_body: None,
             replay_drop_headers: Vec::new(),
             advertise_expiry: None,
@@ -555,6 +558,14 @@ impl RouteCfg {
             fingerprint: None,
         });
         self
+    }
+
+    /// `grpc = true`: gRPC methods, keyed by the `idempotency-key` metadata header.
+    pub fn grpc(name: &str, path: &str) -> Self {
+        Self {
+            grpc: Some(true),
+            ..Self::header(name, path).key_header("idempotency-key")
+        }
     }
 
     /// `mode = "enforce" | "shadow" | "off"`.

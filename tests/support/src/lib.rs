@@ -1,7 +1,8 @@
 //! Real components for the integration tests: a counting upstream, redis-server processes,
 //! gateways in-process and as child processes of the real binary, a typed builder for their
 //! config files, the store contract every backend must pass, webhook deliveries signed and
-//! judged by the providers' own libraries, and Stripe's own Python client making calls.
+//! judged by the providers' own libraries, Stripe's own Python client making calls, and
+//! real gRPC (grpcio) servers and clients.
 //! Everything binds loopback port 0.
 
 pub mod client;
@@ -10,6 +11,7 @@ pub mod config;
 pub mod contract;
 pub mod fault_proxy;
 pub mod gateway;
+pub mod grpc;
 pub mod near_cache;
 pub mod redis_server;
 pub mod sentinel;
@@ -24,6 +26,7 @@ pub use client::{Http, Reply};
 pub use cluster::{move_slot, slot_of, start_moving_slot, RedisCluster};
 pub use config::{GatewayConfig, RouteCfg, StoreCfg};
 pub use gateway::{Backend, GatewayProcess, TestGateway};
+pub use grpc::{GrpcCall, GrpcServer};
 pub use redis_server::{free_port, RedisServer, RedisTls};
 pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use stripe_client::{CustomerCreate, StripeClient};
