@@ -26,6 +26,8 @@
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
 //!   [`tokens::RequestHash`], [`tokens::Claimant`]), as types that cannot be swapped.
+//! - [`grpc`]: gRPC's framing, status codes and content type, as the gateway reads them
+//!   (pure).
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
 //! - [`seal`]: encryption at rest of stored records, bound to their store key (pure).
 //! - [`key`]: key derivation, fingerprints, scope and request hashes, store keys (pure).

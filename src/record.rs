@@ -210,7 +210,9 @@ impl<'a> Reader<'a> {
     }
     fn fields(&mut self) -> Result<HeaderMap, RecordError> {
         let count = self.u16()? as usize;
-        let mut fields = HeaderMap::with_capacity(count);
+        // A hostile count must not size the map (past 32768 `HeaderMap` panics): each
+        // field takes at least six bytes of what is left.
+        let mut fields = HeaderMap::with_capacity(count.min((self.buf.len() - self.pos) / 6));
         for _ in 0..count {
             let name_len = self.u16()? as usize;
             let name = HeaderName::from_bytes(self.take(name_len)?)

@@ -83,6 +83,8 @@ pub const DEFAULT_RETRY_STATUSES: &[StatusSpec] = &[
 ];
 /// `defaults.unknown_statuses`: a gateway timeout behind the upstream may have acted.
 pub const DEFAULT_UNKNOWN_STATUSES: &[StatusSpec] = &[StatusSpec::Code(504)];
+/// `routes[].grpc`: a route is plain HTTP unless it says gRPC.
+pub const DEFAULT_GRPC: bool = false;
 /// `routes[].grpc_retry_codes`: UNAVAILABLE and RESOURCE_EXHAUSTED say the call did not
 /// take effect.
 pub const DEFAULT_GRPC_RETRY_CODES: &[StatusSpec] = &[StatusSpec::Code(14), StatusSpec::Code(8)];
@@ -213,6 +215,15 @@ mod tests {
             .map(|v| v.v)
     }
 
+    fn grpc_codes(text: &str) -> Option<Vec<StatusSpec>> {
+        #[derive(serde::Deserialize)]
+        struct V {
+            v: Vec<crate::grpc::status::Code>,
+        }
+        let v = toml::from_str::<V>(&format!("v = {text}")).ok()?;
+        Some(v.v.iter().map(|c| StatusSpec::Code(c.0)).collect())
+    }
+
     fn enum_value<T: serde::de::DeserializeOwned>(text: &str) -> T {
         toml::Value::String(text.to_owned()).try_into().unwrap()
     }
@@ -271,11 +282,12 @@ mod tests {
             "defaults.unknown_statuses" => {
                 statuses(text).as_deref() == Some(DEFAULT_UNKNOWN_STATUSES)
             }
+            "routes[].grpc" => text.parse().ok() == Some(DEFAULT_GRPC),
             "routes[].grpc_retry_codes" => {
-                statuses(text).as_deref() == Some(DEFAULT_GRPC_RETRY_CODES)
+                grpc_codes(text).as_deref() == Some(DEFAULT_GRPC_RETRY_CODES)
             }
             "routes[].grpc_unknown_codes" => {
-                statuses(text).as_deref() == Some(DEFAULT_GRPC_UNKNOWN_CODES)
+                grpc_codes(text).as_deref() == Some(DEFAULT_GRPC_UNKNOWN_CODES)
             }
             "defaults.errors" => enum_value::<BuiltIn>(text) == DEFAULT_ERRORS,
             "defaults.errors.content_type" => text == DEFAULT_TEMPLATE_CONTENT_TYPE,

@@ -25,6 +25,7 @@ pub mod defaults;
 mod env;
 mod errors;
 mod file;
+mod grpc;
 mod parse;
 mod routes;
 mod secrets;

@@ -7,11 +7,10 @@ use http::Method;
 
 use super::defaults::{
     DEFAULT_ADVERTISE_EXPIRY, DEFAULT_ALLOW_EXTENSION_METHODS, DEFAULT_CONFLICT_WAIT,
-    DEFAULT_GRPC_RETRY_CODES, DEFAULT_GRPC_UNKNOWN_CODES, DEFAULT_KEY_REQUIRED, DEFAULT_LEASE,
-    DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER, DEFAULT_MAX_CACHED_BODY, DEFAULT_MODE,
-    DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR, DEFAULT_ON_UNKNOWN, DEFAULT_ORDER_COMPARE,
-    DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY, DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW,
-    MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
+    DEFAULT_KEY_REQUIRED, DEFAULT_LEASE, DEFAULT_MATCH_FINGERPRINT, DEFAULT_MATCH_HEADER,
+    DEFAULT_MAX_CACHED_BODY, DEFAULT_MODE, DEFAULT_ON_CONFLICT, DEFAULT_ON_ERROR,
+    DEFAULT_ON_UNKNOWN, DEFAULT_ORDER_COMPARE, DEFAULT_RETRY_STATUSES, DEFAULT_STORE_BODY,
+    DEFAULT_UNKNOWN_STATUSES, DEFAULT_WINDOW, MAX_BODY_LIMIT, MAX_LEASE, MAX_TIMEOUT, MAX_WINDOW,
 };
 use super::file::{FileDefaults, FileKey, FileMatch, FileOrder, FileRoute};
 use super::server::ServerConfig;
@@ -139,7 +138,7 @@ pub(super) fn validate(
 ) -> Result<Route, ConfigError> {
     name(at, &r.name)?;
     let methods = methods(at, r)?;
-    let grpc = grpc(at, r, &methods)?;
+    let grpc = super::grpc::validate(at, r, &methods)?;
     let path = PathPattern::new(&r.path).map_err(|e| invalid(format!("{at}.path"), e))?;
     let key = key(at, r)?;
     let must_match = must_match(at, r, &key)?;
@@ -199,61 +198,14 @@ pub(super) fn validate(
                 .unwrap_or_else(|| inherited.unknown_statuses.clone()),
         },
         grpc,
-        grpc_codes: StatusPolicy {
-            retry: codes(&r.grpc_retry_codes, DEFAULT_GRPC_RETRY_CODES),
-            unknown: codes(&r.grpc_unknown_codes, DEFAULT_GRPC_UNKNOWN_CODES),
-        },
+        grpc_codes: super::grpc::codes(r),
         store_body: r.store_body.unwrap_or(DEFAULT_STORE_BODY),
         replay_drop_headers,
         advertise_expiry: r.advertise_expiry.unwrap_or(DEFAULT_ADVERTISE_EXPIRY),
         order: r.order.as_ref().map(|o| order_rule(at, o)).transpose()?,
         verify: super::verify::validate(at, r, env)?,
-        errors: grpc_dialect(super::errors::route(at, r, &inherited.errors)?, grpc),
+        errors: super::grpc::dialect(super::errors::route(at, r, &inherited.errors)?, grpc),
     })
-}
-
-/// `grpc_retry_codes` / `grpc_unknown_codes` as the status policy reads them.
-fn codes(
-    written: &Option<Vec<crate::grpc::status::Code>>,
-    default: &[StatusSpec],
-) -> Vec<StatusSpec> {
-    match written {
-        Some(codes) => codes.iter().map(|c| StatusSpec::Code(c.0)).collect(),
-        None => default.to_vec(),
-    }
-}
-
-/// `grpc = true`: POST only (every gRPC call is a POST), and none of the gRPC fields
-/// without it.
-fn grpc(at: &str, r: &FileRoute, methods: &[Method]) -> Result<bool, ConfigError> {
-    let grpc = r.grpc.unwrap_or(false);
-    if grpc && methods.iter().any(|m| m != Method::POST) {
-        return Err(invalid(
-            format!("{at}.methods"),
-            "a grpc = true route takes [\"POST\"]: every gRPC call is a POST",
-        ));
-    }
-    if grpc && r.store_body == Some(false) {
-        return Err(invalid(
-            format!("{at}.store_body"),
-            "a grpc = true route stores its answers: the status a replay needs is in them",
-        ));
-    }
-    if !grpc && (r.grpc_retry_codes.is_some() || r.grpc_unknown_codes.is_some()) {
-        return Err(invalid(
-            format!("{at}.grpc_retry_codes"),
-            "applies to a grpc = true route only",
-        ));
-    }
-    Ok(grpc)
-}
-
-/// A gRPC route's own answers are gRPC statuses, whatever `errors` says.
-fn grpc_dialect(mut errors: Dialect, grpc: bool) -> Dialect {
-    if grpc {
-        errors.envelope = crate::route::dialect::Envelope::Grpc;
-    }
-    errors
 }
 
 fn name(at: &str, name: &str) -> Result<(), ConfigError> {

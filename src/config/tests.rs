@@ -24,6 +24,7 @@ fn err(extra: &str) -> String {
 mod admin;
 mod backends;
 mod errors;
+mod grpc;
 mod secrets;
 mod verify;
 

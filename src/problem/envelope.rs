@@ -1,11 +1,13 @@
-//! The body of an answer in each dialect: RFC 9457 problem+json, Stripe's error object
-//! (and how Stripe's clients read it), or the operator's template.
+//! The body and headers of an answer in each dialect: RFC 9457 problem+json, Stripe's
+//! error object (and how Stripe's clients read it), the operator's template, or gRPC's
+//! trailers-only answer.
 
-use http::header::HeaderValue;
+use http::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use http::StatusCode;
 use serde::Serialize;
 
 use super::GatewayError;
+use crate::headers::{REPLAYED, STALE, STRIPE_SHOULD_RETRY};
 use crate::route::dialect::{Dialect, Envelope, Fields};
 
 #[derive(Serialize)]
@@ -48,6 +50,41 @@ pub(super) struct StripeReading {
 }
 
 impl GatewayError {
+    /// The headers an answer carries in every dialect, and Stripe's retry advice in its.
+    pub(super) fn add_headers(&self, headers: &mut HeaderMap, dialect: &Dialect) {
+        match dialect.envelope {
+            Envelope::Stripe => {
+                if let Some(retry) = self.stripe_reading().should_retry {
+                    headers.insert(STRIPE_SHOULD_RETRY.clone(), HeaderValue::from_static(retry));
+                }
+            }
+            Envelope::Grpc => self.add_grpc_headers(headers),
+            Envelope::Problem | Envelope::Template(_) => {}
+        }
+        match self {
+            GatewayError::Conflict { retry_after } => {
+                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                headers.insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            }
+            GatewayError::StoreUnavailable | GatewayError::Overloaded => {
+                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            GatewayError::Unauthorized => {
+                headers.insert(
+                    http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+            }
+            GatewayError::Stale => {
+                headers.insert(STALE.clone(), HeaderValue::from_static("true"));
+            }
+            GatewayError::ReplayUnavailable { .. } => {
+                headers.insert(REPLAYED.clone(), HeaderValue::from_static("true"));
+            }
+            _ => {}
+        }
+    }
+
     /// The status, content type and body of the answer in `dialect`.
     pub(super) fn body_in(&self, dialect: &Dialect) -> (StatusCode, HeaderValue, Vec<u8>) {
         let (status, name, title) = self.describe();

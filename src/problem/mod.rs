@@ -7,11 +7,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::CONTENT_TYPE;
 use http::{Response, StatusCode};
 
 use crate::grpc::frame::FrameError;
-use crate::headers::{REPLAYED, STALE, STRIPE_SHOULD_RETRY};
 use crate::key::coding::CodingError;
 use crate::key::KeyError;
 use crate::path::PathError;
@@ -422,41 +421,6 @@ impl GatewayError {
         resp.headers_mut().insert(CONTENT_TYPE, content_type);
         self.add_headers(resp.headers_mut(), dialect);
         resp
-    }
-
-    /// The headers an answer carries in every dialect, and Stripe's retry advice in its.
-    fn add_headers(&self, headers: &mut HeaderMap, dialect: &Dialect) {
-        match dialect.envelope {
-            Envelope::Stripe => {
-                if let Some(retry) = self.stripe_reading().should_retry {
-                    headers.insert(STRIPE_SHOULD_RETRY.clone(), HeaderValue::from_static(retry));
-                }
-            }
-            Envelope::Grpc => self.add_grpc_headers(headers),
-            Envelope::Problem | Envelope::Template(_) => {}
-        }
-        match self {
-            GatewayError::Conflict { retry_after } => {
-                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-                headers.insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
-            }
-            GatewayError::StoreUnavailable | GatewayError::Overloaded => {
-                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            GatewayError::Unauthorized => {
-                headers.insert(
-                    http::header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer"),
-                );
-            }
-            GatewayError::Stale => {
-                headers.insert(STALE.clone(), HeaderValue::from_static("true"));
-            }
-            GatewayError::ReplayUnavailable { .. } => {
-                headers.insert(REPLAYED.clone(), HeaderValue::from_static("true"));
-            }
-            _ => {}
-        }
     }
 }
 

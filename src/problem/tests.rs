@@ -1,4 +1,6 @@
 use super::*;
+use crate::headers::{REPLAYED, STRIPE_SHOULD_RETRY};
+use http::header::RETRY_AFTER;
 
 #[test]
 fn conflict_rounds_retry_after_up() {
@@ -176,4 +178,47 @@ fn key_errors_name_the_part_to_the_client() {
     assert!(e.detail().unwrap().contains("json:/order_id"));
     let broken = UpstreamFailure::Broken("connection reset by peer".into());
     assert!(GatewayError::from(broken).detail().is_none());
+}
+
+#[tokio::test]
+async fn the_grpc_dialect_answers_trailers_only_with_a_code_and_a_readable_message() {
+    use http_body_util::BodyExt;
+    let grpc = Dialect {
+        envelope: Envelope::Grpc,
+        problem_base_url: None,
+    };
+    let in_flight = GatewayError::Conflict {
+        retry_after: Duration::from_millis(1500),
+    };
+    let r = in_flight.to_response_in(&grpc);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(in_flight.status_in(&grpc), StatusCode::OK);
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/grpc");
+    assert_eq!(r.headers()["grpc-status"], "10");
+    assert_eq!(r.headers()[RETRY_AFTER], "2");
+    assert_eq!(r.headers()["grpc-retry-pushback-ms"], "1500");
+    let message = r.headers()["grpc-message"].to_str().unwrap().to_owned();
+    assert!(
+        message.contains("in flight (request-in-flight)"),
+        "{message}"
+    );
+    assert!(r.into_body().collect().await.unwrap().to_bytes().is_empty());
+    for (e, code) in [
+        (GatewayError::Mismatch, 9),
+        (GatewayError::OutcomeUnknown, 10),
+        (GatewayError::StoreUnavailable, 14),
+        (GatewayError::BodyTooLarge { limit: 1 }, 8),
+        (
+            GatewayError::Upstream(UpstreamFailure::Timeout(Duration::from_secs(1))),
+            4,
+        ),
+        (GatewayError::Key(KeyError::Grpc(FrameError::Several(2))), 3),
+    ] {
+        let r = e.to_response_in(&grpc);
+        assert_eq!(r.headers()["grpc-status"], code.to_string(), "{e:?}");
+    }
+    // The hold is named.
+    let held = GatewayError::OutcomeUnknown.to_response_in(&grpc);
+    let message = held.headers()["grpc-message"].to_str().unwrap();
+    assert!(message.contains("on_unknown = \"hold\""), "{message}");
 }
