@@ -105,18 +105,6 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
-/// A whole body followed by a trailer section (none when `trailers` is empty): a replayed
-/// gRPC answer's messages and its `grpc-status`.
-pub fn full_with_trailers(bytes: impl Into<Bytes>, trailers: ::http::HeaderMap) -> Body {
-    if trailers.is_empty() {
-        return full(bytes);
-    }
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .with_trailers(std::future::ready(Some(Ok(trailers))))
-        .boxed()
-}
-
 #[cfg(test)]
 mod layout_tests {
     /// The book's layout page (docs/layout.md) names every module this file declares, and

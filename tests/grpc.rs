@@ -265,3 +265,56 @@ async fn the_client_s_own_retry_policy_ends_with_one_execution() {
     assert_eq!(first["responses"][0], "created 1: pay 3", "{first}");
     assert_eq!(server.executions("Create").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_trailers_on_a_plain_route_are_stored_and_replayed() {
+    let server = GrpcServer::start().await;
+    // Not `grpc = true`: an HTTP route whose answers happen to end in trailers.
+    let plain = RouteCfg::header("plain", CREATE).key_header("idempotency-key");
+    let gw = TestGateway::start(&GatewayConfig::new(server.url()).route(plain)).await;
+    let call = GrpcCall::unary(CREATE, "pay 4").key("h-1");
+    let first = call.send(&target(&gw)).await;
+    assert_eq!(first["code"], "OK", "{first}");
+    let again = call.send(&target(&gw)).await;
+    assert_eq!(again["responses"], first["responses"], "{again}");
+    assert_eq!(
+        metadata(&again["trailing_metadata"], "x-test-trailer"),
+        Some("t1"),
+        "{again}"
+    );
+    assert!(replayed(&again), "{again}");
+    assert_eq!(server.executions("Create").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_exceeded_keeps_the_claim_and_an_unreachable_upstream_is_unavailable() {
+    let (server, gw) = setup().await;
+    let call = GrpcCall::unary(CREATE, "pay 8")
+        .key("d-1")
+        .metadata("x-test-status", "DEADLINE_EXCEEDED");
+    let first = call.send(&target(&gw)).await;
+    assert_eq!(first["code"], "DEADLINE_EXCEEDED", "{first}");
+    // The outcome is unknown: the claim stays for its lease, and a retry is aborted.
+    let retry = GrpcCall::unary(CREATE, "pay 8").key("d-1");
+    let seen = retry.send(&target(&gw)).await;
+    assert_eq!(seen["code"], "ABORTED", "{seen}");
+    assert_eq!(server.executions("Create").await, 1);
+    // No upstream at all: nothing was sent, UNAVAILABLE.
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", socket.local_addr().unwrap());
+    drop(socket);
+    let gw =
+        TestGateway::start(&GatewayConfig::new(dead).route(RouteCfg::grpc("create", CREATE))).await;
+    let seen = GrpcCall::unary(CREATE, "pay 9")
+        .key("d-2")
+        .send(&target(&gw))
+        .await;
+    assert_eq!(seen["code"], "UNAVAILABLE", "{seen}");
+    assert!(
+        seen["details"]
+            .as_str()
+            .unwrap()
+            .contains("upstream-unreachable"),
+        "{seen}"
+    );
+}

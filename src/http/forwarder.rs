@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::grpc;
 use super::join::Streams;
 use super::passthrough::{self, stream_response, Forwarded};
-use super::replay;
+use super::replay::{self, full_with_trailers};
 use super::stream::{self, Delivery, Ready, StreamedMark};
 use super::Live;
 use crate::dedupe::{Attempt, Forward};
@@ -26,7 +26,7 @@ use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
 use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
-use crate::{full, full_with_trailers, BoxError};
+use crate::{full, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
 pub(super) struct Forwarder {
@@ -248,10 +248,11 @@ impl OwnedCall<'_> {
         took: Duration,
     ) -> Attempt<Forwarded> {
         let response = match ready {
-            Ready::Whole(bytes, trailers) => Ok(Response::from_parts(
-                head,
-                full_with_trailers(bytes, trailers),
-            )),
+            Ready::Whole(bytes, trailers) => {
+                let mut head = head;
+                let body = full_with_trailers(&mut head.headers, bytes, trailers);
+                Ok(Response::from_parts(head, body))
+            }
             Ready::Broken(reason) => {
                 warn!(route = &*self.route.name, store_key = %self.store_key, fence = self.fence.get(),
                     reason, "gRPC answer broke off after its head: outcome unknown");
@@ -299,7 +300,8 @@ impl OwnedCall<'_> {
         };
         let partial = match ready {
             Ready::Whole(bytes, trailers) => {
-                let body = full_with_trailers(bytes.clone(), trailers.clone());
+                let mut head = head;
+                let body = full_with_trailers(&mut head.headers, bytes.clone(), trailers.clone());
                 let response = Ok(Response::from_parts(head, body));
                 return kept(StoredBody::Stored(bytes), trailers, response, None);
             }

@@ -3,8 +3,11 @@
 
 use std::time::SystemTime;
 
-use http::header::HeaderValue;
+use bytes::Bytes;
+use http::header::{HeaderValue, TRAILER};
 use http::{HeaderMap, Response};
+use http_body_util::BodyExt;
+use hyper::body::Frame;
 use tracing::error;
 
 use crate::headers::{IDEMPOTENCY_EXPIRES, REPLAYED};
@@ -12,7 +15,7 @@ use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::Dialect;
 use crate::store::StoreKey;
-use crate::{full_with_trailers, Body};
+use crate::{full, Body};
 
 /// The stored response, byte for byte and with its trailers, marked `Idempotent-Replayed: true`, after checking
 /// it was stored under this very key. A record without a body answers the original status
@@ -30,9 +33,11 @@ pub(super) fn respond(
     })?;
     let mut resp = match stored.body {
         StoredBody::Stored(body) => {
-            let mut resp = Response::new(full_with_trailers(body, stored.trailers));
+            let mut headers = stored.headers;
+            let body = full_with_trailers(&mut headers, body, stored.trailers);
+            let mut resp = Response::new(body);
             *resp.status_mut() = stored.status;
-            *resp.headers_mut() = stored.headers;
+            *resp.headers_mut() = headers;
             resp.headers_mut()
                 .insert(REPLAYED.clone(), HeaderValue::from_static("true"));
             resp
@@ -56,5 +61,53 @@ pub(super) fn advertise(headers: &mut HeaderMap, expires: Option<SystemTime>) {
         if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
             headers.insert(IDEMPOTENCY_EXPIRES.clone(), v);
         }
+    }
+}
+
+/// A whole body followed by a trailer section (a gRPC answer's messages and its
+/// `grpc-status`), or just the body when there is none. With trailers its length is left
+/// unstated, so HTTP/1.1 sends it chunked, the one framing that carries trailers, and the
+/// head names them in `Trailer` unless it does already (hyper sends only the named ones;
+/// an HTTP/2 upstream need not name them).
+pub(super) fn full_with_trailers(head: &mut HeaderMap, body: Bytes, trailers: HeaderMap) -> Body {
+    if trailers.is_empty() {
+        return full(body);
+    }
+    if !head.contains_key(TRAILER) {
+        let names: Vec<&str> = trailers.keys().map(|n| n.as_str()).collect();
+        if let Ok(v) = HeaderValue::from_str(&names.join(", ")) {
+            head.insert(TRAILER, v);
+        }
+    }
+    WithTrailers {
+        data: Some(body),
+        trailers: Some(trailers),
+    }
+    .boxed()
+}
+
+/// The frames of [`full_with_trailers`].
+struct WithTrailers {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl hyper::body::Body for WithTrailers {
+    type Data = Bytes;
+    type Error = crate::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, crate::BoxError>>> {
+        let frame = match self.data.take() {
+            Some(data) if !data.is_empty() => Some(Frame::data(data)),
+            _ => self.trailers.take().map(Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
     }
 }

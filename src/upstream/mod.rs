@@ -91,17 +91,34 @@ enum Transport {
     Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
-/// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy. `Trailer`
+/// does: it names the trailer fields the message ends with, which are forwarded, stored
+/// and replayed.
+const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     crate::headers::KEEP_ALIVE,
     crate::headers::PROXY_CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
+
+/// Whether the client's `TE` lists `trailers`.
+fn accepts_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("trailers")
+        })
+}
 
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -166,6 +183,7 @@ impl Upstream {
     /// hop-by-hop headers stripped, `X-Forwarded-*` set.
     pub fn prepare(&self, mut req: Request<Body>, remote: SocketAddr) -> Request<Body> {
         let grpc = crate::grpc::is_call(req.version(), req.headers());
+        let trailers = grpc || accepts_trailers(req.headers());
         let h2 = self.h2c.as_ref().is_some_and(|h2c| h2c.every_call || grpc);
         let path_and_query = req
             .uri()
@@ -192,10 +210,14 @@ impl Upstream {
         };
         let headers = req.headers_mut();
         strip_hop_by_hop(headers);
-        if grpc {
-            // The one `TE` HTTP/2 allows, and gRPC servers look for: the hop-by-hop rules
-            // strip the client's.
+        if trailers {
+            // The client takes trailers, so the gateway does: the one `TE` HTTP/2 allows,
+            // which gRPC servers look for and without which an HTTP/1.1 server sends none.
+            // The hop-by-hop rules stripped the client's.
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
+            if !h2 {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("te"));
+            }
         }
         headers.remove(header::HOST);
         // The fence and the scope are the gateway's word to the upstream; a client must not

@@ -16,6 +16,8 @@ pub struct Reply {
     pub headers: HeaderMap,
     /// The body.
     pub body: Bytes,
+    /// The trailer section, when the body ended with one.
+    pub trailers: Option<HeaderMap>,
 }
 
 impl Reply {
@@ -103,11 +105,13 @@ impl Http {
         let req = b.body(Full::new(body)).unwrap();
         let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
         let (parts, body) = resp.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let collected = body.collect().await.map_err(|e| e.to_string())?;
+        let trailers = collected.trailers().cloned();
         Ok(Reply {
             status: parts.status,
             headers: parts.headers,
-            body,
+            body: collected.to_bytes(),
+            trailers,
         })
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -51,7 +52,8 @@ struct UpstreamState {
 /// A counting upstream. Every request it receives is one side effect. Test-only request
 /// headers steer it: `x-test-status` (answer status), `x-test-delay-ms` (answer late),
 /// `x-test-body-bytes` (answer a body of that size), `x-test-drop` (close without answering),
-/// `x-test-respond-header: name=value` (add that header to the answer; may repeat).
+/// `x-test-respond-header: name=value` (add that header to the answer; may repeat),
+/// `x-test-respond-trailer: name=value` (end the body with that trailer; may repeat).
 #[derive(Clone)]
 pub struct Upstream {
     addr: SocketAddr,
@@ -208,7 +210,7 @@ fn header_num(req: &Request<Incoming>, name: &str) -> Option<u64> {
 async fn answer(
     st: Arc<UpstreamState>,
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     let status = header_num(&req, "x-test-status").unwrap_or(201) as u16;
     let delay = header_num(&req, "x-test-delay-ms").unwrap_or(0);
     let body_bytes = header_num(&req, "x-test-body-bytes");
@@ -220,6 +222,15 @@ async fn answer(
         .filter_map(|v| v.to_str().ok()?.split_once('='))
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .collect();
+    let mut trailers = http::HeaderMap::new();
+    for v in req.headers().get_all("x-test-respond-trailer") {
+        if let Some((n, v)) = v.to_str().ok().and_then(|v| v.split_once('=')) {
+            trailers.append(
+                http::header::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+    }
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
@@ -263,7 +274,16 @@ async fn answer(
                 .unwrap_or("null")
         )),
     };
-    let mut resp = Response::new(Full::new(payload));
+    let announced: Vec<String> = trailers.keys().map(|n| n.to_string()).collect();
+    let body = match trailers.is_empty() {
+        true => Full::new(payload).boxed(),
+        false => Chunked {
+            data: Some(payload),
+            trailers: Some(trailers),
+        }
+        .boxed(),
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::from_u16(status).unwrap();
     resp.headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
@@ -271,6 +291,11 @@ async fn answer(
         .insert("x-effect", n.to_string().parse().unwrap());
     resp.headers_mut()
         .insert("set-cookie", "session=first-client-only".parse().unwrap());
+    if !announced.is_empty() {
+        // hyper sends only the trailer fields the head names.
+        resp.headers_mut()
+            .insert("trailer", announced.join(", ").parse().unwrap());
+    }
     for (name, value) in extra {
         resp.headers_mut().append(
             http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
@@ -278,4 +303,27 @@ async fn answer(
         );
     }
     Ok(resp)
+}
+
+/// A body of unstated length ending in trailers: HTTP/1.1 sends it chunked, the one framing
+/// that carries trailers.
+struct Chunked {
+    data: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl hyper::body::Body for Chunked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        let frame = match self.data.take() {
+            Some(data) => Some(hyper::body::Frame::data(data)),
+            None => self.trailers.take().map(hyper::body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
 }
