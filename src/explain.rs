@@ -16,6 +16,7 @@ use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Mode, Route, Skip, Verdict};
 
+mod grpc;
 mod summary;
 
 pub use self::summary::summary;
@@ -61,6 +62,9 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         let _ = writeln!(out, "answer: forwarded to the upstream without dedupe");
         return out;
     }
+    if route.grpc {
+        grpc::rules(&mut out, route);
+    }
     if !signature(&mut out, route, probe) {
         return out;
     }
@@ -68,12 +72,21 @@ pub fn explain(config: &Config, probe: &Probe) -> String {
         let _ = writeln!(out, "(give -H and --body to derive the key)");
         return out;
     }
+    // On a gRPC route `--body` is the message: framed as the client would send it.
+    let framed;
+    let body = match route.grpc {
+        true => {
+            framed = crate::grpc::frame::encode(&probe.body);
+            &framed[..]
+        }
+        false => &probe.body[..],
+    };
     let view = RequestView {
         method: &probe.method,
         path: &path,
         query,
         headers: &probe.headers,
-        body: &probe.body,
+        body,
     };
     derive(&mut out, config, route, &view);
     out
@@ -185,6 +198,8 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
                     e.status().as_u16(),
                     e.problem_type()
                 );
+            } else if route.grpc {
+                grpc::answer(out, &e);
             } else {
                 answer(out, &e);
             }
@@ -282,7 +297,12 @@ mod tests {
         probe_on(include_str!("../config/example.toml"), line, headers, body)
     }
 
-    fn probe_on(toml: &str, line: &str, headers: &[(&'static str, &str)], body: &str) -> String {
+    pub(super) fn probe_on(
+        toml: &str,
+        line: &str,
+        headers: &[(&'static str, &str)],
+        body: &str,
+    ) -> String {
         let config = Config::from_toml(toml).unwrap();
         let (method, target) = line.split_once(' ').unwrap();
         let mut h = HeaderMap::new();
