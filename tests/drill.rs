@@ -142,6 +142,29 @@ fn a_window_shorter_than_a_retry_fails_the_replay_drill() {
 }
 
 #[test]
+fn a_grpc_route_is_skipped_saying_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write(
+        &tmp,
+        &one_route(
+            RouteCfg::grpc("pay", "/pay.v1.Payments/Create"),
+            StoreCfg::memory(),
+        ),
+    );
+    let (code, out, err) = drill(&p, &["--format", "json"], &[]);
+    // Every drill skipped proves nothing: the run does not pass.
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pass"], false);
+    let drills = v["drills"].as_array().unwrap();
+    assert!(!drills.is_empty(), "{out}");
+    for d in drills {
+        assert_eq!(d["skipped"], true, "{d}");
+        assert!(d["note"].as_str().unwrap().contains("grpc = true"), "{d}");
+    }
+}
+
+#[test]
 fn drills_on_signed_routes_sign_as_the_provider_does_and_pass() {
     let tmp = tempfile::tempdir().unwrap();
     let secret = |name: &str, value: &str| {

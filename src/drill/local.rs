@@ -194,6 +194,10 @@ fn fence_of(e: Option<&super::upstream::Effect>) -> Value {
     e.and_then(|e| e.fence).map_or(Value::Null, Value::from)
 }
 
+/// Why a `grpc = true` route is not drilled (yet).
+pub(super) const GRPC_NOT_DRILLED: &str =
+    "grpc = true (the drills speak HTTP and JSON, not gRPC; tests/grpc.rs drives gRPC routes with a real gRPC client)";
+
 impl Rig<'_> {
     /// Every drill on route `i`, each started clean; none on a route that does not
     /// enforce (a shadow route forwards every duplicate and an off route dedupes nothing:
@@ -204,6 +208,12 @@ impl Rig<'_> {
             return Drill::ALL
                 .iter()
                 .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str()))
+                .collect();
+        }
+        if route.grpc {
+            return Drill::ALL
+                .iter()
+                .map(|&d| Outcome::skipped_because(&route.name, d, GRPC_NOT_DRILLED))
                 .collect();
         }
         let mut outcomes = Vec::new();

@@ -66,14 +66,19 @@ pub struct Outcome {
 impl Outcome {
     /// A drill not run on a route whose `mode` is not `enforce`.
     pub fn skipped(route: &str, drill: Drill, mode: &str) -> Self {
+        let why =
+            format!("mode = {mode} (the route does not enforce dedupe; drill it once it does)");
+        Self::skipped_because(route, drill, &why)
+    }
+
+    /// A drill not run on a route, and why.
+    pub fn skipped_because(route: &str, drill: Drill, why: &str) -> Self {
         Self {
             route: route.to_owned(),
             drill,
             pass: true,
             evidence: Map::new(),
-            note: Some(format!(
-                "skipped: mode = {mode} (the route does not enforce dedupe; drill it once it does)"
-            )),
+            note: Some(format!("skipped: {why}")),
             millis: 0,
             skipped: true,
         }

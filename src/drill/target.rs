@@ -94,6 +94,13 @@ impl Plan {
                 route.mode.as_str()
             )));
         }
+        if route.grpc {
+            return Err(DrillError::Usage(format!(
+                "--route {}: skipped: {}",
+                route.name,
+                super::local::GRPC_NOT_DRILLED
+            )));
+        }
         refuse_key_headers(&route, &opts.headers)?;
         let run = run_id();
         let tenant = format!("drill-{run}");
