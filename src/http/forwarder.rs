@@ -179,7 +179,7 @@ impl OwnedCall<'_> {
             // gRPC's status comes in the trailers: the answer is read before the claim is
             // settled, within `max_cached_body`.
             let ready = grpc::read_answer(body, limit, self.idle).await;
-            match grpc::meaning(route, &head.headers, &ready) {
+            match grpc::meaning(route, &head, &ready) {
                 StatusMeaning::Final => ready,
                 meaning => return self.unsettled(meaning, head, ready, took),
             }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::response::Parts;
+use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 
 use super::capture::Gathered;
@@ -50,15 +51,19 @@ pub(super) async fn read_answer(mut body: UpstreamBody, limit: u64, idle: Durati
 
 /// What a gRPC answer means for the claim: its `grpc-status` (in the head of a
 /// trailers-only answer, else in the trailers) under the route's `grpc_retry_codes` and
-/// `grpc_unknown_codes`. An answer that broke off after its head, or ended without a
-/// status, leaves the outcome unknown; one past `max_cached_body` is final (its status
-/// comes too late to decide).
-pub(super) fn meaning(route: &Route, head: &HeaderMap, ready: &Ready) -> StatusMeaning {
+/// `grpc_unknown_codes`. An answer that broke off after its head, or a 200 that ended
+/// without a status, leaves the outcome unknown; an HTTP answer without one (a proxy's
+/// 404, its HTTP status already judged final) is final, and so is one past
+/// `max_cached_body` (its status comes too late to decide).
+pub(super) fn meaning(route: &Route, head: &Parts, ready: &Ready) -> StatusMeaning {
     match ready {
-        Ready::Whole(_, trailers) => match status::of(head).or_else(|| status::of(trailers)) {
-            Some(code) => route.grpc_codes.classify(code),
-            None => StatusMeaning::Unknown,
-        },
+        Ready::Whole(_, trailers) => {
+            match status::of(&head.headers).or_else(|| status::of(trailers)) {
+                Some(code) => route.grpc_codes.classify(code),
+                None if head.status == StatusCode::OK => StatusMeaning::Unknown,
+                None => StatusMeaning::Final,
+            }
+        }
         Ready::Broken(_) => StatusMeaning::Unknown,
         Ready::More(_) => StatusMeaning::Final,
     }
