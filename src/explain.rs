@@ -148,7 +148,9 @@ fn rules(out: &mut String, route: &Route) -> bool {
                 .as_ref()
                 .map(|a| format!(" (or {a} when it is absent)"))
                 .unwrap_or_default(),
-            if *required {
+            if *required && route.grpc {
+                "required (missing: INVALID_ARGUMENT)"
+            } else if *required {
                 "required (missing: 400)"
             } else {
                 "optional (missing: forwarded without dedupe)"
@@ -218,6 +220,8 @@ fn derive(out: &mut String, config: &Config, route: &Route, view: &RequestView<'
         "{}",
         if route.mode == Mode::Shadow {
             "answer: claimed and recorded, and forwarded (shadow mode: a repeat is forwarded too, counted as would=replay, conflict or mismatch)"
+        } else if route.grpc {
+            "answer: claimed in the store (forwarded once; a repeat is replayed, ABORTED in flight, FAILED_PRECONDITION if different)"
         } else {
             "answer: claimed in the store (forwarded once; a repeat is replayed, 409 in flight, 422 if different)"
         }

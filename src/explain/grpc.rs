@@ -68,6 +68,14 @@ grpc = true
         );
         assert!(out.contains("unknown on DEADLINE_EXCEEDED"), "{out}");
         assert!(out.contains("key value: k-1"), "{out}");
+        assert!(
+            out.contains("required (missing: INVALID_ARGUMENT)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("ABORTED in flight, FAILED_PRECONDITION if"),
+            "{out}"
+        );
         let out =
             super::super::tests::probe_on(toml, line, &[("content-type", "application/grpc")], "x");
         assert!(
