@@ -318,3 +318,22 @@ async fn deadline_exceeded_keeps_the_claim_and_an_unreachable_upstream_is_unavai
         "{seen}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_past_max_cached_body_is_streamed_once_and_then_refused_as_not_stored() {
+    let server = GrpcServer::start().await;
+    let list = RouteCfg::grpc("list", LIST).max_cached_body("20");
+    let gw = TestGateway::start(&GatewayConfig::new(server.url()).route(list)).await;
+    let call = GrpcCall::server_streaming(LIST, "orders").key("big-1");
+    let first = call.send(&target(&gw)).await;
+    // The first caller gets every message and the status, streamed.
+    assert_eq!(first["code"], "OK", "{first}");
+    assert_eq!(first["responses"].as_array().unwrap().len(), 3, "{first}");
+    let again = call.send(&target(&gw)).await;
+    assert_eq!(again["code"], "ALREADY_EXISTS", "{again}");
+    assert!(
+        again["details"].as_str().unwrap().contains("response-not-stored"),
+        "{again}"
+    );
+    assert_eq!(server.executions("List").await, 1);
+}

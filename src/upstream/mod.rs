@@ -348,6 +348,52 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    fn upstream(extra: &str) -> Upstream {
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n{extra}"
+        );
+        Upstream::new(&crate::config::Config::from_toml(&toml).unwrap().server)
+    }
+
+    fn request(version: Version, headers: &[(&'static str, &'static str)]) -> Request<Body> {
+        let mut req = Request::new(crate::full(""));
+        *req.version_mut() = version;
+        *req.uri_mut() = Uri::from_static("/pkg.Svc/Method");
+        for (n, v) in headers {
+            req.headers_mut().append(*n, HeaderValue::from_static(v));
+        }
+        req
+    }
+
+    #[test]
+    fn grpc_calls_go_over_h2c_with_te_trailers_and_the_rest_over_http1() {
+        let remote: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let grpc = [("content-type", "application/grpc"), ("te", "trailers")];
+        let up = upstream("");
+        let call = up.prepare(request(Version::HTTP_2, &grpc), remote);
+        assert_eq!(call.version(), Version::HTTP_2);
+        assert_eq!(call.headers()[header::TE], "trailers");
+        assert!(!call.headers().contains_key(header::CONNECTION));
+        // gRPC's content type over HTTP/1.1 is no gRPC call.
+        let http1 = up.prepare(request(Version::HTTP_11, &grpc[..1]), remote);
+        assert_eq!(http1.version(), Version::HTTP_11);
+        assert!(!http1.headers().contains_key(header::TE));
+        // A client taking trailers over HTTP/1.1: asked for them, hop by hop.
+        let takes = up.prepare(
+            request(Version::HTTP_11, &[("te", "gzip, trailers")]),
+            remote,
+        );
+        assert_eq!(takes.version(), Version::HTTP_11);
+        assert_eq!(takes.headers()[header::TE], "trailers");
+        assert_eq!(takes.headers()[header::CONNECTION], "te");
+        let off = upstream("upstream_http2 = \"off\"\n");
+        let call = off.prepare(request(Version::HTTP_2, &grpc), remote);
+        assert_eq!(call.version(), Version::HTTP_11);
+        let every = upstream("upstream_http2 = \"prior-knowledge\"\n");
+        let plain = every.prepare(request(Version::HTTP_11, &[]), remote);
+        assert_eq!(plain.version(), Version::HTTP_2);
+    }
+
     #[test]
     fn strips_hop_by_hop_and_connection_listed_headers() {
         let mut h = HeaderMap::new();
