@@ -332,7 +332,10 @@ async fn a_stream_past_max_cached_body_is_streamed_once_and_then_refused_as_not_
     let again = call.send(&target(&gw)).await;
     assert_eq!(again["code"], "ALREADY_EXISTS", "{again}");
     assert!(
-        again["details"].as_str().unwrap().contains("response-not-stored"),
+        again["details"]
+            .as_str()
+            .unwrap()
+            .contains("response-not-stored"),
         "{again}"
     );
     assert_eq!(server.executions("List").await, 1);
