@@ -8,8 +8,11 @@
 //! body: u32 len + bytes (only when the body state is "stored") |
 //! trailer count: u16 | per trailer: as a header.
 //!
-//! `"DGR2"` records (no trailer section), written before trailers were kept, and `"DGR1"`
-//! records (no expiry field either), written before `Idempotency-Expires`, still decode.
+//! A response without trailers is written as `"DGR2"` (the same layout without the trailer
+//! section), so a gateway of the release before trailers, mid-upgrade in the same fleet,
+//! still replays every record but those with trailers (which it answers `record-unusable`
+//! rather than replay without them). `"DGR1"` records (no expiry field either), written
+//! before `Idempotency-Expires`, still decode.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -81,7 +84,8 @@ impl StoredResponse {
         let headers_len = fields_len(&self.headers) + 2 + fields_len(&self.trailers);
         let mut out =
             BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
-        out.put_slice(MAGIC);
+        let with_trailers = !self.trailers.is_empty();
+        out.put_slice(if with_trailers { MAGIC } else { MAGIC_V2 });
         put_u16_bytes(&mut out, key.as_bytes());
         out.put_u64(
             self.expires
@@ -100,7 +104,9 @@ impl StoredResponse {
             out.put_u32(b.len() as u32);
             out.put_slice(b);
         }
-        put_fields(&mut out, &self.trailers);
+        if with_trailers {
+            put_fields(&mut out, &self.trailers);
+        }
         out.freeze()
     }
 
@@ -253,19 +259,25 @@ mod tests {
     }
 
     #[test]
-    fn version_2_records_decode_without_trailers() {
+    fn a_response_without_trailers_is_written_as_version_2() {
         let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
         r.trailers = HeaderMap::new();
         let k = StoreKey::from_raw("k");
-        // DGR2 was this layout without the trailer count at its end.
-        let mut v2 = r.encode(&k).to_vec();
-        v2[..4].copy_from_slice(b"DGR2");
-        v2.truncate(v2.len() - 2);
-        assert_eq!(StoredResponse::decode(&Bytes::from(v2), &k).unwrap(), r);
-        // Trailers with an empty body, as a gRPC error answer has.
+        // DGR2, the layout a gateway of the release before trailers reads.
+        let v2 = r.encode(&k);
+        assert_eq!(&v2[..4], b"DGR2");
+        assert_eq!(StoredResponse::decode(&v2, &k).unwrap(), r);
+        // A DGR3 record with an empty trailer section still decodes.
+        let mut v3 = v2.to_vec();
+        v3[..4].copy_from_slice(b"DGR3");
+        v3.extend_from_slice(&[0, 0]);
+        assert_eq!(StoredResponse::decode(&Bytes::from(v3), &k).unwrap(), r);
+        // Trailers with an empty body, as a gRPC error answer has: DGR3.
         let mut grpc = sample(StoredBody::Stored(Bytes::new()));
         grpc.headers = HeaderMap::new();
-        assert_eq!(StoredResponse::decode(&grpc.encode(&k), &k).unwrap(), grpc);
+        let v3 = grpc.encode(&k);
+        assert_eq!(&v3[..4], b"DGR3");
+        assert_eq!(StoredResponse::decode(&v3, &k).unwrap(), grpc);
     }
 
     #[test]
