@@ -103,9 +103,9 @@ impl Http {
             b = b.header(*k, *v);
         }
         let req = b.body(Full::new(body)).unwrap();
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| chain(&e))?;
         let (parts, body) = resp.into_parts();
-        let collected = body.collect().await.map_err(|e| e.to_string())?;
+        let collected = body.collect().await.map_err(|e| chain(&e))?;
         let trailers = collected.trailers().cloned();
         Ok(Reply {
             status: parts.status,
@@ -124,4 +124,16 @@ impl Http {
     pub async fn get(&self, url: &str, headers: &[(&str, &str)]) -> Reply {
         self.send("GET", url, headers, "").await.unwrap()
     }
+}
+
+/// An error with its causes, so a failed request says why (a reset, a closed connection).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
