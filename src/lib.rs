@@ -83,6 +83,7 @@ pub mod route;
 pub mod seal;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod tokens;
 pub mod upstream;

@@ -39,6 +39,11 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");
     }
+    // The exporter and the tracing layer are set up once, at start.
+    if old.telemetry != new.telemetry {
+        restart.push("telemetry");
+    }
+    new.telemetry = old.telemetry.clone();
     // Keep what needs a restart as it is, so the admin port and metrics tell the truth.
     new.server.listen = old.server.listen;
     new.store = old.store.clone();

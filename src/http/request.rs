@@ -65,7 +65,7 @@ impl Gateway {
         let live = self.live();
         let handled = self
             .dispatch(live, req, &conn, &origin, started)
-            .instrument(origin.span.clone())
+            .instrument(origin.current())
             .await;
         match handled {
             Dispatched::Handled(handled) => self.conclude(handled, &origin),
