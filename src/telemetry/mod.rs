@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::field::Empty;
 use tracing::Span;
@@ -117,7 +118,9 @@ pub fn end(span: &Span, method: &Method, ending: &Ending<'_>) {
     if span.is_none() {
         return;
     }
-    span.record("otel.name", format!("{method} {}", ending.route));
+    // Named once the route is known; the span has started by now, so through its context.
+    let name = format!("{method} {}", ending.route);
+    span.context().span().update_name(name);
     span.record("dedupe.route", ending.route);
     span.record("dedupe.outcome", ending.outcome);
     span.record("http.response.status_code", ending.status);
