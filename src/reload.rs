@@ -76,6 +76,24 @@ mod tests {
     }
 
     #[test]
+    fn traces_switched_on_or_moved_wait_for_a_restart() {
+        let off = config("", "");
+        let on = config(
+            "",
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n",
+        );
+        let (merged, restart) = merge(&off, on.clone());
+        assert_eq!(restart, ["telemetry"]);
+        assert_eq!(
+            merged.telemetry, None,
+            "the running exporter stays as it was"
+        );
+        let (merged, restart) = merge(&on, on.clone());
+        assert!(restart.is_empty());
+        assert_eq!(merged.telemetry, on.telemetry);
+    }
+
+    #[test]
     fn routes_apply_and_listeners_wait_for_a_restart() {
         let old = config(
             "",
