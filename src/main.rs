@@ -250,21 +250,12 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+        Err(code) => return code,
     };
-    // The exporter sends its batches from the runtime.
-    let traces = config.telemetry.as_ref().map(|t| {
-        let _in = runtime.enter();
-        dedupe_gateway::telemetry::export::start(t)
-    });
+    let traces = (config.telemetry.as_ref())
+        .map(|t| dedupe_gateway::telemetry::export::start(t, runtime.handle()));
     let (layer, exporter) = match traces.transpose() {
         Ok(t) => t.unzip(),
         Err(e) => {
@@ -361,6 +352,17 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "dedupe-gateway: {message}");
 }
 
+/// The multi-threaded runtime `run` and `drill` work on; a failure already reported.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            report(&format!("cannot start the async runtime: {e}"));
+            ExitCode::from(EXIT_RUNTIME)
+        })
+}
+
 /// Exit status when a drill or a store check failed.
 const EXIT_DRILL_FAILED: u8 = 1;
 
@@ -370,15 +372,9 @@ fn drill(args: DrillArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+        Err(code) => return code,
     };
     let result = match (&args.target, &args.admin) {
         (Some(t), Some(a)) => {

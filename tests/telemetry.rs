@@ -23,11 +23,16 @@ async fn stop(gw: &mut GatewayProcess) {
     }
 }
 
-fn traced_gateway(upstream: &Upstream, receiver: &OtlpReceiver) -> GatewayProcess {
-    GatewayProcess::start(
+fn traced_gateway(
+    upstream: &Upstream,
+    receiver: &OtlpReceiver,
+    env: &[(&str, &str)],
+) -> GatewayProcess {
+    GatewayProcess::start_with_env(
         &GatewayConfig::new(upstream.url())
             .telemetry(&receiver.url(), Some("edge-under-test"))
             .route(RouteCfg::header("orders", "/orders").scope(&["header:Authorization"])),
+        env,
     )
 }
 
@@ -64,7 +69,7 @@ fn sent_traceparent(upstream: &Upstream, n: usize) -> String {
 async fn a_deduped_request_is_traced_under_the_callers_trace_and_forwards_it() {
     let upstream = Upstream::start().await;
     let receiver = OtlpReceiver::start().await;
-    let mut gw = traced_gateway(&upstream, &receiver);
+    let mut gw = traced_gateway(&upstream, &receiver, &[]);
     let http = Http::new();
     let traceparent = format!("00-{TRACE}-{CALLER}-01");
     let headers = [
@@ -138,7 +143,9 @@ async fn a_deduped_request_is_traced_under_the_callers_trace_and_forwards_it() {
 async fn a_replay_is_a_request_span_with_no_upstream_call_and_passthrough_is_traced() {
     let upstream = Upstream::start().await;
     let receiver = OtlpReceiver::start().await;
-    let mut gw = traced_gateway(&upstream, &receiver);
+    // With the log's own request span on (at debug), between the trace spans.
+    let debug = [("RUST_LOG", "info,dedupe_gateway::http=debug")];
+    let mut gw = traced_gateway(&upstream, &receiver, &debug);
     let http = Http::new();
     let key = [("Idempotency-Key", "order-2"), ("Authorization", SECRET)];
     assert_eq!(http.post(&gw.url("/orders"), &key, "{}").await.status, 201);

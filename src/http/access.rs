@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{Method, StatusCode, Uri};
+use tracing::Instrument;
 
 use crate::dedupe::{Finish, Outcome, Would};
 use crate::log::{self, AccessLine};
@@ -23,13 +24,15 @@ pub(super) struct Origin {
 }
 
 impl Origin {
-    /// The span a request's work runs in: the log's, or else the trace's.
-    pub fn current(&self) -> tracing::Span {
-        if self.span.is_disabled() {
-            self.trace.clone()
-        } else {
-            self.span.clone()
-        }
+    /// Runs `work` in the request's spans: the trace's (entered, so that the claim, upstream
+    /// and completion spans hang under it) and the log's within it. Off, both are
+    /// [`tracing::Span::none`], whose enter and exit are a branch each.
+    pub fn run_in<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        work.instrument(self.span.clone())
+            .instrument(self.trace.clone())
     }
 
     pub fn of<B>(req: &http::Request<B>) -> Self {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Response;
-use tracing::{error, warn, Instrument};
+use tracing::{error, warn};
 
 use super::access::{Access, Origin};
 use super::detach::{TaskSide, Tether};
@@ -42,6 +42,7 @@ impl KeyedRequest {
     /// streams; at the task's end otherwise.
     pub(super) fn spawn(self, gateway: &Arc<Gateway>, tether: Tether, delivery: Delivery) {
         let this = self;
+        let origin = this.origin.clone();
         let gateway = gateway.clone();
         let tasks = gateway.tasks.clone();
         let task = async move {
@@ -114,7 +115,7 @@ impl KeyedRequest {
         // the task moved its stage three times more by the end; a box makes each move a
         // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
         // `memmove` per request (a uprobe on it, copies of 256 bytes and more).
-        tasks.spawn(Box::pin(task.in_current_span()));
+        tasks.spawn(Box::pin(origin.run_in(task)));
     }
 }
 

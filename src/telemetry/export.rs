@@ -33,9 +33,12 @@ pub struct Exporter {
 }
 
 /// Starts the exporter for `config` and answers the layer that feeds it; from then on the
-/// request path creates spans. Must be called within a tokio runtime, which the batches
-/// are sent from.
-pub fn start(config: &TelemetryConfig) -> Result<(TraceLayer, Exporter), ExportError> {
+/// request path creates spans. The batches are sent from `runtime`.
+pub fn start(
+    config: &TelemetryConfig,
+    runtime: &tokio::runtime::Handle,
+) -> Result<(TraceLayer, Exporter), ExportError> {
+    let _in = runtime.enter();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -66,8 +69,8 @@ pub fn start(config: &TelemetryConfig) -> Result<(TraceLayer, Exporter), ExportE
 
 impl Exporter {
     /// Stops creating spans and sends every span still queued. Call it while the runtime
-    /// that [`start`] ran in is still alive, outside of it: it blocks until the last
-    /// batch is sent (or its export timed out).
+    /// given to [`start`] is still alive, outside of it: it blocks until the last batch is
+    /// sent (or its export timed out).
     pub fn shutdown(self) -> Result<(), ExportError> {
         ON.store(false, std::sync::atomic::Ordering::Relaxed);
         self.provider
