@@ -206,6 +206,25 @@ async fn without_telemetry_nothing_is_exported_and_traceparent_passes_unchanged(
 }
 
 #[test]
+fn check_says_where_traces_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let config = GatewayConfig::new("http://127.0.0.1:9").telemetry("http://collector:4318", None);
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("traces exported to http://collector:4318/v1/traces (OTLP/HTTP) as service dedupe-gateway"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn a_bad_endpoint_is_refused_at_start_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.toml");
