@@ -23,6 +23,22 @@ async fn stop(gw: &mut GatewayProcess) {
     }
 }
 
+/// The first log line that `matches`, waiting for the harness to read it.
+async fn logged(
+    gw: &GatewayProcess,
+    matches: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let find = || gw.logs.lock().unwrap().iter().find(|l| matches(l)).cloned();
+    let found = dedupe_test_support::eventually(Duration::from_secs(10), || {
+        let seen = find().is_some();
+        async move { seen }
+    })
+    .await;
+    let logs = gw.logs.lock().unwrap().clone();
+    assert!(found, "no such log line: {logs:#?}");
+    find().unwrap()
+}
+
 fn traced_gateway(
     upstream: &Upstream,
     receiver: &OtlpReceiver,
@@ -110,8 +126,8 @@ async fn a_deduped_request_is_traced_under_the_callers_trace_and_forwards_it() {
         "a hash, not the input: {scope}"
     );
     assert_eq!(request.attr("dedupe.scope"), Some(scope.as_str()));
-    let logged = gw.logs.lock().unwrap().clone();
-    let access = logged.iter().find(|l| l["key"] == "order-1").unwrap();
+    // The access line, once the harness has read it from the exited process's stderr.
+    let access = logged(&gw, |l| l["key"] == "order-1").await;
     assert_eq!(access["scope"], scope.as_str());
     assert_eq!(request.attr("dedupe.key"), Some("order-1"));
 
@@ -203,6 +219,34 @@ async fn without_telemetry_nothing_is_exported_and_traceparent_passes_unchanged(
     assert_eq!(sent_traceparent(&upstream, 1), traceparent);
     assert_eq!(upstream.seen()[1].headers["tracestate"], "v=1");
     assert_eq!(receiver.posts(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_no_request_and_is_logged() {
+    let upstream = Upstream::start().await;
+    // A port nothing listens on: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut gw = GatewayProcess::start(
+        &GatewayConfig::new(upstream.url())
+            .telemetry(&endpoint, None)
+            .route(RouteCfg::header("orders", "/orders")),
+    );
+    let http = Http::new();
+    let key = [("Idempotency-Key", "order-4")];
+    assert_eq!(http.post(&gw.url("/orders"), &key, "{}").await.status, 201);
+    assert!(http.post(&gw.url("/orders"), &key, "{}").await.replayed());
+    stop(&mut gw).await;
+    assert_eq!(gw.child.try_wait().unwrap().and_then(|s| s.code()), Some(0));
+    let export = logged(&gw, |l| {
+        l.to_string().contains("Export") && l["level"] != "INFO"
+    })
+    .await;
+    assert!(
+        ["WARN", "ERROR"].contains(&export["level"].as_str().unwrap()),
+        "{export}"
+    );
 }
 
 #[test]
