@@ -22,9 +22,9 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The layer to install beside the log's, for `tracing_subscriber::registry()`.
 pub type TraceLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
-/// Why the exporter could not start.
+/// Why the exporter could not start, or could not send its last spans.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot start the OTLP trace exporter: {0}")]
+#[error("{0}")]
 pub struct ExportError(String);
 
 /// The running exporter: [`Exporter::shutdown`] sends what is still queued.
@@ -45,7 +45,7 @@ pub fn start(
         .with_endpoint(config.otlp_endpoint.to_string())
         .with_timeout(EXPORT_TIMEOUT)
         .build()
-        .map_err(|e| ExportError(e.to_string()))?;
+        .map_err(|e| ExportError(format!("cannot start the OTLP trace exporter: {e}")))?;
     let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
@@ -75,6 +75,6 @@ impl Exporter {
         ON.store(false, std::sync::atomic::Ordering::Relaxed);
         self.provider
             .shutdown()
-            .map_err(|e| ExportError(e.to_string()))
+            .map_err(|e| ExportError(format!("the last spans were not sent: {e}")))
     }
 }
