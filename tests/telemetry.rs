@@ -222,6 +222,44 @@ async fn without_telemetry_nothing_is_exported_and_traceparent_passes_unchanged(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sample_ratio_zero_exports_only_what_a_caller_sampled() {
+    let upstream = Upstream::start().await;
+    let receiver = OtlpReceiver::start().await;
+    let mut gw = GatewayProcess::start(
+        &GatewayConfig::new(upstream.url())
+            .telemetry(&receiver.url(), None)
+            .telemetry_sample_ratio(0.0)
+            .route(RouteCfg::header("orders", "/orders")),
+    );
+    let http = Http::new();
+    // Begun here: not sampled, and the upstream is told so.
+    let own = [("Idempotency-Key", "order-5")];
+    assert_eq!(http.post(&gw.url("/orders"), &own, "{}").await.status, 201);
+    // The caller sampled its trace: exported all the same.
+    let traceparent = format!("00-{TRACE}-{CALLER}-01");
+    let sampled = [
+        ("Idempotency-Key", "order-6"),
+        ("traceparent", &traceparent),
+    ];
+    assert_eq!(
+        http.post(&gw.url("/orders"), &sampled, "{}").await.status,
+        201
+    );
+    stop(&mut gw).await;
+    let unsampled = sent_traceparent(&upstream, 0);
+    assert!(unsampled.ends_with("-00"), "{unsampled}");
+    assert!(!unsampled.contains(TRACE));
+    let spans = receiver.spans();
+    let request = root(&spans, "won");
+    assert_eq!(request.trace_id, TRACE);
+    assert!(spans.iter().all(|s| s.trace_id == TRACE), "{spans:#?}");
+    assert_eq!(
+        names(&children_of(&spans, request)),
+        ["claim", "completion", "upstream"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_costs_no_request_and_is_logged() {
     let upstream = Upstream::start().await;
     // A port nothing listens on: bound, then closed.

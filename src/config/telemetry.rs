@@ -3,7 +3,7 @@
 use http::Uri;
 use serde::Deserialize;
 
-use super::defaults::DEFAULT_SERVICE_NAME;
+use super::defaults::{DEFAULT_SAMPLE_RATIO, DEFAULT_SERVICE_NAME};
 use super::{invalid, ConfigError};
 
 /// `[telemetry]` as written.
@@ -15,15 +15,20 @@ pub struct FileTelemetry {
     pub otlp_endpoint: Option<String>,
     /// The `service.name` the spans carry.
     pub service_name: Option<String>,
+    /// The share of new traces exported (a caller's `traceparent` decides for its own).
+    pub sample_ratio: Option<f64>,
 }
 
 /// Validated `[telemetry]`: spans are exported.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TelemetryConfig {
     /// Where the spans are posted (OTLP/HTTP, protobuf): the full URL, path included.
     pub otlp_endpoint: Uri,
     /// The `service.name` resource attribute.
     pub service_name: String,
+    /// The share, 0 to 1, of the traces that start here which are exported; a request
+    /// with a `traceparent` follows its caller's decision (the sampled flag).
+    pub sample_ratio: f64,
 }
 
 /// `None` when traces are off: no `[telemetry]`, or no `otlp_endpoint` in it.
@@ -42,9 +47,17 @@ pub(super) fn validate(t: Option<&FileTelemetry>) -> Result<Option<TelemetryConf
         }
         Some(name) => name.to_owned(),
     };
+    let sample_ratio = t.sample_ratio.unwrap_or(DEFAULT_SAMPLE_RATIO);
+    if !(0.0..=1.0).contains(&sample_ratio) {
+        return Err(invalid(
+            "telemetry.sample_ratio",
+            format!("{sample_ratio} is not a share from 0 to 1 (0.1 exports one new trace in ten)"),
+        ));
+    }
     Ok(Some(TelemetryConfig {
         otlp_endpoint: endpoint_url(endpoint)?,
         service_name,
+        sample_ratio,
     }))
 }
 
@@ -91,6 +104,7 @@ mod tests {
         FileTelemetry {
             otlp_endpoint: endpoint.map(str::to_owned),
             service_name: name.map(str::to_owned),
+            sample_ratio: None,
         }
     }
 
@@ -107,6 +121,7 @@ mod tests {
             .unwrap();
         assert_eq!(t.otlp_endpoint, "http://collector:4318/v1/traces");
         assert_eq!(t.service_name, DEFAULT_SERVICE_NAME);
+        assert_eq!(t.sample_ratio, DEFAULT_SAMPLE_RATIO);
         let t = validate(Some(&file(
             Some("http://127.0.0.1:9/otlp/traces"),
             Some("edge"),
@@ -136,5 +151,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("telemetry.service_name: "), "{e}");
+        for bad in [-0.1, 1.5, f64::NAN] {
+            let t = FileTelemetry {
+                sample_ratio: Some(bad),
+                ..file(Some("http://c:4318"), None)
+            };
+            let e = validate(Some(&t)).unwrap_err().to_string();
+            assert!(e.starts_with("telemetry.sample_ratio: "), "{bad}: {e}");
+        }
     }
 }

@@ -41,10 +41,14 @@ pub fn summary(c: &Config) -> String {
     };
     if let Some(t) = &c.telemetry {
         let (url, name) = (&t.otlp_endpoint, &t.service_name);
-        let _ = writeln!(
+        let _ = write!(
             out,
             "traces exported to {url} (OTLP/HTTP) as service {name}"
         );
+        if t.sample_ratio < 1.0 {
+            let _ = write!(out, ", {} of the traces begun here", t.sample_ratio);
+        }
+        out.push('\n');
     }
     for w in &c.warnings {
         let _ = writeln!(out, "warning: {w}");

@@ -7,7 +7,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::runtime;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::{Layer, Registry};
@@ -47,8 +47,11 @@ pub fn start(
         .build()
         .map_err(|e| ExportError(format!("cannot start the OTLP trace exporter: {e}")))?;
     let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    // The caller's sampled flag decides for its trace; the ratio for the traces begun here.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample_ratio)));
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
+        .with_sampler(sampler)
         .with_resource(
             Resource::builder()
                 .with_service_name(config.service_name.clone())

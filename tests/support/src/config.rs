@@ -30,6 +30,8 @@ struct Telemetry {
     otlp_endpoint: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     service_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -275,7 +277,16 @@ impl GatewayConfig {
         self.telemetry = Some(Telemetry {
             otlp_endpoint: otlp_endpoint.to_owned(),
             service_name: service_name.map(str::to_owned),
+            sample_ratio: None,
         });
+        self
+    }
+
+    /// `telemetry.sample_ratio` (after [`GatewayConfig::telemetry`]).
+    pub fn telemetry_sample_ratio(mut self, ratio: f64) -> Self {
+        if let Some(t) = self.telemetry.as_mut() {
+            t.sample_ratio = Some(ratio);
+        }
         self
     }
 
