@@ -171,3 +171,29 @@ impl Injector for CarrierMut<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_propagator_reads_and_writes_the_headers_the_registry_names() {
+        let propagator = TraceContextPropagator::new();
+        let fields: Vec<&str> = propagator.fields().collect();
+        let named = [&crate::headers::TRACEPARENT, &crate::headers::TRACESTATE];
+        assert_eq!(fields, named.map(HeaderName::as_str));
+    }
+
+    #[test]
+    fn off_no_span_is_made_and_no_header_is_touched() {
+        assert!(!on());
+        let mut headers = HeaderMap::new();
+        let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        headers.insert("traceparent", HeaderValue::from_static(caller));
+        let span = request(&Method::POST, "/orders", &headers);
+        assert!(span.is_none() && claim().is_none() && upstream().is_none());
+        inject(&upstream(), &mut headers);
+        assert_eq!(headers["traceparent"], caller);
+        assert_eq!(headers.len(), 1);
+    }
+}
