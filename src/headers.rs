@@ -47,3 +47,11 @@ pub static STALE: HeaderName = HeaderName::from_static("dedupe-stale");
 /// dialect: Stripe's clients obey it before their own rules, so an in-flight conflict is
 /// retried even at the status that makes them raise `IdempotencyError`.
 pub static STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-retry");
+
+/// W3C Trace Context's `traceparent`: read from the client and, with `[telemetry]`,
+/// replaced on the way upstream by one naming the gateway's upstream call (untouched
+/// otherwise). Written by the propagator (`crate::telemetry`), which names it itself.
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// W3C Trace Context's `tracestate`: carried on with the caller's trace, as `traceparent`.
+pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");

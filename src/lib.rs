@@ -38,6 +38,8 @@
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
 //! - [`headers`]: every header name the gateway reads or writes.
+//! - [`telemetry`]: traces (off unless configured): the request span and its children,
+//!   `traceparent` in and out, the OTLP/HTTP exporter.
 //! - [`log`]: one writer thread for every log line; the access line, formatted without
 //!   `tracing`'s layers.
 //! - [`metrics`]: Prometheus counters and histograms.
@@ -83,6 +85,7 @@ pub mod route;
 pub mod seal;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod tokens;
 pub mod upstream;

@@ -10,7 +10,6 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
 use dedupe_gateway::explain::{explain, summary, Probe};
@@ -244,29 +243,45 @@ fn check(
     }
 }
 
-/// `run`: logging, the configuration, then the gateway until it drains.
+/// `run`: the configuration, logging (and traces when configured), then the gateway until
+/// it drains.
 fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
+    let config = match load(&path) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let traces = (config.telemetry.as_ref())
+        .map(|t| dedupe_gateway::telemetry::export::start(t, runtime.handle()));
+    let (layer, exporter) = match traces.transpose() {
+        Ok(t) => t.unzip(),
+        Err(e) => {
+            report(&e.to_string());
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
     // Held to the end: dropping it writes out the lines still buffered.
-    let _log = match init_tracing(log_format) {
+    let _log = match init_tracing(log_format, layer) {
         Ok(guard) => guard,
         Err(e) => {
             report(&format!("cannot start the log's writer thread: {e}"));
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let config = match load(&path) {
-        Ok(c) => c,
-        Err(e) => return config_error(&e),
-    };
-    match run(config, path) {
+    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path)));
+    // Outside the runtime, while it still runs the exporter's task: the last spans.
+    if let Some(Err(e)) = exporter.map(|x| x.shutdown()) {
+        tracing::warn!("traces: {e}");
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            let bind = matches!(e, dedupe_gateway::server::RunError::Bind { .. });
             // Once, through the log: stderr in either log format.
-            tracing::error!("{e:#}");
-            let bind = matches!(
-                e.downcast_ref::<dedupe_gateway::server::RunError>(),
-                Some(dedupe_gateway::server::RunError::Bind { .. })
-            );
+            tracing::error!("{:#}", anyhow::Error::new(e));
             ExitCode::from(if bind { EXIT_UNAVAILABLE } else { EXIT_RUNTIME })
         }
     }
@@ -337,13 +352,15 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "dedupe-gateway: {message}");
 }
 
-fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// The multi-threaded runtime `run` and `drill` work on; a failure already reported.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(dedupe_gateway::server::run(config, Some(path)))?;
-    Ok(())
+        .map_err(|e| {
+            report(&format!("cannot start the async runtime: {e}"));
+            ExitCode::from(EXIT_RUNTIME)
+        })
 }
 
 /// Exit status when a drill or a store check failed.
@@ -355,15 +372,9 @@ fn drill(args: DrillArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+        Err(code) => return code,
     };
     let result = match (&args.target, &args.admin) {
         (Some(t), Some(a)) => {
@@ -443,7 +454,10 @@ fn target_plan(
 
 /// Logs to stderr in `format` (text on a terminal, JSON otherwise) through the library's
 /// one writer thread.
-fn init_tracing(format: Option<LogFormat>) -> std::io::Result<dedupe_gateway::log::sink::Guard> {
+fn init_tracing(
+    format: Option<LogFormat>,
+    traces: Option<dedupe_gateway::telemetry::export::TraceLayer>,
+) -> std::io::Result<dedupe_gateway::log::sink::Guard> {
     let terminal = std::io::stderr().is_terminal();
     let format = match format {
         Some(LogFormat::Text) => Format::Text,
@@ -451,5 +465,5 @@ fn init_tracing(format: Option<LogFormat>) -> std::io::Result<dedupe_gateway::lo
         None if terminal => Format::Text,
         None => Format::Json,
     };
-    dedupe_gateway::log::install(format, terminal)
+    dedupe_gateway::log::install(format, terminal, traces)
 }

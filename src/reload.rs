@@ -39,6 +39,11 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");
     }
+    // The exporter and the tracing layer are set up once, at start.
+    if old.telemetry != new.telemetry {
+        restart.push("telemetry");
+    }
+    new.telemetry = old.telemetry.clone();
     // Keep what needs a restart as it is, so the admin port and metrics tell the truth.
     new.server.listen = old.server.listen;
     new.store = old.store.clone();
@@ -68,6 +73,24 @@ mod tests {
             "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n{extra_server}\n{rest}"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn traces_switched_on_or_moved_wait_for_a_restart() {
+        let off = config("", "");
+        let on = config(
+            "",
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n",
+        );
+        let (merged, restart) = merge(&off, on.clone());
+        assert_eq!(restart, ["telemetry"]);
+        assert_eq!(
+            merged.telemetry, None,
+            "the running exporter stays as it was"
+        );
+        let (merged, restart) = merge(&on, on.clone());
+        assert!(restart.is_empty());
+        assert_eq!(merged.telemetry, on.telemetry);
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub const DEFAULT_TLS_INSECURE: bool = false;
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `admin.allow_unauthenticated`: an admin listener off loopback needs a token.
 pub const DEFAULT_ADMIN_ALLOW_UNAUTHENTICATED: bool = false;
+/// `telemetry.service_name`: the `service.name` of the exported spans.
+pub const DEFAULT_SERVICE_NAME: &str = "dedupe-gateway";
+/// `telemetry.sample_ratio`: every trace that starts at the gateway is exported.
+pub const DEFAULT_SAMPLE_RATIO: f64 = 1.0;
 
 /// `defaults.lease`: short, because the winner renews it every third while its call runs;
 /// it bounds how long a dead gateway's claim blocks its key.
@@ -268,6 +272,8 @@ mod tests {
             "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
             "store.backend" => enum_value::<Backend>(text) == DEFAULT_BACKEND,
             "store.prefix" => text == DEFAULT_PREFIX,
+            "telemetry.service_name" => text == DEFAULT_SERVICE_NAME,
+            "telemetry.sample_ratio" => text.parse().ok() == Some(DEFAULT_SAMPLE_RATIO),
             "store.timeout" => d(DEFAULT_STORE_TIMEOUT),
             "store.on_error" => enum_value::<OnError>(text) == DEFAULT_ON_ERROR,
             "store.max_records" => n(DEFAULT_MAX_RECORDS as u64),

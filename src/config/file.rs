@@ -27,6 +27,8 @@ pub struct FileConfig {
     pub defaults: FileDefaults,
     /// `[admin]`
     pub admin: Option<FileAdmin>,
+    /// `[telemetry]`
+    pub telemetry: Option<super::telemetry::FileTelemetry>,
     /// `[[routes]]`
     #[serde(default)]
     pub routes: Vec<FileRoute>,

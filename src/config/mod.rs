@@ -5,7 +5,7 @@
 //!
 //! - [`file`]: the file as written; [`env`]: the `DEDUPE_*` overrides applied to it;
 //! - [`defaults`]: every default, named;
-//! - `server`, `store`, `routes`, `admin`: validation of each section; `verify`: a route's
+//! - `server`, `store`, `routes`, `admin`, `telemetry`: validation of each section; `verify`: a route's
 //!   webhook signatures; `errors`: the dialect of the gateway's own answers; `parse`: value
 //!   syntaxes; `secrets`: `env:` and `file:` sources.
 //!
@@ -31,6 +31,7 @@ mod routes;
 mod secrets;
 mod server;
 mod store;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod verify;
@@ -44,6 +45,7 @@ pub use file::{
 pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamHttp2, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
+pub use telemetry::{FileTelemetry, TelemetryConfig};
 
 use crate::route::{Dialect, Route};
 
@@ -102,6 +104,8 @@ pub struct Config {
     /// How the gateway's answers made before a request has a route are written
     /// (`[defaults] errors` and `problem_base_url`).
     pub errors: Dialect,
+    /// Where traces go, when they are exported (`[telemetry]`).
+    pub telemetry: Option<TelemetryConfig>,
     /// Valid but risky settings, for `check` to print and `run` to log.
     pub warnings: Vec<String>,
 }
@@ -214,6 +218,7 @@ impl Config {
             })
             .transpose()?;
 
+        let telemetry = telemetry::validate(file.telemetry.as_ref())?;
         let inherited = routes::Inherited::from_file(&file.defaults, file.store.on_error)?;
 
         let mut names = HashSet::new();
@@ -245,6 +250,7 @@ impl Config {
             admin,
             routes,
             errors: inherited.errors,
+            telemetry,
             warnings,
         })
     }

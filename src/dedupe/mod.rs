@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, warn, Instrument};
 
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome, Would};
@@ -46,6 +46,7 @@ use crate::metrics::{ClaimEvent, Metrics};
 use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
 use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreKey};
+use crate::telemetry;
 
 /// What the protocol needs from the gateway around it.
 pub struct Env<'a> {
@@ -194,7 +195,8 @@ where
     // The claim and the forwarder's call are boxed: each is a large future (a store round
     // trip; an upstream call with its body capture), and held inline they made every
     // request's task several KiB, copied whole on each move and on spawn.
-    let claimed = Box::pin(claim::claim(env, key, request_hash, policy, order)).await;
+    let claiming = claim::claim(env, key, request_hash, policy, order);
+    let claimed = Box::pin(claiming.instrument(telemetry::claim())).await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
             Ok(Claim::Replay(_)) => Some(Would::Replay),
@@ -254,11 +256,15 @@ where
         .renewing(Box::pin(forward(Forward::Owned(fence))))
         .await
     {
-        Attempt::Final { record, response } => (
-            Box::pin(lease.complete(env.keyring.seal(key, record))).await,
-            response,
-        ),
-        Attempt::NotExecuted(response) => (Box::pin(lease.release()).await, response),
+        Attempt::Final { record, response } => {
+            let completing = lease.complete(env.keyring.seal(key, record));
+            let span = telemetry::completion();
+            (Box::pin(completing.instrument(span)).await, response)
+        }
+        Attempt::NotExecuted(response) => {
+            let span = telemetry::completion();
+            (Box::pin(lease.release().instrument(span)).await, response)
+        }
         Attempt::Unknown(response) => (lease.keep(), response),
     };
     Settled {

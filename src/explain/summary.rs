@@ -8,8 +8,8 @@ use crate::config::{format_duration, Config};
 use crate::key::{KeyRule, MatchRule};
 use crate::route::{OnConflict, OnUnknown, Route};
 
-/// `check` without `--request`: the file's listener, upstream, store and encryption, its
-/// warnings, and one line per route with every setting that decides what a request gets.
+/// `check` without `--request`: the file's listener, upstream, store and encryption, where
+/// traces go, its warnings, and one line per route with every setting that decides what a request gets.
 pub fn summary(c: &Config) -> String {
     let mut out = String::new();
     let upstream = &c.server.upstream;
@@ -39,6 +39,17 @@ pub fn summary(c: &Config) -> String {
         ),
         None => writeln!(out, "stored responses not encrypted"),
     };
+    if let Some(t) = &c.telemetry {
+        let (url, name) = (&t.otlp_endpoint, &t.service_name);
+        let _ = write!(
+            out,
+            "traces exported to {url} (OTLP/HTTP) as service {name}"
+        );
+        if t.sample_ratio < 1.0 {
+            let _ = write!(out, ", {} of the traces begun here", t.sample_ratio);
+        }
+        out.push('\n');
+    }
     for w in &c.warnings {
         let _ = writeln!(out, "warning: {w}");
     }

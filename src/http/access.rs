@@ -4,22 +4,37 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{Method, StatusCode, Uri};
+use tracing::Instrument;
 
 use crate::dedupe::{Finish, Outcome, Would};
 use crate::log::{self, AccessLine};
 use crate::metrics::{millis, Metrics};
 use crate::store::Fence;
+use crate::telemetry;
 
 /// The request as it arrived, for its access line; and its span, for every other event.
 #[derive(Clone)]
 pub(super) struct Origin {
     pub span: tracing::Span,
+    /// The request's trace span, when traces are exported ([`crate::telemetry`]).
+    pub trace: tracing::Span,
     pub method: Method,
     /// The target as sent, before normalisation: the line shows what the client asked.
     pub uri: Uri,
 }
 
 impl Origin {
+    /// Runs `work` in the request's spans: the trace's (entered, so that the claim, upstream
+    /// and completion spans hang under it) and the log's within it. Off, both are
+    /// [`tracing::Span::none`], whose enter and exit are a branch each.
+    pub fn run_in<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        work.instrument(self.span.clone())
+            .instrument(self.trace.clone())
+    }
+
     pub fn of<B>(req: &http::Request<B>) -> Self {
         // At debug: a span at info cost 1-2 µs per request (the registry's slot and the
         // fields formatted as JSON when it opens, whether or not any line is logged in it),
@@ -27,10 +42,14 @@ impl Origin {
         // inside a request say what they are about (route, store key, fence), and the
         // request's access line follows with method and path;
         // `RUST_LOG=info,dedupe_gateway::http=debug` puts the span back on them.
-        let span =
-            tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
+        let trace = telemetry::request(req.method(), req.uri().path(), req.headers());
+        // Under the trace span, so that spans made inside either have it as their root.
+        let span = trace.in_scope(
+            || tracing::debug_span!("request", method = %req.method(), path = %req.uri().path()),
+        );
         Self {
             span,
+            trace,
             method: req.method().clone(),
             uri: req.uri().clone(),
         }
@@ -74,6 +93,17 @@ impl Access {
         }
         if let Some(would) = self.would {
             metrics.shadow(&self.route, would.as_str());
+        }
+        if !origin.trace.is_none() {
+            let ending = telemetry::Ending {
+                route: &self.route,
+                outcome: self.outcome.as_str(),
+                finish: self.finish.map(Finish::as_str),
+                fence: self.fence.map(Fence::get),
+                key: self.key.as_ref().map(|(k, s)| (k.as_str(), s.as_str())),
+                status: status.as_u16(),
+            };
+            telemetry::end(&origin.trace, &origin.method, &ending);
         }
         log::access(|| AccessLine {
             at: SystemTime::now(),

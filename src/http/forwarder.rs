@@ -10,7 +10,7 @@ use http::header::{HeaderValue, SET_COOKIE};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::grpc;
 use super::join::Streams;
@@ -25,6 +25,7 @@ use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
+use crate::telemetry;
 use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
@@ -87,16 +88,21 @@ impl Forwarder {
             delivery: &delivery,
             join: join.as_ref(),
         };
+        let span = telemetry::upstream();
+        telemetry::inject(&span, req.headers_mut());
         let deadline = live.upstream.deadline();
         let started = Instant::now();
-        let resp = match live.upstream.call(req, deadline).await {
+        let called = live.upstream.call(req, deadline);
+        let resp = match called.instrument(span.clone()).await {
             Ok(resp) => resp,
             Err(e) => return call.failed(e),
         };
         let took = started.elapsed();
+        span.record("http.response.status_code", resp.status().as_u16());
         metrics.upstream(&route.name, resp.status().as_u16(), took);
         live.recent[route_idx].record(took);
-        call.answered(resp, took).await
+        // The body the store keeps is read under the same span.
+        call.answered(resp, took).instrument(span).await
     }
 }
 

@@ -42,6 +42,8 @@ impl KeyedRequest {
     /// streams; at the task's end otherwise.
     pub(super) fn spawn(self, gateway: &Arc<Gateway>, tether: Tether, delivery: Delivery) {
         let this = self;
+        // In the request's spans, as `Gateway::handle` runs it (see `Origin::run_in`).
+        let (span, trace) = (this.origin.span.clone(), this.origin.trace.clone());
         let gateway = gateway.clone();
         let tasks = gateway.tasks.clone();
         let task = async move {
@@ -114,7 +116,7 @@ impl KeyedRequest {
         // the task moved its stage three times more by the end; a box makes each move a
         // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
         // `memmove` per request (a uprobe on it, copies of 256 bytes and more).
-        tasks.spawn(Box::pin(task.in_current_span()));
+        tasks.spawn(Box::pin(task.instrument(span).instrument(trace)));
     }
 }
 

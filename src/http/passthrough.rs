@@ -8,12 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use super::stream::Tail;
 use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
+use crate::telemetry;
 use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
 use crate::{Body, BoxError};
 
@@ -47,15 +48,19 @@ pub(super) async fn forward(
     remote: SocketAddr,
     route: &Arc<str>,
 ) -> Forwarded {
-    let req = live.upstream.prepare(req, remote);
+    let mut req = live.upstream.prepare(req, remote);
+    let span = telemetry::upstream();
+    telemetry::inject(&span, req.headers_mut());
     let started = Instant::now();
-    match live.upstream.call(req, live.upstream.deadline()).await {
+    let called = live.upstream.call(req, live.upstream.deadline());
+    match called.instrument(span.clone()).await {
         Err(e) => {
             warn!(route = &**route, error = %e.chain(), "upstream request failed");
             Forwarded::failed(e.into())
         }
         Ok(resp) => {
             let took = started.elapsed();
+            span.record("http.response.status_code", resp.status().as_u16());
             metrics.upstream(route, resp.status().as_u16(), took);
             Forwarded {
                 response: Ok(stream_response(resp)),

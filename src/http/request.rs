@@ -10,7 +10,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
-use tracing::{error, warn, Instrument};
+use tracing::{error, warn};
 
 use super::access::{Access, Origin};
 use super::body::{read_body, Refusal};
@@ -63,10 +63,8 @@ impl Gateway {
         let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();
-        let handled = self
-            .dispatch(live, req, &conn, &origin, started)
-            .instrument(origin.span.clone())
-            .await;
+        let dispatched = self.dispatch(live, req, &conn, &origin, started);
+        let handled = origin.run_in(dispatched).await;
         match handled {
             Dispatched::Handled(handled) => self.conclude(handled, &origin),
             // Counted and logged by its task, which finishes even if the client left.

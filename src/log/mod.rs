@@ -34,31 +34,71 @@ struct AccessLog {
 static ACCESS: OnceLock<AccessLog> = OnceLock::new();
 
 /// Sets up the process's log, to stderr: `RUST_LOG` filters (default `info`), `ansi`
-/// colours text lines from `tracing`. Keep the guard to the end: dropping it writes out
-/// every line still buffered.
-pub fn install(format: Format, ansi: bool) -> std::io::Result<sink::Guard> {
+/// colours text lines from `tracing`. `traces`, when set, is installed beside it with a
+/// filter of its own (the exporter's, see [`crate::telemetry`]), and the log's filter then
+/// leaves the trace spans out. Keep the guard to the end: dropping it writes out every
+/// line still buffered.
+pub fn install(
+    format: Format,
+    ansi: bool,
+    traces: Option<crate::telemetry::export::TraceLayer>,
+) -> std::io::Result<sink::Guard> {
     let (sink, guard) = sink::Sink::start(Box::new(std::io::stderr()), sink::FLUSH_EVERY)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(sink.clone());
-    let installed = match format {
-        Format::Text => builder.try_init(),
-        // One copy of the span's fields per line: the current span, not also the list.
-        Format::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_span_list(false)
-            .try_init(),
+    let installed = match traces {
+        // Without traces, the subscriber the log always had: one global filter.
+        None => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .with_writer(sink.clone());
+            match format {
+                Format::Text => builder.try_init().is_ok(),
+                // One copy of the span's fields per line: the current span, not also the list.
+                Format::Json => builder
+                    .json()
+                    .flatten_event(true)
+                    .with_span_list(false)
+                    .try_init()
+                    .is_ok(),
+            }
+        }
+        Some(traces) => with_traces(format, ansi, filter, sink.clone(), traces),
     };
     // A subscriber set before (by a program embedding the gateway) keeps its place and
     // gets the access lines as events too.
-    if installed.is_ok() {
+    if installed {
         let _ = ACCESS.set(AccessLog { sink, format });
     }
     Ok(guard)
+}
+
+/// The log's layer under its own filter, beside the trace layer under the exporter's.
+fn with_traces(
+    format: Format,
+    ansi: bool,
+    filter: tracing_subscriber::EnvFilter,
+    sink: sink::Sink,
+    traces: crate::telemetry::export::TraceLayer,
+) -> bool {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    // The trace spans are the exporter's; `RUST_LOG=trace` must not log them as well.
+    let off = format!("{}=off", crate::telemetry::TARGET);
+    let filter = filter.add_directive(off.parse().expect("a valid directive"));
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(sink);
+    let registry = tracing_subscriber::registry().with(traces);
+    match format {
+        Format::Text => registry.with(layer.with_filter(filter)).try_init().is_ok(),
+        Format::Json => {
+            let layer = layer.json().flatten_event(true).with_span_list(false);
+            registry.with(layer.with_filter(filter)).try_init().is_ok()
+        }
+    }
 }
 
 /// Writes one access line, if the filter lets `dedupe_gateway::access` through at info:

@@ -19,8 +19,19 @@ pub struct GatewayConfig {
     defaults: Defaults,
     #[serde(skip_serializing_if = "Option::is_none")]
     admin: Option<Admin>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    telemetry: Option<Telemetry>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     routes: Vec<RouteCfg>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Telemetry {
+    otlp_endpoint: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -107,6 +118,7 @@ impl GatewayConfig {
             store: None,
             defaults: Defaults::default(),
             admin: None,
+            telemetry: None,
             routes: Vec::new(),
         }
     }
@@ -257,6 +269,24 @@ impl GatewayConfig {
     /// Adds a route after those already added (the first match wins).
     pub fn route(mut self, route: RouteCfg) -> Self {
         self.routes.push(route);
+        self
+    }
+
+    /// `[telemetry] otlp_endpoint` (and `service_name` when given): spans are exported.
+    pub fn telemetry(mut self, otlp_endpoint: &str, service_name: Option<&str>) -> Self {
+        self.telemetry = Some(Telemetry {
+            otlp_endpoint: otlp_endpoint.to_owned(),
+            service_name: service_name.map(str::to_owned),
+            sample_ratio: None,
+        });
+        self
+    }
+
+    /// `telemetry.sample_ratio` (after [`GatewayConfig::telemetry`]).
+    pub fn telemetry_sample_ratio(mut self, ratio: f64) -> Self {
+        if let Some(t) = self.telemetry.as_mut() {
+            t.sample_ratio = Some(ratio);
+        }
         self
     }
 
