@@ -67,14 +67,11 @@ pub struct Listeners {
 impl Listeners {
     /// Binds what the config asks for.
     pub async fn bind(config: &Config) -> Result<Self, RunError> {
-        let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| RunError::Bind { addr, source })
-        };
-        let public = bind(config.server.listen).await?;
+        let bind =
+            |addr: SocketAddr| listen(addr).map_err(|source| RunError::Bind { addr, source });
+        let public = bind(config.server.listen)?;
         let admin = match &config.admin {
-            Some(a) => Some(bind(a.listen).await?),
+            Some(a) => Some(bind(a.listen)?),
             None => None,
         };
         let tls = match &config.server.tls {
@@ -85,6 +82,23 @@ impl Listeners {
         };
         Ok(Self { public, admin, tls })
     }
+}
+
+/// Connections the kernel may queue for `accept` (capped by `net.core.somaxconn`).
+/// Tokio's `TcpListener::bind` asks for 128: a thousand clients connecting at once
+/// overflowed it, and each dropped SYN waited a second for its retransmit (`nstat`:
+/// `ListenOverflows`). nginx's benchmark configuration asks for 4096 as well.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` (`SO_REUSEADDR`, as `TcpListener::bind` sets it).
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Runs the gateway as a process: binds, serves, reloads on SIGHUP, drains on

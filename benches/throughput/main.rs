@@ -17,65 +17,37 @@
 //! `32,1000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
 //! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
 //! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
-//! another build's `dedupe-gateway`, run beside this one: `*@compare` rows). Run with
-//! `cargo bench --bench throughput`.
+//! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_WRK`
+//! (`off`: no wrk rounds; `only`: wrk rounds alone). Run with `cargo bench --bench
+//! throughput`.
+//!
+//! When `wrk` is installed, every scenario is also driven by `wrk -t1 --latency` in front
+//! of an nginx origin (`versus.rs`), with the CPU every process spends per request.
 
+mod cpu;
 mod load;
+mod plot;
+mod report;
+mod scenarios;
 mod servers;
 mod upstream;
+mod versus;
+mod versus_table;
+mod wrk;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dedupe_test_support::{GatewayConfig, RedisServer, RouteCfg, StoreCfg};
+use dedupe_test_support::{RedisServer, StoreCfg};
 
 use load::{Keys, Load, Pass};
+use scenarios::{Kind, Scenario, Setup};
 use servers::{GatewayChild, Nginx};
 use upstream::Counting;
 
-const DEDUPED: &str = "/v1/payments/charge";
-
-/// The gateway under test, in front of `upstream`, on `store`.
-fn config(upstream: SocketAddr, store: StoreCfg) -> GatewayConfig {
-    GatewayConfig::new(format!("http://{upstream}"))
-        .max_body("64KiB")
-        .upstream_timeout("5s")
-        .store(store)
-        .default_lease("5s")
-        .default_window("1h")
-        .route(RouteCfg::header("payments", "/v1/payments/*").required(true))
-}
-
-/// What a scenario sends, and what the upstream and the replies must show afterwards.
-#[derive(Clone, Copy)]
-enum Kind {
-    /// No deduplication: every request is one upstream effect, none replayed.
-    Plain,
-    /// A fresh key per request: every request is one upstream effect, none replayed.
-    Won,
-    /// One key, primed by one request first: no further effect, every reply replayed.
-    Replay,
-}
-
-/// One scenario: where it sends, and which gateway (if any) serves it.
-struct Scenario {
-    name: String,
-    addr: SocketAddr,
-    path: &'static str,
-    kind: Kind,
-    gateway: Option<usize>,
-    /// The serving process's id (nginx's master, or the gateway), for a profiler and for
-    /// the CPU time it spends per request.
-    pid: Option<u32>,
-    /// The `redis-server` the gateway stores in (process id, port), for the CPU time it
-    /// spends per request and how many commands it gets per read.
-    store_pid: Option<(u32, u16)>,
-}
-
 /// One scenario's pass in one round.
-struct Sample {
+pub struct Sample {
     rate: f64,
     p50: Duration,
     p99: Duration,
@@ -98,11 +70,11 @@ struct Costs {
     depth: Option<f64>,
 }
 
-struct Settings {
+pub struct Settings {
     requests: usize,
-    limit: Duration,
-    rounds: usize,
-    connections: Vec<usize>,
+    pub limit: Duration,
+    pub rounds: usize,
+    pub connections: Vec<usize>,
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -168,22 +140,21 @@ async fn measure(
             tokio::time::sleep(Duration::from_secs_f64(hold)).await;
         }
         let before = up.effects();
-        let server_before = s.pid.map(servers::cpu_ticks);
-        let redis_before = s.store_pid.map(|(pid, _)| servers::cpu_ticks(pid));
-        let io_before = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
+        let server_before = s.pid.map(cpu::cpu_ticks);
+        let redis_before = s.store_pid.map(|(pid, _)| cpu::cpu_ticks(pid));
+        let io_before = s.store_pid.and_then(|(_, port)| cpu::redis_io(port));
         let result = load.run(s.path, &keys(pass), count, set.limit).await;
-        let per_request = |ticks: u64| {
-            ticks as f64 / servers::ticks_per_second() * 1e6 / result.requests() as f64
-        };
+        let per_request =
+            |ticks: u64| ticks as f64 / cpu::ticks_per_second() * 1e6 / result.requests() as f64;
         let server = s
             .pid
             .zip(server_before)
-            .map(|(pid, before)| servers::cpu_ticks(pid).since(before));
+            .map(|(pid, before)| cpu::cpu_ticks(pid).since(before));
         let redis = s
             .store_pid
             .zip(redis_before)
-            .map(|((pid, _), before)| servers::cpu_ticks(pid).since(before));
-        let io_after = s.store_pid.and_then(|(_, port)| servers::redis_io(port));
+            .map(|((pid, _), before)| cpu::cpu_ticks(pid).since(before));
+        let io_after = s.store_pid.and_then(|(_, port)| cpu::redis_io(port));
         let costs = Costs {
             cpu_us: server.map(|t| per_request(t.total())),
             user_us: server.map(|t| per_request(t.user)),
@@ -217,13 +188,6 @@ async fn measure(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let set = settings();
-    let up = Counting::start().await;
-    let nginx = Nginx::start(up.addr);
-    if nginx.is_none() {
-        println!(
-            "note: nginx is not installed; ratios are to direct (apt-get install nginx-light)"
-        );
-    }
     // Kept alive until the end: dropping a RedisServer kills it.
     // With the `hash-max-listpack-value` the store check advises (docs/redis.md).
     let redis = on_path("redis-server")
@@ -238,36 +202,12 @@ async fn main() {
 
     let redis_pid = redis
         .as_ref()
-        .and_then(|r| Some((servers::redis_pid(r.port)?, r.port)));
+        .and_then(|r| Some((cpu::redis_pid(r.port)?, r.port)));
     let mut stores = vec![("memory", StoreCfg::memory())];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
     }
-    let mut gateways: Vec<GatewayChild> = Vec::new();
-    let mut scenarios = Vec::new();
-    if let Some(n) = &nginx {
-        scenarios.push(Scenario {
-            name: "nginx".into(),
-            addr: n.addr,
-            path: DEDUPED,
-            kind: Kind::Plain,
-            gateway: None,
-            pid: Some(n.pid()),
-            store_pid: None,
-        });
-    }
-    scenarios.push(Scenario {
-        name: "direct".into(),
-        addr: up.addr,
-        path: DEDUPED,
-        kind: Kind::Plain,
-        gateway: None,
-        pid: None,
-        store_pid: None,
-    });
-    // This build's gateway, and with `BENCH_COMPARE` another build's binary beside it: the
-    // same scenarios, suffixed `@compare`, interleaved in the same rounds, so a change is
-    // measured against what it changed on the same machine at the same moments.
+    // This build's gateway, and with `BENCH_COMPARE` another build's binary beside it.
     let mut binaries = vec![(
         PathBuf::from(env!("CARGO_BIN_EXE_dedupe-gateway")),
         String::new(),
@@ -275,81 +215,36 @@ async fn main() {
     if let Ok(other) = std::env::var("BENCH_COMPARE") {
         binaries.push((PathBuf::from(other), "@compare".into()));
     }
-    for (bin, suffix) in &binaries {
-        let first = gateways.len();
-        for (name, store) in &stores {
-            let store_pid = if *name == "redis" { redis_pid } else { None };
-            for encrypted in [false, true] {
-                let (store, name) = match encrypted {
-                    false => (store.clone(), (*name).to_owned()),
-                    true => (
-                        store.clone().encryption_keys(&sealed),
-                        format!("{name}-sealed"),
-                    ),
-                };
-                if gateways.len() == first {
-                    // A gateway of its own, so its memory is that of streaming with nothing
-                    // stored.
-                    let gw = GatewayChild::start(bin, config(up.addr, store.clone()));
-                    scenarios.push(Scenario {
-                        name: format!("passthrough{suffix}"),
-                        addr: gw.addr,
-                        path: "/other",
-                        kind: Kind::Plain,
-                        gateway: Some(first),
-                        pid: Some(gw.pid()),
-                        store_pid,
-                    });
-                    gateways.push(gw);
-                }
-                let gw = GatewayChild::start(bin, config(up.addr, store));
-                let idx = gateways.len();
-                scenarios.push(Scenario {
-                    name: format!("{name}-won{suffix}"),
-                    addr: gw.addr,
-                    path: DEDUPED,
-                    kind: Kind::Won,
-                    gateway: Some(idx),
-                    pid: Some(gw.pid()),
-                    store_pid,
-                });
-                scenarios.push(Scenario {
-                    name: format!("{name}-replay{suffix}"),
-                    addr: gw.addr,
-                    path: DEDUPED,
-                    kind: Kind::Replay,
-                    gateway: Some(idx),
-                    pid: Some(gw.pid()),
-                    store_pid,
-                });
-                gateways.push(gw);
-            }
-        }
-        if let Some(r) = &redis {
-            // Replays on Redis with the near-cache on (`store.near_cache`): served from the
-            // gateway's copy, proved fresh by Redis's invalidations.
-            let store = StoreCfg::redis(r.url())
-                .timeout("500ms")
-                .near_cache("64MiB");
-            let gw = GatewayChild::start(bin, config(up.addr, store));
-            scenarios.push(Scenario {
-                name: format!("redis-cached-replay{suffix}"),
-                addr: gw.addr,
-                path: DEDUPED,
-                kind: Kind::Replay,
-                gateway: Some(gateways.len()),
-                pid: Some(gw.pid()),
-                store_pid: redis_pid,
-            });
-            gateways.push(gw);
+    let setup = Setup {
+        stores: &stores,
+        binaries: &binaries,
+        redis: redis.as_ref().map(|r| (r.url(), redis_pid)),
+        sealed: &sealed,
+    };
+    let wrk = std::env::var("BENCH_WRK").unwrap_or_default();
+    if wrk != "only" {
+        generator(&set, &setup).await;
+    }
+    if wrk != "off" {
+        if on_path("wrk") {
+            versus::run(&set, &setup).await;
+        } else {
+            println!("note: wrk is not installed; no wrk table (apt-get install wrk)");
         }
     }
+}
+
+/// The built-in generator's rounds, in front of the bench's counting upstream.
+async fn generator(set: &Settings, setup: &Setup<'_>) {
+    let up = Counting::start().await;
+    let nginx = Nginx::start(up.addr);
+    if nginx.is_none() {
+        println!(
+            "note: nginx is not installed; ratios are to direct (apt-get install nginx-light)"
+        );
+    }
+    let (gateways, scenarios) = scenarios::build(up.addr, nginx.as_ref(), true, setup);
     let idle: Vec<u64> = gateways.iter().map(GatewayChild::rss).collect();
-    if let Ok(only) = std::env::var("BENCH_ONLY") {
-        let only: Vec<&str> = only.split(',').map(str::trim).collect();
-        let base = scenarios[0].name.clone();
-        scenarios.retain(|s| s.name == base || only.contains(&s.name.trim_end_matches("@compare")));
-    }
 
     println!(
         "throughput: at most {} requests or {:?} per pass, {} rounds, connections {:?}",
@@ -361,7 +256,7 @@ async fn main() {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                let (pass, load, warm, costs) = measure(s, &up, conns, round, &set).await;
+                let (pass, load, warm, costs) = measure(s, &up, conns, round, set).await;
                 if s.name == "memory-won" {
                     memory_records += pass.requests() + warm;
                 }
@@ -384,7 +279,7 @@ async fn main() {
         }
     }
     println!();
-    report::table(&scenarios, &samples, &set);
+    report::table(&scenarios, &samples, set);
     println!();
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
@@ -400,108 +295,5 @@ async fn main() {
             mb(now),
             now.saturating_sub(idle[1]) as f64 / memory_records as f64
         );
-    }
-}
-
-mod report {
-    //! The table: medians over rounds with their ranges.
-
-    use std::collections::BTreeMap;
-    use std::time::Duration;
-
-    use super::{Sample, Scenario, Settings};
-
-    fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
-    }
-
-    fn ms(d: Duration) -> f64 {
-        d.as_secs_f64() * 1e3
-    }
-
-    pub fn table(
-        scenarios: &[Scenario],
-        samples: &BTreeMap<(usize, usize), Vec<Sample>>,
-        set: &Settings,
-    ) {
-        let base_name = if scenarios[0].name == "nginx" {
-            "nginx"
-        } else {
-            "direct"
-        };
-        let header = [
-            "scenario",
-            "conns",
-            "req/s",
-            &format!("vs {base_name} (range)"),
-            "p50 ms",
-            "p99 ms",
-            "RSS MiB",
-            "CPU us/req",
-            "user us/req",
-            "Redis us/req",
-            "Redis cmds/read",
-        ];
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        for &conns in &set.connections {
-            let base = &samples[&(conns, 0)];
-            for (i, s) in scenarios.iter().enumerate() {
-                let runs = &samples[&(conns, i)];
-                let ratios = runs
-                    .iter()
-                    .zip(base)
-                    .map(|(r, b)| r.rate / b.rate)
-                    .collect();
-                let (ratio, lo, hi) = median(ratios);
-                let (rate, _, _) = median(runs.iter().map(|r| r.rate).collect());
-                let (p50, _, _) = median(runs.iter().map(|r| ms(r.p50)).collect());
-                let (p99, p99_lo, p99_hi) = median(runs.iter().map(|r| ms(r.p99)).collect());
-                let rss = runs.iter().filter_map(|r| r.rss).max();
-                let cpu: Vec<f64> = runs.iter().filter_map(|r| r.costs.cpu_us).collect();
-                let cpu = (!cpu.is_empty()).then(|| median(cpu));
-                let user: Vec<f64> = runs.iter().filter_map(|r| r.costs.user_us).collect();
-                let user = (!user.is_empty()).then(|| median(user));
-                let redis: Vec<f64> = runs.iter().filter_map(|r| r.costs.redis_us).collect();
-                let redis = (!redis.is_empty()).then(|| median(redis));
-                let depth: Vec<f64> = runs.iter().filter_map(|r| r.costs.depth).collect();
-                let depth = (!depth.is_empty()).then(|| median(depth));
-                rows.push(vec![
-                    s.name.clone(),
-                    conns.to_string(),
-                    format!("{rate:.0}"),
-                    format!("{ratio:.2} ({lo:.2}-{hi:.2})"),
-                    format!("{p50:.2}"),
-                    format!("{p99:.2} ({p99_lo:.1}-{p99_hi:.1})"),
-                    rss.map_or("-".into(), |b| {
-                        format!("{:.1}", b as f64 / (1024.0 * 1024.0))
-                    }),
-                    cpu.map_or("-".into(), |(c, lo, hi)| {
-                        format!("{c:.1} ({lo:.1}-{hi:.1})")
-                    }),
-                    user.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
-                    redis.map_or("-".into(), |(c, _, _)| format!("{c:.1}")),
-                    depth.map_or("-".into(), |(d, _, _)| format!("{d:.2}")),
-                ]);
-            }
-        }
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.len());
-            }
-        }
-        let line = |cells: &[String]| {
-            let mut out = format!("{:<w$}", cells[0], w = widths[0]);
-            for (cell, w) in cells[1..].iter().zip(&widths[1..]) {
-                out.push_str(&format!("  {cell:>w$}"));
-            }
-            println!("{out}");
-        };
-        line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
-        line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>());
-        for row in &rows {
-            line(row);
-        }
     }
 }

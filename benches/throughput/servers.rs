@@ -35,115 +35,6 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-/// CPU time used so far by `root` and its direct children (the gateway's threads, or
-/// nginx's master and workers), in clock ticks: user-space, and in the kernel.
-#[derive(Clone, Copy)]
-pub struct Ticks {
-    pub user: u64,
-    pub system: u64,
-}
-
-impl Ticks {
-    pub fn total(self) -> u64 {
-        self.user + self.system
-    }
-
-    pub fn since(self, before: Ticks) -> Ticks {
-        Ticks {
-            // A child that exits during a pass takes its ticks with it.
-            user: self.user.saturating_sub(before.user),
-            system: self.system.saturating_sub(before.system),
-        }
-    }
-}
-
-/// [`Ticks`] of `root` and its direct children.
-pub fn cpu_ticks(root: u32) -> Ticks {
-    // Fields after the command name (which may hold spaces, so split after its `)`):
-    // state is the first, ppid the second, utime the 12th, stime the 13th.
-    let read = |stat: &str| -> Option<(u32, Ticks)> {
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split(' ').collect();
-        Some((
-            f[1].parse().ok()?,
-            Ticks {
-                user: f[11].parse().ok()?,
-                system: f[12].parse().ok()?,
-            },
-        ))
-    };
-    let mut total = Ticks { user: 0, system: 0 };
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        if let Some((ppid, ticks)) = read(&stat) {
-            if pid == root || ppid == root {
-                total.user += ticks.user;
-                total.system += ticks.system;
-            }
-        }
-    }
-    total
-}
-
-/// The process id of the `redis-server` on `port` (from `INFO server`), if `redis-cli`
-/// is installed.
-pub fn redis_pid(port: u16) -> Option<u32> {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "info", "server"])
-        .output()
-        .ok()?;
-    String::from_utf8(out.stdout)
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// `redis-server`'s counts so far: the gateway's commands (its scripts: `EVALSHA` and
-/// `EVAL` calls in `INFO commandstats`; `total_commands_processed` would also count the
-/// commands the scripts run), and reads from client sockets (`total_reads_processed`).
-/// Commands per read over a pass is how deep the gateway's connection pipelines under
-/// load (1.0: every command took a read of its own).
-pub fn redis_io(port: u16) -> Option<(u64, u64)> {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "info", "all"])
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let calls = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.strip_prefix("calls="))
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let reads = text
-        .lines()
-        .find_map(|l| l.strip_prefix("total_reads_processed:"))
-        .and_then(|v| v.trim().parse::<u64>().ok())?;
-    Some((calls("cmdstat_evalsha:") + calls("cmdstat_eval:"), reads))
-}
-
-/// Clock ticks per second, as `/proc` counts CPU time.
-pub fn ticks_per_second() -> f64 {
-    // `getconf` rather than a libc call; 100 on every Linux this runs on.
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
 /// `nginx` on PATH or where Debian puts it, if installed.
 fn nginx_binary() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|path| {
@@ -154,21 +45,76 @@ fn nginx_binary() -> Option<PathBuf> {
     on_path.or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
 }
 
-/// nginx as a plain reverse proxy in front of the same upstream: one worker per core,
-/// upstream keep-alive (as many idle connections as the gateway's pool keeps), one
-/// access-log line per request to a file, as the gateway logs one per request.
+/// nginx as a plain reverse proxy in front of the same upstream, or as the origin itself:
+/// one worker per core; as a proxy with upstream keep-alive and one access-log line per
+/// request to a file, as the gateway logs one per request.
 pub struct Nginx {
     pub addr: SocketAddr,
     child: Child,
     _dir: tempfile::TempDir,
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Nginx {
+    /// The built-in generator's baseline: as many idle upstream connections kept as the
+    /// gateway's pool keeps (256 in all).
     pub fn start(upstream: SocketAddr) -> Option<Self> {
+        Self::proxy(upstream, 256 / cores(), false)
+    }
+
+    /// `proxy_pass` to `upstream`, keeping `keepalive` idle connections per worker, the
+    /// listener with `reuseport` if asked (one accept queue per worker).
+    pub fn proxy(upstream: SocketAddr, keepalive: usize, reuseport: bool) -> Option<Self> {
+        let reuseport = if reuseport { " reuseport" } else { "" };
+        Self::serve(|d, addr| {
+            format!(
+                "access_log {d}/access.log;
+    upstream app {{
+        server {upstream};
+        keepalive {keepalive};
+        keepalive_requests 1000000;
+    }}
+    keepalive_requests 1000000;
+    server {{
+        listen {addr} backlog=4096{reuseport};
+        location / {{
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }}
+    }}"
+            )
+        })
+    }
+
+    /// The origin `wrk`'s scenarios end at: every request answered `201` with a small JSON
+    /// body, as the counting upstream answers, and no log.
+    pub fn origin() -> Option<Self> {
+        Self::serve(|_, addr| {
+            format!(
+                "access_log off;
+    keepalive_requests 1000000;
+    server {{
+        listen {addr} backlog=4096 reuseport;
+        location / {{
+            default_type application/json;
+            return 201 '{{\"effect\":1}}';
+        }}
+    }}"
+            )
+        })
+    }
+
+    /// Starts nginx with `http` (given its directory and listening address) as the body of
+    /// its `http` block.
+    fn serve(http: impl FnOnce(&str, SocketAddr) -> String) -> Option<Self> {
         let binary = nginx_binary()?;
         let dir = tempfile::tempdir().unwrap();
         let addr = free_addr();
-        let d = dir.path().display();
+        let d = dir.path().display().to_string();
         let conf = format!(
             "daemon off;
 master_process on;
@@ -178,28 +124,16 @@ pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
-    access_log {d}/access.log;
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    upstream app {{
-        server {upstream};
-        keepalive {keepalive};
-    }}
-    server {{
-        listen {addr} backlog=4096;
-        location / {{
-            proxy_pass http://app;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-        }}
-    }}
+    {http}
 }}
 ",
-            workers = std::thread::available_parallelism().map_or(1, |n| n.get()),
-            keepalive = 256 / std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers = cores(),
+            http = http(&d, addr),
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();

@@ -1,0 +1,157 @@
+//! The scenarios: which server each sends to, with which key, and the gateways behind
+//! them. Built once for the bench's own generator (in front of its counting upstream) and
+//! once for `wrk` (in front of an nginx origin).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use dedupe_test_support::{GatewayConfig, RouteCfg, StoreCfg};
+
+use crate::servers::{GatewayChild, Nginx};
+
+pub const DEDUPED: &str = "/v1/payments/charge";
+
+/// The gateway under test, in front of `upstream`, on `store`.
+fn config(upstream: SocketAddr, store: StoreCfg) -> GatewayConfig {
+    GatewayConfig::new(format!("http://{upstream}"))
+        .max_body("64KiB")
+        .upstream_timeout("5s")
+        .store(store)
+        .default_lease("5s")
+        .default_window("1h")
+        .route(RouteCfg::header("payments", "/v1/payments/*").required(true))
+}
+
+/// What a scenario sends, and what the upstream and the replies must show afterwards.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// No deduplication: every request is one upstream effect, none replayed.
+    Plain,
+    /// A fresh key per request: every request is one upstream effect, none replayed.
+    Won,
+    /// One key, primed by one request first: no further effect, every reply replayed.
+    Replay,
+}
+
+/// One scenario: where it sends, and which gateway (if any) serves it.
+pub struct Scenario {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub path: &'static str,
+    pub kind: Kind,
+    pub gateway: Option<usize>,
+    /// The serving process's id (nginx's master, or the gateway), for a profiler and for
+    /// the CPU time it spends per request.
+    pub pid: Option<u32>,
+    /// The `redis-server` the gateway stores in (process id, port), for the CPU time it
+    /// spends per request and how many commands it gets per read.
+    pub store_pid: Option<(u32, u16)>,
+}
+
+/// What the gateways are built from.
+pub struct Setup<'a> {
+    /// `memory` and, when installed, `redis`, with their store settings.
+    pub stores: &'a [(&'static str, StoreCfg)],
+    /// This build's binary, and `BENCH_COMPARE`'s with its suffix.
+    pub binaries: &'a [(PathBuf, String)],
+    /// The Redis server's URL (for the near-cache scenario) and `(pid, port)`.
+    pub redis: Option<(String, Option<(u32, u16)>)>,
+    /// The encryption key setting for the `*-sealed-*` scenarios.
+    pub sealed: &'a [String],
+}
+
+impl Scenario {
+    fn on(gw: &GatewayChild, name: String, path: &'static str, kind: Kind, idx: usize) -> Self {
+        Self {
+            name,
+            addr: gw.addr,
+            path,
+            kind,
+            gateway: Some(idx),
+            pid: Some(gw.pid()),
+            store_pid: None,
+        }
+    }
+}
+
+/// The baseline (nginx, else `direct`), then every gateway scenario in front of
+/// `upstream`, filtered by `BENCH_ONLY`. The gateways are kept alive by the caller.
+pub fn build(
+    upstream: SocketAddr,
+    nginx: Option<&Nginx>,
+    direct: bool,
+    setup: &Setup,
+) -> (Vec<GatewayChild>, Vec<Scenario>) {
+    let mut gateways: Vec<GatewayChild> = Vec::new();
+    let mut scenarios = Vec::new();
+    let plain = |name: &str, addr, pid| Scenario {
+        name: name.into(),
+        addr,
+        path: DEDUPED,
+        kind: Kind::Plain,
+        gateway: None,
+        pid,
+        store_pid: None,
+    };
+    if let Some(n) = nginx {
+        scenarios.push(plain("nginx", n.addr, Some(n.pid())));
+    }
+    if direct || nginx.is_none() {
+        scenarios.push(plain("direct", upstream, None));
+    }
+    let redis_pid = setup.redis.as_ref().and_then(|(_, pid)| *pid);
+    // This build's gateway, and with `BENCH_COMPARE` another build's binary beside it: the
+    // same scenarios, suffixed `@compare`, interleaved in the same rounds, so a change is
+    // measured against what it changed on the same machine at the same moments.
+    for (bin, suffix) in setup.binaries {
+        let first = gateways.len();
+        for (name, store) in setup.stores {
+            let store_pid = if *name == "redis" { redis_pid } else { None };
+            for encrypted in [false, true] {
+                let (store, name) = match encrypted {
+                    false => (store.clone(), (*name).to_owned()),
+                    true => (
+                        store.clone().encryption_keys(setup.sealed),
+                        format!("{name}-sealed"),
+                    ),
+                };
+                if gateways.len() == first {
+                    // A gateway of its own, so its memory is that of streaming with nothing
+                    // stored.
+                    let gw = GatewayChild::start(bin, config(upstream, store.clone()));
+                    let name = format!("passthrough{suffix}");
+                    scenarios.push(Scenario::on(&gw, name, "/other", Kind::Plain, first));
+                    gateways.push(gw);
+                }
+                let gw = GatewayChild::start(bin, config(upstream, store));
+                let idx = gateways.len();
+                for (kind, what) in [(Kind::Won, "won"), (Kind::Replay, "replay")] {
+                    let name = format!("{name}-{what}{suffix}");
+                    let mut s = Scenario::on(&gw, name, DEDUPED, kind, idx);
+                    s.store_pid = store_pid;
+                    scenarios.push(s);
+                }
+                gateways.push(gw);
+            }
+        }
+        if let Some((url, _)) = &setup.redis {
+            // Replays on Redis with the near-cache on (`store.near_cache`): served from the
+            // gateway's copy, proved fresh by Redis's invalidations.
+            let store = StoreCfg::redis(url.clone())
+                .timeout("500ms")
+                .near_cache("64MiB");
+            let gw = GatewayChild::start(bin, config(upstream, store));
+            let name = format!("redis-cached-replay{suffix}");
+            let mut s = Scenario::on(&gw, name, DEDUPED, Kind::Replay, gateways.len());
+            s.store_pid = redis_pid;
+            scenarios.push(s);
+            gateways.push(gw);
+        }
+    }
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        let base = scenarios[0].name.clone();
+        scenarios.retain(|s| s.name == base || only.contains(&s.name.trim_end_matches("@compare")));
+    }
+    (gateways, scenarios)
+}
