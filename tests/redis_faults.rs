@@ -413,7 +413,9 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
         TestGateway::start(&config).await,
         TestGateway::start(&config).await,
     ]);
-    let http = Http::new();
+    // header_read_timeout is 1s: pooled connections are let go well before the gateway's
+    // idle close, on a machine slow enough to leave one idle that long.
+    let http = Http::with_idle_timeout(Duration::from_millis(300));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let statuses = std::sync::Arc::new(std::sync::Mutex::new(
         std::collections::BTreeMap::<u16, u64>::new(),

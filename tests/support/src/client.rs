@@ -69,6 +69,20 @@ impl Http {
         Self::default()
     }
 
+    /// A client that drops a pooled connection idle for `idle`: shorter than the gateway's
+    /// `header_read_timeout` (which also bounds the wait for a keep-alive connection's next
+    /// request), so the client never sends on a connection the gateway is closing. Any
+    /// keep-alive client has that race with a server's idle close; a POST is not retried.
+    pub fn with_idle_timeout(idle: std::time::Duration) -> Self {
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(64)
+                .pool_idle_timeout(idle)
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build_http(),
+        }
+    }
+
     /// A client speaking HTTP/2 with prior knowledge (h2c).
     pub fn h2c() -> Self {
         Self {
