@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::defaults::{
     DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_NEAR_CACHE, DEFAULT_PREFIX,
-    DEFAULT_STORE_TIMEOUT, MAX_NEAR_CACHE, MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES,
-    MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
+    DEFAULT_RECORD_LAYOUT, DEFAULT_STORE_TIMEOUT, MAX_NEAR_CACHE, MAX_PREFIX_LEN, MAX_RECORDS,
+    MAX_STORE_BYTES, MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
@@ -51,6 +51,28 @@ impl Backend {
     }
 }
 
+/// How the Redis backends keep a record (`store.record_layout`). Whatever the setting,
+/// a gateway reads records of both layouts, so a fleet can change it one gateway at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", expecting = "\"hash\" or \"string\"")]
+pub enum RecordLayout {
+    /// One Redis hash per record, every step a Lua script: what earlier releases write.
+    Hash,
+    /// One Redis string per record (a binary header, then the response): a first claim and
+    /// a replay are native commands; Lua only where a write must compare first.
+    String,
+}
+
+impl RecordLayout {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordLayout::Hash => "hash",
+            RecordLayout::String => "string",
+        }
+    }
+}
+
 /// Validated `[store]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -62,6 +84,8 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// The keys of `encryption_keys`, read and checked (empty: records in clear).
     pub encryption: Keyring,
+    /// How Redis keeps records (the memory backend has one layout of its own).
+    pub record_layout: RecordLayout,
 }
 
 /// A validated backend, each variant with exactly the settings it uses. Its `Debug` shows
@@ -228,12 +252,19 @@ pub(super) fn validate(
         Backend::RedisCluster => cluster(s)?,
         Backend::RedisSentinel => sentinel(s)?,
     };
+    if backend.kind() == Backend::Memory && s.record_layout.is_some() {
+        return Err(invalid(
+            "store.record_layout",
+            "set only with a Redis backend (\"redis\", \"redis-cluster\", \"redis-sentinel\")",
+        ));
+    }
     let encryption = keyring::keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
     Ok(StoreConfig {
         backend,
         prefix,
         timeout,
         encryption,
+        record_layout: s.record_layout.unwrap_or(DEFAULT_RECORD_LAYOUT),
     })
 }
 

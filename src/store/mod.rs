@@ -287,33 +287,32 @@ impl Store {
                 url,
                 near_cache,
                 access,
-            } => Store::Redis(RedisStore::with_near_cache(
-                url,
-                access,
-                cfg.timeout,
-                *near_cache,
-            )?),
+            } => Store::Redis(
+                RedisStore::with_near_cache(url, access, cfg.timeout, *near_cache)?
+                    .with_record_layout(cfg.record_layout),
+            ),
             StoreBackend::Cluster {
                 urls,
                 near_cache,
                 access,
-            } => Store::Cluster(Box::new(RedisClusterStore::with_near_cache(
-                urls,
-                access,
-                cfg.timeout,
-                *near_cache,
-                &cfg.prefix,
-            )?)),
+            } => Store::Cluster(Box::new(
+                RedisClusterStore::with_near_cache(
+                    urls,
+                    access,
+                    cfg.timeout,
+                    *near_cache,
+                    &cfg.prefix,
+                )?
+                .with_record_layout(cfg.record_layout),
+            )),
             StoreBackend::Sentinel {
                 sentinels,
                 master_name,
                 access,
-            } => Store::Redis(RedisStore::sentinel(
-                sentinels,
-                master_name,
-                access,
-                cfg.timeout,
-            )?),
+            } => Store::Redis(
+                RedisStore::sentinel(sentinels, master_name, access, cfg.timeout)?
+                    .with_record_layout(cfg.record_layout),
+            ),
         })
     }
 

@@ -19,6 +19,8 @@ pub struct RedisClusterStore {
     near: Option<std::sync::Arc<NearCache>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
+    /// How new records are written (`store.record_layout`); both are read.
+    layout: RecordLayout,
 }
 
 /// How long the cluster client itself waits for a reply before it drops the connection
@@ -119,6 +121,7 @@ impl RedisClusterStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
+            layout: RecordLayout::Hash,
         })
     }
 

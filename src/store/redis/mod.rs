@@ -26,9 +26,13 @@
 
 mod access;
 mod link;
+#[macro_use]
+mod ops;
 mod reply;
 mod scan;
 mod scripts;
+mod string_record;
+mod strings;
 mod topology;
 mod tracking;
 
@@ -42,14 +46,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
 use self::link::{Dialer, Link, NoConnection};
+use self::ops::ordered_not_hash;
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
-use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Scripts};
+use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Call, Scripts};
+use self::strings::{typed, Typed};
 use super::health::{ClusterReplies, NodeReplies};
 use super::near_cache::{NearCache, NearCacheStats};
 use super::{bounded, Claim, ClaimRequest, Order, RecordInfo, StoreError};
-use crate::config::RedisAccess;
+use crate::config::{RecordLayout, RedisAccess};
 
 fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -90,156 +96,6 @@ fn millis(d: Duration) -> u64 {
     (d.as_millis() as u64).max(1)
 }
 
-/// The operations, the same on both backends: each builds its command once and hands
-/// `query` a closure that sends it on a connection (possibly twice, see
-/// [`RedisStore::query`]); replies are parsed apart from the I/O.
-macro_rules! redis_backend {
-    ($name:ident) => {
-        impl $name {
-            /// Per-operation deadline.
-            pub fn timeout(&self) -> Duration {
-                self.timeout
-            }
-
-            fn near_cache(&self) -> Option<&NearCache> {
-                self.near.as_deref()
-            }
-
-            /// The near-cache's counters, when it has one.
-            pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
-                self.near
-                    .as_ref()
-                    .map(|n| n.stats(std::time::Instant::now()))
-            }
-
-            pub(in crate::store) async fn claim(
-                &self,
-                req: ClaimRequest<'_>,
-            ) -> Result<Claim, StoreError> {
-                let near = self.near_cache();
-                let key = req.key.as_str();
-                if let Some(near) = near {
-                    if let Some(record) = near.get(key, req.request_hash, std::time::Instant::now())
-                    {
-                        return Ok(Claim::Replay(record));
-                    }
-                }
-                // Before sending: the expiry counts from here, and an invalidation that
-                // overtakes the reply refuses the copy.
-                let mark = near.map(|near| (near.mark(), std::time::Instant::now()));
-                let inv = &claim_invocation(&self.scripts, req);
-                let v = self
-                    .query(move |mut con| async move { inv.invoke(&mut con).await })
-                    .await?;
-                let ttl = replay_ttl(&v);
-                let claim = parse_claim(v, req.key)?;
-                if let (Some(near), Some((mark, sent)), Some(ttl), Claim::Replay(record)) =
-                    (near, mark, ttl, &claim)
-                {
-                    near.insert(key, *req.request_hash, record.clone(), sent + ttl, mark);
-                }
-                Ok(claim)
-            }
-
-            /// Drops this gateway's copy of `key` as it changes it: its own writes bring
-            /// no invalidation (`NOLOOP`). (Completing and releasing change in-flight
-            /// records, never copied; dropped anyway, it costs nothing.)
-            fn changing(&self, key: &str) {
-                if let Some(near) = self.near_cache() {
-                    near.invalidate(key);
-                }
-            }
-
-            pub(in crate::store) async fn complete(
-                &self,
-                key: &str,
-                fence: u64,
-                record: Bytes,
-                window: Duration,
-                strict: bool,
-                order: Option<Order<'_>>,
-            ) -> Result<bool, StoreError> {
-                self.changing(key);
-                let inv = &finish_invocation(
-                    &self.scripts,
-                    key,
-                    fence,
-                    Some(&record),
-                    window,
-                    strict,
-                    order,
-                );
-                let v = self
-                    .query(move |mut con| async move { inv.invoke(&mut con).await })
-                    .await?;
-                parse_finish(v)
-            }
-
-            pub(in crate::store) async fn release(
-                &self,
-                key: &str,
-                fence: u64,
-                window: Duration,
-                strict: bool,
-                order: Option<Order<'_>>,
-            ) -> Result<bool, StoreError> {
-                self.changing(key);
-                let inv =
-                    &finish_invocation(&self.scripts, key, fence, None, window, strict, order);
-                let v = self
-                    .query(move |mut con| async move { inv.invoke(&mut con).await })
-                    .await?;
-                parse_finish(v)
-            }
-
-            pub(in crate::store) async fn renew(
-                &self,
-                key: &str,
-                fence: u64,
-                lease: Duration,
-                order: Option<Order<'_>>,
-            ) -> Result<bool, StoreError> {
-                let inv = &renew_invocation(&self.scripts, key, fence, lease, order);
-                let v = self
-                    .query(move |mut con| async move { inv.invoke(&mut con).await })
-                    .await?;
-                parse_renew(v)
-            }
-
-            pub(in crate::store) async fn inspect(
-                &self,
-                key: &str,
-            ) -> Result<Option<RecordInfo>, StoreError> {
-                let inv = &self.scripts.inspect.key(key);
-                let v = self
-                    .query(move |mut con| async move { inv.invoke(&mut con).await })
-                    .await?;
-                parse_inspect(v)
-            }
-
-            pub(in crate::store) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
-                self.changing(key);
-                let cmd = &redis::cmd("DEL").arg(key).clone();
-                let n: Result<i64, _> = self
-                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
-                    .await;
-                // Again once the delete has run (or may have): a claim of this gateway
-                // that read the record before the delete must not keep its copy.
-                self.changing(key);
-                Ok(n? > 0)
-            }
-
-            pub(in crate::store) async fn ping(&self) -> Result<(), StoreError> {
-                let cmd = &redis::cmd("PING");
-                let _: String = self
-                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
-                    .await?;
-                Ok(())
-            }
-        }
-    };
-}
-
 /// One Redis server (or the primary Sentinel names) through one multiplexed connection
 /// shared by every request, kept by a background task that replaces it when it closes or
 /// stops answering.
@@ -252,6 +108,8 @@ pub struct RedisStore {
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
+    /// How new records are written (`store.record_layout`); both are read.
+    layout: RecordLayout,
 }
 
 impl RedisStore {
@@ -296,6 +154,7 @@ impl RedisStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
+            layout: RecordLayout::Hash,
         })
     }
 
@@ -322,6 +181,7 @@ impl RedisStore {
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
+            layout: RecordLayout::Hash,
         })
     }
 

@@ -230,7 +230,7 @@ pub(super) struct Script {
 }
 
 impl Script {
-    fn new(body: String) -> Self {
+    pub(super) fn new(body: String) -> Self {
         // redis-rs computes the same SHA1 Redis does; only the hash is taken from it.
         let sha = redis::Script::new(&body).get_hash().to_owned();
         Self { body, sha }
@@ -259,7 +259,7 @@ impl Call<'_> {
         self
     }
 
-    fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+    pub(super) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
         arg.write_redis_args(&mut self.args);
         self
     }
@@ -303,6 +303,8 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) finish: Script,
     pub(super) inspect: Script,
+    /// The string layout's.
+    pub(super) string: super::strings::StringScripts,
 }
 
 impl Scripts {
@@ -312,6 +314,7 @@ impl Scripts {
             renew: Script::new(format!("{ORDER_LIB}{RENEW}")),
             finish: Script::new(format!("{ORDER_LIB}{FINISH}")),
             inspect: Script::new(INSPECT.to_owned()),
+            string: super::strings::StringScripts::new(),
         }
     }
 }

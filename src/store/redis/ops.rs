@@ -1,0 +1,294 @@
+//! The operations, the same on both backends (`redis_backend!`): each builds its command
+//! once and hands `query` a closure that sends it on a connection (possibly twice, see
+//! [`super::RedisStore::query`]); replies are parsed apart from the I/O.
+//!
+//! Records come in two layouts (`store.record_layout`): a gateway writes new records in
+//! its own, and reads both. Each operation first sends its own layout's command; on a key
+//! of the other type Redis answers `WRONGTYPE` having written nothing, and the other
+//! layout's command runs instead. So gateways of both settings, and of the release
+//! before, share one Redis without ever reading a record differently.
+
+/// The first layout's operation, then, if the key holds the other type, the other's.
+macro_rules! layered {
+    ($string_first:expr, hash => $hash:expr, string => $string:expr $(,)?) => {{
+        let string_first: bool = $string_first;
+        let first = if string_first {
+            $string.await?
+        } else {
+            $hash.await?
+        };
+        match first {
+            Typed::Reply(v) => Ok(v),
+            Typed::OtherLayout => {
+                let second = if string_first {
+                    $hash.await?
+                } else {
+                    $string.await?
+                };
+                match second {
+                    Typed::Reply(v) => Ok(v),
+                    Typed::OtherLayout => Err(StoreError::Unavailable(
+                        "the record changed layout while it was read; try again".into(),
+                    )),
+                }
+            }
+        }
+    }};
+}
+
+macro_rules! redis_backend {
+    ($name:ident) => {
+        impl $name {
+            /// Per-operation deadline.
+            pub fn timeout(&self) -> Duration {
+                self.timeout
+            }
+
+            /// Writes new records in `layout` (records of either layout are read whatever
+            /// it is).
+            pub fn with_record_layout(mut self, layout: RecordLayout) -> Self {
+                self.layout = layout;
+                self
+            }
+
+            fn near_cache(&self) -> Option<&NearCache> {
+                self.near.as_deref()
+            }
+
+            /// The near-cache's counters, when it has one.
+            pub fn near_cache_stats(&self) -> Option<NearCacheStats> {
+                self.near
+                    .as_ref()
+                    .map(|n| n.stats(std::time::Instant::now()))
+            }
+
+            /// Whether an operation on a record without order sends the string layout's
+            /// command first.
+            fn string_first(&self) -> bool {
+                self.layout == RecordLayout::String
+            }
+
+            pub(in crate::store) async fn claim(
+                &self,
+                req: ClaimRequest<'_>,
+            ) -> Result<Claim, StoreError> {
+                let near = self.near_cache();
+                let key = req.key.as_str();
+                if let Some(near) = near {
+                    if let Some(record) = near.get(key, req.request_hash, std::time::Instant::now())
+                    {
+                        return Ok(Claim::Replay(record));
+                    }
+                }
+                // Before sending: the expiry counts from here, and an invalidation that
+                // overtakes the reply refuses the copy.
+                let mark = near.map(|near| (near.mark(), std::time::Instant::now()));
+                // Ordered routes stay on the hash layout: their scripts take two keys.
+                let (claim, ttl) = if req.order.is_some() {
+                    match self.claim_hash(req).await? {
+                        Typed::Reply(v) => v,
+                        Typed::OtherLayout => return Err(ordered_not_hash()),
+                    }
+                } else {
+                    layered!(self.string_first(),
+                        hash => self.claim_hash(req),
+                        string => self.claim_string(req))?
+                };
+                if let (Some(near), Some((mark, sent)), Some(ttl), Claim::Replay(record)) =
+                    (near, mark, ttl, &claim)
+                {
+                    near.insert(key, *req.request_hash, record.clone(), sent + ttl, mark);
+                }
+                Ok(claim)
+            }
+
+            async fn claim_hash(
+                &self,
+                req: ClaimRequest<'_>,
+            ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
+                let inv = &claim_invocation(&self.scripts, req);
+                let v = self
+                    .query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
+                    .await?;
+                let Typed::Reply(v) = v else {
+                    return Ok(Typed::OtherLayout);
+                };
+                let ttl = replay_ttl(&v);
+                Ok(Typed::Reply((parse_claim(v, req.key)?, ttl)))
+            }
+
+            /// One `MULTI` of native commands; the claim script only for a takeover, a
+            /// reclaim, or the first claim told a record is held.
+            async fn claim_string(
+                &self,
+                req: ClaimRequest<'_>,
+            ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
+                let pipe = &strings::claim_pipeline(req);
+                let v = self
+                    .query(move |mut con| async move { typed(strings::send(pipe, &mut con)).await })
+                    .await?;
+                let Typed::Reply(v) = v else {
+                    return Ok(Typed::OtherLayout);
+                };
+                if let Some(decided) = strings::parse_native_claim(v, req)? {
+                    return Ok(Typed::Reply(decided));
+                }
+                let inv = &strings::claim_invocation(&self.scripts.string, req);
+                let v = self
+                    .query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
+                    .await?;
+                let Typed::Reply(v) = v else {
+                    return Ok(Typed::OtherLayout);
+                };
+                let ttl = replay_ttl(&v);
+                Ok(Typed::Reply((parse_claim(v, req.key)?, ttl)))
+            }
+
+            /// Drops this gateway's copy of `key` as it changes it: its own writes bring
+            /// no invalidation (`NOLOOP`). (Completing and releasing change in-flight
+            /// records, never copied; dropped anyway, it costs nothing.)
+            fn changing(&self, key: &str) {
+                if let Some(near) = self.near_cache() {
+                    near.invalidate(key);
+                }
+            }
+
+            /// Sends a script call, `WRONGTYPE` told apart.
+            async fn call(&self, inv: &Call<'_>) -> Result<Typed<Value>, StoreError> {
+                self.query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
+                    .await
+            }
+
+            pub(in crate::store) async fn complete(
+                &self,
+                key: &str,
+                fence: u64,
+                record: Bytes,
+                window: Duration,
+                strict: bool,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                self.finish(key, fence, Some(&record), window, strict, order)
+                    .await
+            }
+
+            pub(in crate::store) async fn release(
+                &self,
+                key: &str,
+                fence: u64,
+                window: Duration,
+                strict: bool,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                self.finish(key, fence, None, window, strict, order).await
+            }
+
+            async fn finish(
+                &self,
+                key: &str,
+                fence: u64,
+                record: Option<&[u8]>,
+                window: Duration,
+                strict: bool,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                self.changing(key);
+                let hash = finish_invocation(&self.scripts, key, fence, record, window, strict, order);
+                if order.is_some() {
+                    return match self.call(&hash).await? {
+                        Typed::Reply(v) => parse_finish(v),
+                        Typed::OtherLayout => Err(ordered_not_hash()),
+                    };
+                }
+                let string = strings::finish_invocation(
+                    &self.scripts.string,
+                    key,
+                    fence,
+                    record,
+                    window,
+                    strict,
+                );
+                let v = layered!(self.string_first(),
+                    hash => self.call(&hash),
+                    string => self.call(&string))?;
+                parse_finish(v)
+            }
+
+            pub(in crate::store) async fn renew(
+                &self,
+                key: &str,
+                fence: u64,
+                lease: Duration,
+                order: Option<Order<'_>>,
+            ) -> Result<bool, StoreError> {
+                let hash = renew_invocation(&self.scripts, key, fence, lease, order);
+                if order.is_some() {
+                    return match self.call(&hash).await? {
+                        Typed::Reply(v) => parse_renew(v),
+                        Typed::OtherLayout => Err(ordered_not_hash()),
+                    };
+                }
+                let string = strings::renew_invocation(&self.scripts.string, key, fence, lease);
+                let v = layered!(self.string_first(),
+                    hash => self.call(&hash),
+                    string => self.call(&string))?;
+                parse_renew(v)
+            }
+
+            pub(in crate::store) async fn inspect(
+                &self,
+                key: &str,
+            ) -> Result<Option<RecordInfo>, StoreError> {
+                layered!(self.string_first(),
+                    hash => self.inspect_hash(key),
+                    string => self.inspect_string(key))
+            }
+
+            async fn inspect_hash(&self, key: &str) -> Result<Typed<Option<RecordInfo>>, StoreError> {
+                Ok(match self.call(&self.scripts.inspect.key(key)).await? {
+                    Typed::Reply(v) => Typed::Reply(parse_inspect(v)?),
+                    Typed::OtherLayout => Typed::OtherLayout,
+                })
+            }
+
+            async fn inspect_string(
+                &self,
+                key: &str,
+            ) -> Result<Typed<Option<RecordInfo>>, StoreError> {
+                let pipe = &strings::inspect_pipeline(key);
+                let v = self
+                    .query(move |mut con| async move { typed(strings::send(pipe, &mut con)).await })
+                    .await?;
+                Ok(match v {
+                    Typed::Reply(v) => Typed::Reply(strings::parse_inspect(v)?),
+                    Typed::OtherLayout => Typed::OtherLayout,
+                })
+            }
+
+            pub(in crate::store) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
+                self.changing(key);
+                let cmd = &redis::cmd("DEL").arg(key).clone();
+                let n: Result<i64, _> = self
+                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                    .await;
+                // Again once the delete has run (or may have): a claim of this gateway
+                // that read the record before the delete must not keep its copy.
+                self.changing(key);
+                Ok(n? > 0)
+            }
+
+            pub(in crate::store) async fn ping(&self) -> Result<(), StoreError> {
+                let cmd = &redis::cmd("PING");
+                let _: String = self
+                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                    .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+/// An ordered route's record is always a hash (see [`super::strings`]).
+pub(super) fn ordered_not_hash() -> super::StoreError {
+    super::StoreError::Protocol("an ordered route's record is not a hash".into())
+}

@@ -1,0 +1,336 @@
+//! The string layout's commands: a claim and an inspection are one `MULTI` of native
+//! commands; Lua runs only where a write must compare first (a takeover, a reclaim after
+//! a release, the first claim told a record is held, completing, releasing, renewing).
+//! The record's format is [`super::string_record`]'s.
+//!
+//! Ordered routes (`order`) stay on the hash layout whatever `store.record_layout` says:
+//! their claim, renewal and settlement touch the entity's record in the same script.
+
+use bytes::Bytes;
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::scripts::{Call, Script};
+use super::string_record::{decode, encode_claim, judge, State, StringRecord, Verdict, LUA_FORMAT};
+use super::{int, millis, protocol};
+use crate::store::{Claim, ClaimRequest, Fence, Permit, RecordInfo, RecordState, StoreError};
+
+/// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and lease end derive from the key's expiry.
+const READ: &str = r#"
+local F = '{F}'
+local v = redis.call('GET', KEYS[1])
+local _, s, fl, f, le, ca, da, ls, tl, a, o, h, n
+if v then
+  _, s, fl, f, le, ca, da, ls, tl, a, o, h, n = struct.unpack(F, v)
+  if f == 0 then
+    ca = redis.call('PEXPIRETIME', KEYS[1]) - tl
+    f = ca * 1000 + 999
+    le = ca + ls
+  end
+end
+"#;
+
+/// ARGV: request hash, lease ms, window ms, claimant, hold. Replies as the hash layout's
+/// claim: {1, fence} won, {2, record, ms} replay, {3, ms} conflict, {4} mismatch,
+/// {5, fence, old} takeover, {6, fence, first} held.
+const CLAIM: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local lease = tonumber(ARGV[2])
+local ttl = lease + tonumber(ARGV[3])
+local function claim(fence, attempts)
+  redis.call('SET', KEYS[1], struct.pack(F, 1, 105, ARGV[5] == '1' and 1 or 0, fence, now + lease,
+    now, 0, lease, ttl, attempts, ARGV[4], ARGV[1], 0), 'PX', ttl)
+end
+if not v then
+  claim(now_us, 1)
+  return {1, now_us}
+end
+if s == 99 then
+  if h ~= ARGV[1] then
+    return {4}
+  end
+  return {2, string.sub(v, 106 + n), redis.call('PTTL', KEYS[1])}
+end
+local nf = math.max(f + 1, now_us)
+if s == 114 then
+  claim(nf, a + 1)
+  return {1, nf}
+end
+if h ~= ARGV[1] then
+  return {4}
+end
+if o == ARGV[4] then
+  return {1, f}
+end
+if now < le then
+  return {3, le - now}
+end
+if fl % 2 == 1 then
+  if fl >= 2 then
+    return {6, f, 0}
+  end
+  redis.call('SET', KEYS[1], struct.pack(F, 1, s, 3, f, le, ca, da, ls, tl, a, o, h, 0), 'KEEPTTL')
+  return {6, f, 1}
+end
+claim(nf, a + 1)
+return {5, nf, f}
+"#;
+
+/// ARGV: fence, lease ms. Extends the lease of the in-flight record `fence` owns.
+const RENEW: &str = r#"
+if s ~= 105 or f ~= tonumber(ARGV[1]) then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+local ttl = math.max(redis.call('PTTL', KEYS[1]), lease)
+redis.call('SET', KEYS[1], struct.pack(F, 1, s, fl, f, now + lease, ca, da, ls, tl, a, o, h, 0), 'PX', ttl)
+return 1
+"#;
+
+/// ARGV: fence, new state (`c` or `r`), window ms, strict, response: as the hash layout's.
+const FINISH: &str = r#"
+if f ~= tonumber(ARGV[1]) then
+  return 0
+end
+if s ~= 105 then
+  if ARGV[4] ~= '1' and s == string.byte(ARGV[2]) then
+    return 1
+  end
+  return 0
+end
+local done = 0
+if ARGV[2] == 'c' then
+  local t = redis.call('TIME')
+  done = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca, done, ls, tl, a, o, h, 0)
+  .. ARGV[5], 'PX', ARGV[3])
+return 1
+"#;
+
+/// The string layout's scripts.
+pub(super) struct StringScripts {
+    pub(super) claim: Script,
+    pub(super) renew: Script,
+    pub(super) finish: Script,
+}
+
+impl StringScripts {
+    pub(super) fn new() -> Self {
+        let script = |body: &str| Script::new(format!("{READ}{body}").replace("{F}", LUA_FORMAT));
+        Self {
+            claim: script(CLAIM),
+            renew: script(RENEW),
+            finish: script(FINISH),
+        }
+    }
+}
+
+/// The claim's `SET ... NX PX ttl GET`, the key's expiry and the server's time, in one
+/// `MULTI`: the value decides the claim without a script in every case but a takeover,
+/// a reclaim and the first claim told a record is held.
+pub(super) fn claim_pipeline(req: ClaimRequest<'_>) -> redis::Pipeline {
+    let ttl = claim_ttl(req);
+    let value = encode_claim(
+        req.request_hash,
+        req.claimant,
+        millis(req.lease),
+        ttl,
+        req.hold,
+    );
+    let key = req.key.as_str();
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl)
+        .arg("GET")
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .cmd("TIME");
+    pipe
+}
+
+fn claim_ttl(req: ClaimRequest<'_>) -> u64 {
+    millis(req.lease) + millis(req.window)
+}
+
+/// The record (`None` when absent), its expiry and the server's time in ms, from a
+/// `MULTI` whose first reply is the value, then `PEXPIRETIME` and `TIME`.
+fn read_reply(v: Value, what: &str) -> Result<(Option<StringRecord>, u64, u64), StoreError> {
+    let bad = |v: &Value| protocol(what, v);
+    let Value::Array(items) = &v else {
+        return Err(bad(&v));
+    };
+    let [value, expires, Value::Array(time)] = &items[..] else {
+        return Err(bad(&v));
+    };
+    let (Some(secs), Some(micros)) = (time.first().and_then(int), time.get(1).and_then(int)) else {
+        return Err(bad(&v));
+    };
+    let now = (secs * 1000 + micros / 1000) as u64;
+    let expires = int(expires).ok_or_else(|| bad(&v))?;
+    let record = match value {
+        Value::Nil => None,
+        Value::BulkString(b) => Some(
+            decode(Bytes::copy_from_slice(b)).map_err(|e| StoreError::Protocol(e.to_string()))?,
+        ),
+        _ => return Err(bad(&v)),
+    };
+    Ok((record, expires.max(0) as u64, now))
+}
+
+/// What the claim's `MULTI` decided (`Ok(None)`: run the claim script), and the TTL of a
+/// replayed record.
+pub(super) fn parse_native_claim(
+    v: Value,
+    req: ClaimRequest<'_>,
+) -> Result<Option<(Claim, Option<Duration>)>, StoreError> {
+    let (record, expires, now) = read_reply(v, "string claim")?;
+    let verdict = judge(
+        record.as_ref(),
+        expires,
+        now,
+        req.request_hash,
+        req.claimant,
+        claim_ttl(req),
+    );
+    let won = |fence| Claim::Won {
+        permit: Permit::new(req.key, fence),
+        takeover: None,
+    };
+    Ok(Some(match verdict {
+        Verdict::Won(fence) => (won(fence), None),
+        Verdict::Replay { response, ttl_ms } => (
+            Claim::Replay(response),
+            (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
+        ),
+        Verdict::Mismatch => (Claim::Mismatch, None),
+        Verdict::Conflict { left_ms } => (
+            Claim::Conflict {
+                retry_after: Duration::from_millis(left_ms),
+            },
+            None,
+        ),
+        Verdict::HeldAgain(fence) => (
+            Claim::Held {
+                fence,
+                first: false,
+            },
+            None,
+        ),
+        Verdict::Script => return Ok(None),
+    }))
+}
+
+/// The claim script's call, for what the native read could not decide.
+pub(super) fn claim_invocation<'a>(scripts: &'a StringScripts, req: ClaimRequest<'_>) -> Call<'a> {
+    let mut inv = scripts.claim.key(req.key.as_str());
+    inv.arg(&req.request_hash.as_bytes()[..])
+        .arg(millis(req.lease))
+        .arg(millis(req.window))
+        .arg(&req.claimant.get().to_be_bytes()[..])
+        .arg(if req.hold { "1" } else { "0" });
+    inv
+}
+
+pub(super) fn renew_invocation<'a>(
+    scripts: &'a StringScripts,
+    key: &str,
+    fence: u64,
+    lease: Duration,
+) -> Call<'a> {
+    let mut inv = scripts.renew.key(key);
+    inv.arg(fence).arg(millis(lease));
+    inv
+}
+
+pub(super) fn finish_invocation<'a>(
+    scripts: &'a StringScripts,
+    key: &str,
+    fence: u64,
+    response: Option<&[u8]>,
+    window: Duration,
+    strict: bool,
+) -> Call<'a> {
+    let mut inv = scripts.finish.key(key);
+    inv.arg(fence)
+        .arg(if response.is_some() { "c" } else { "r" })
+        .arg(millis(window))
+        .arg(if strict { "1" } else { "0" })
+        .arg(response.unwrap_or_default());
+    inv
+}
+
+/// An inspection: the value, its expiry and the server's time in one `MULTI`.
+pub(super) fn inspect_pipeline(key: &str) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .cmd("TIME");
+    pipe
+}
+
+pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
+    let (Some(r), expires, now) = read_reply(v, "string inspect")? else {
+        return Ok(None);
+    };
+    let times = r.settled_at(expires);
+    let at = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
+    let lease_left = (r.state == State::InFlight).then(|| times.lease_end.saturating_sub(now));
+    let state = match r.state {
+        State::InFlight if r.hold && lease_left == Some(0) => RecordState::Unknown,
+        State::InFlight => RecordState::InFlight,
+        State::Completed => RecordState::Completed,
+        State::Released => RecordState::Released,
+    };
+    Ok(Some(RecordInfo {
+        state,
+        fence: Fence::new(times.fence),
+        held: r.hold,
+        lease_left: lease_left.map(Duration::from_millis),
+        expires_in: (expires > 0).then(|| Duration::from_millis(expires.saturating_sub(now))),
+        response: (r.state == State::Completed).then_some(r.response),
+        attempts: r.attempts,
+        claimed_at: at(times.claimed_at),
+        completed_at: at(r.completed_at),
+        version: (!r.version.is_empty()).then_some(r.version),
+    }))
+}
+
+/// A reply, or the key holds the other layout's type (`WRONGTYPE`): nothing was written,
+/// and the other layout's command will read it.
+pub(super) enum Typed<T> {
+    Reply(T),
+    OtherLayout,
+}
+
+/// Runs a command, turning `WRONGTYPE` into [`Typed::OtherLayout`].
+pub(super) async fn typed<T>(
+    op: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<Typed<T>> {
+    match op.await {
+        Ok(v) => Ok(Typed::Reply(v)),
+        Err(e) if e.code() == Some("WRONGTYPE") => Ok(Typed::OtherLayout),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends a pipeline and reads its reply as one value.
+pub(super) async fn send(
+    pipe: &redis::Pipeline,
+    con: &mut impl ConnectionLike,
+) -> RedisResult<Value> {
+    pipe.query_async(con).await
+}
