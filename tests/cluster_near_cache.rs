@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dedupe_test_support::near_cache::{self, evalsha, near, near_bytes, order, served_locally};
+use dedupe_test_support::near_cache::{self, claims_sent, near, near_bytes, order, served_locally};
 use dedupe_test_support::{
     eventually, move_slot, start_moving_slot, GatewayConfig, Http, RedisCluster, RedisServer,
     RouteCfg, StoreCfg, TestGateway, Upstream,
@@ -102,10 +102,10 @@ async fn a_killed_tracking_connection_empties_the_cache() {
         "the copy outlived its invalidation channel"
     );
     // So the next replay reads the cluster (the claim script runs), a replay still.
-    let (hits, calls) = (near(&http, &a, "hit").await, evalsha(&nodes));
+    let (hits, calls) = (near(&http, &a, "hit").await, claims_sent(&nodes));
     assert_eq!(order(&http, &a, "c").await, 201);
     assert_eq!(near(&http, &a, "hit").await, hits);
-    assert!(evalsha(&nodes) > calls);
+    assert!(claims_sent(&nodes) > calls);
     assert_eq!(up.effects(), 1);
     // A new tracking connection replaces the killed one, and copies are served again.
     assert!(served_locally(&http, &a, &nodes, "c").await);

@@ -4,17 +4,28 @@
 use std::time::Duration;
 
 use dedupe_test_support::fault_proxy::FaultProxy;
-use dedupe_test_support::near_cache::{self, evalsha, near, order, served_locally};
+use dedupe_test_support::near_cache::{self, claims_sent, near, order, served_locally};
 use dedupe_test_support::{
     eventually, GatewayConfig, Http, RedisServer, RouteCfg, StoreCfg, TestGateway, Upstream,
 };
 
 fn config(up: &Upstream, redis: &RedisServer, window: &str) -> GatewayConfig {
+    config_in(up, redis, window, "hash")
+}
+
+/// As [`config`], writing records in `layout` (`store.record_layout`).
+fn config_in(
+    up: &Upstream,
+    redis: &RedisServer,
+    window: &str,
+    layout: &'static str,
+) -> GatewayConfig {
     GatewayConfig::new(up.url())
         .store(
             StoreCfg::redis(redis.url())
                 .timeout("2s")
-                .near_cache("1MiB"),
+                .near_cache("1MiB")
+                .record_layout(layout),
         )
         .admin()
         .route(RouteCfg::header("orders", "/orders/*").window(window))
@@ -27,6 +38,28 @@ async fn a_delete_through_another_gateway_reaches_the_cache() {
     let a = TestGateway::start(&config(&up, &redis, "1h")).await;
     let b = TestGateway::start(&config(&up, &redis, "1h")).await;
     near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &[&redis]).await;
+}
+
+/// String records (`store.record_layout = "string"`): client tracking invalidates on the
+/// string key's writes as on the hash's; one gateway of each layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_records_invalidate_the_cache_across_layouts() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config_in(&up, &redis, "1h", "string")).await;
+    let b = TestGateway::start(&config_in(&up, &redis, "1h", "hash")).await;
+    near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &[&redis]).await;
+    let key = dedupe_gateway::key::store_key("dedupe", "orders", "-", "k1");
+    let kind: String = redis.cmd(&["TYPE", key.as_str()]);
+    assert_eq!(kind, "string", "gateway A wrote the record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_copy_never_outlives_its_window() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let a = TestGateway::start(&config_in(&up, &redis, "2s", "string")).await;
+    near_cache::a_copy_never_outlives_its_window(&up, &a, &[&redis]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,10 +90,10 @@ async fn a_killed_connection_empties_the_cache() {
     // Redis (the claim script runs), and it is a replay still.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            let calls = evalsha(&[&redis]);
+            let calls = claims_sent(&[&redis]);
             let hits = near(&http, &a, "hit").await;
             assert_eq!(order(&http, &a, "c").await, 201);
-            near(&http, &a, "hit").await == hits && evalsha(&[&redis]) > calls
+            near(&http, &a, "hit").await == hits && claims_sent(&[&redis]) > calls
         })
         .await,
         "the cache kept serving after its connection was killed"

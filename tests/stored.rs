@@ -101,10 +101,13 @@ impl Env {
         }
     }
 
-    /// Every byte the store holds for `key`: the whole Redis hash, read with the test's
-    /// own connection, or the embedded store's record.
+    /// Every byte the store holds for `key`: the whole Redis hash or string, read with the
+    /// test's own connection, or the embedded store's record.
     async fn raw(&self, gw: &TestGateway, key: &StoreKey) -> Vec<u8> {
         match &self.redis {
+            Some(r) if r.cmd::<String>(&["TYPE", key.as_str()]) == "string" => {
+                r.cmd(&["GET", key.as_str()])
+            }
             Some(r) => {
                 let fields: HashMap<Vec<u8>, Vec<u8>> = r.cmd(&["HGETALL", key.as_str()]);
                 assert!(!fields.is_empty(), "no record under {key}");

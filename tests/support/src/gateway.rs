@@ -23,6 +23,9 @@ pub enum Backend {
     Memory,
     /// A redis-server of the test's own.
     Redis,
+    /// A redis-server of the test's own, records in the string layout
+    /// (`store.record_layout = "string"`).
+    RedisString,
 }
 
 impl Backend {
@@ -34,6 +37,13 @@ impl Backend {
             Backend::Redis => {
                 let r = RedisServer::start();
                 (StoreCfg::redis(r.url()).timeout("500ms"), Some(r))
+            }
+            Backend::RedisString => {
+                let r = RedisServer::start();
+                let store = StoreCfg::redis(r.url())
+                    .timeout("500ms")
+                    .record_layout("string");
+                (store, Some(r))
             }
         }
     }

@@ -31,11 +31,18 @@ pub async fn near_bytes(http: &Http, gw: &TestGateway) -> u64 {
         .expect("the bytes gauge is exported")
 }
 
-/// Claim scripts run on any of `nodes` so far.
-pub fn evalsha(nodes: &[&RedisServer]) -> u64 {
+/// Claims sent to any of `nodes` so far: scripts (`EVALSHA`, the hash layout) and
+/// transactions (`EXEC`, the string layout's native claim).
+pub fn claims_sent(nodes: &[&RedisServer]) -> u64 {
     nodes
         .iter()
-        .map(|n| n.command_calls().get("evalsha").copied().unwrap_or(0))
+        .map(|n| {
+            let calls = n.command_calls();
+            ["evalsha", "exec"]
+                .iter()
+                .map(|c| calls.get(*c).copied().unwrap_or(0))
+                .sum::<u64>()
+        })
         .sum()
 }
 
@@ -55,9 +62,9 @@ pub async fn served_locally(
     key: &str,
 ) -> bool {
     eventually(Duration::from_secs(10), || async {
-        let (hits, calls) = (near(http, gw, "hit").await, evalsha(nodes));
+        let (hits, calls) = (near(http, gw, "hit").await, claims_sent(nodes));
         assert_eq!(order(http, gw, key).await, 201);
-        near(http, gw, "hit").await == hits + 1 && evalsha(nodes) == calls
+        near(http, gw, "hit").await == hits + 1 && claims_sent(nodes) == calls
     })
     .await
 }
