@@ -125,7 +125,7 @@ macro_rules! redis_backend {
             ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
                 let pipe = &strings::claim_pipeline(req);
                 let v = self
-                    .query(move |mut con| async move { typed(strings::send(pipe, &mut con)).await })
+                    .query(move |mut con| async move { strings::send(pipe, &mut con).await })
                     .await?;
                 let Typed::Reply(v) = v else {
                     return Ok(Typed::OtherLayout);
@@ -257,7 +257,7 @@ macro_rules! redis_backend {
             ) -> Result<Typed<Option<RecordInfo>>, StoreError> {
                 let pipe = &strings::inspect_pipeline(key);
                 let v = self
-                    .query(move |mut con| async move { typed(strings::send(pipe, &mut con)).await })
+                    .query(move |mut con| async move { strings::send(pipe, &mut con).await })
                     .await?;
                 Ok(match v {
                     Typed::Reply(v) => Typed::Reply(strings::parse_inspect(v)?),

@@ -146,6 +146,7 @@ pub(super) fn claim_pipeline(req: ClaimRequest<'_>) -> redis::Pipeline {
     let key = req.key.as_str();
     let mut pipe = redis::pipe();
     pipe.atomic()
+        .ignore_errors()
         .cmd("SET")
         .arg(key)
         .arg(value)
@@ -274,6 +275,7 @@ pub(super) fn finish_invocation<'a>(
 pub(super) fn inspect_pipeline(key: &str) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic()
+        .ignore_errors()
         .cmd("GET")
         .arg(key)
         .cmd("PEXPIRETIME")
@@ -327,10 +329,24 @@ pub(super) async fn typed<T>(
     }
 }
 
-/// Sends a pipeline and reads its reply as one value.
+/// Sends a `MULTI` whose first command reads the record; on a key of the other layout's
+/// type that command's reply is `WRONGTYPE` (and, being a read or an `NX` write that did
+/// not happen, changed nothing).
 pub(super) async fn send(
     pipe: &redis::Pipeline,
     con: &mut impl ConnectionLike,
-) -> RedisResult<Value> {
-    pipe.query_async(con).await
+) -> RedisResult<Typed<Value>> {
+    let v: Value = pipe.query_async(con).await?;
+    if let Value::Array(items) = &v {
+        if let Some(err) = items.iter().find_map(|i| match i {
+            Value::ServerError(e) => Some(e),
+            _ => None,
+        }) {
+            if err.code() == "WRONGTYPE" {
+                return Ok(Typed::OtherLayout);
+            }
+            return Err(err.clone().into());
+        }
+    }
+    Ok(Typed::Reply(v))
 }
