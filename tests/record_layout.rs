@@ -1,0 +1,224 @@
+//! `store.record_layout`: a fleet mid-upgrade, gateways of both layouts on one real Redis.
+//! Each reads the other's records as its own: replays, conflicts, mismatches, takeovers
+//! and settlements agree, and no key executes twice.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dedupe_gateway::config::RecordLayout;
+use dedupe_gateway::store::{
+    Claim, ClaimRequest, Claimant, Completion, RecordState, RedisStore, RequestHash, Store,
+    StoreKey,
+};
+use dedupe_test_support::{
+    GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
+};
+use http::StatusCode;
+
+const H1: RequestHash = RequestHash::new([1; 32]);
+const H2: RequestHash = RequestHash::new([2; 32]);
+const LONG: Duration = Duration::from_secs(60);
+
+fn store(redis: &RedisServer, layout: RecordLayout) -> Store {
+    Store::Redis(
+        RedisStore::new(&redis.url(), Duration::from_secs(1))
+            .unwrap()
+            .with_record_layout(layout),
+    )
+}
+
+fn claim<'a>(
+    key: &'a StoreKey,
+    hash: &'a RequestHash,
+    lease: Duration,
+    who: u128,
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        request_hash: hash,
+        lease,
+        window: LONG,
+        claimant: Claimant::new(who),
+        hold: false,
+        order: None,
+    }
+}
+
+/// The writer's record, met by the reader of the other layout: conflict, mismatch,
+/// takeover with a higher fence, the zombie fenced out, replay, inspection, forget.
+async fn the_other_layout_is_read_as_its_own(writer: &Store, reader: &Store, name: &str) {
+    let k = StoreKey::from_raw(format!("mixed:{name}"));
+    let lease = Duration::from_millis(300);
+    let Claim::Won { permit: first, .. } = writer.claim(claim(&k, &H1, lease, 1)).await.unwrap()
+    else {
+        panic!("the writer's first claim did not win")
+    };
+    assert!(matches!(
+        reader.claim(claim(&k, &H1, lease, 2)).await.unwrap(),
+        Claim::Conflict { .. }
+    ));
+    assert_eq!(
+        reader.claim(claim(&k, &H2, lease, 2)).await.unwrap(),
+        Claim::Mismatch
+    );
+    let seen = reader.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (seen.state, seen.fence, seen.attempts),
+        (RecordState::InFlight, first.fence(), 1)
+    );
+    let own = writer.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (own.state, own.fence, own.claimed_at, own.held),
+        (seen.state, seen.fence, seen.claimed_at, seen.held)
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let Claim::Won {
+        permit: second,
+        takeover: Some(old),
+    } = reader.claim(claim(&k, &H1, LONG, 3)).await.unwrap()
+    else {
+        panic!("no takeover across layouts")
+    };
+    assert_eq!(old, first.fence());
+    assert!(second.fence() > first.fence());
+    // The zombie, on either gateway, can neither renew, complete nor release.
+    assert!(!writer.renew(&first, LONG, None).await.unwrap());
+    assert_eq!(
+        writer
+            .complete(&first, Bytes::from_static(b"zombie"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert!(!reader.release(&first, LONG, None).await.unwrap());
+    // The owner renews and completes through the other gateway's store just as well.
+    assert!(writer.renew(&second, LONG, None).await.unwrap());
+    assert_eq!(
+        writer
+            .complete(&second, Bytes::from_static(b"done"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+    for s in [writer, reader] {
+        assert_eq!(
+            s.claim(claim(&k, &H1, LONG, 4)).await.unwrap(),
+            Claim::Replay(Bytes::from_static(b"done"))
+        );
+        assert_eq!(
+            s.claim(claim(&k, &H2, LONG, 4)).await.unwrap(),
+            Claim::Mismatch
+        );
+    }
+    let info = reader.inspect(&k).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (RecordState::Completed, 2));
+    assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
+    assert!(reader.forget(&k).await.unwrap());
+    // Reused after the delete, by either layout: the fence still rises.
+    let Claim::Won { permit: third, .. } = reader.claim(claim(&k, &H1, LONG, 5)).await.unwrap()
+    else {
+        panic!("a forgotten key was not claimed afresh")
+    };
+    assert!(third.fence() > second.fence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_layout_reads_the_others_records() {
+    let redis = RedisServer::start();
+    let hash = store(&redis, RecordLayout::Hash);
+    let string = store(&redis, RecordLayout::String);
+    the_other_layout_is_read_as_its_own(&hash, &string, "hash-first").await;
+    the_other_layout_is_read_as_its_own(&string, &hash, "string-first").await;
+    let kind: String = redis.cmd(&["TYPE", "mixed:hash-first"]);
+    assert_eq!(kind, "string", "the string store wrote the reclaimed key");
+    let kind: String = redis.cmd(&["TYPE", "mixed:string-first"]);
+    assert_eq!(kind, "hash", "the hash store wrote the reclaimed key");
+}
+
+fn process(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayProcess {
+    let store = StoreCfg::redis(redis.url())
+        .timeout("1s")
+        .record_layout(layout);
+    GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(store)
+            .default_lease("5s")
+            .default_window("1h")
+            .upstream_timeout("10s")
+            .route(RouteCfg::header("orders", "/orders/*")),
+    )
+}
+
+/// Two gateway processes, one of each layout, on one Redis: the same keys sent
+/// concurrently to both execute once each, and every replay, on either, is the answer the
+/// upstream gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_both_layouts_executes_each_key_once() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let gateways = [process(&up, &redis, "hash"), process(&up, &redis, "string")];
+    let http = Http::new();
+    const KEYS: usize = 40;
+    let mut tasks = Vec::new();
+    for round in 0..6 {
+        for k in 0..KEYS {
+            let url = gateways[(k + round) % 2].url("/orders/x");
+            let http = http.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("fleet-{k}");
+                let r = http
+                    .post(
+                        &url,
+                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "50")],
+                        "{}",
+                    )
+                    .await;
+                (key, r)
+            }));
+        }
+    }
+    let mut answers: HashMap<String, Bytes> = HashMap::new();
+    let mut statuses: HashMap<u16, usize> = HashMap::new();
+    for t in tasks {
+        let (key, r) = t.await.unwrap();
+        *statuses.entry(r.status.as_u16()).or_default() += 1;
+        match r.status {
+            StatusCode::CREATED => {
+                let first = answers.entry(key).or_insert_with(|| r.body.clone());
+                assert_eq!(*first, r.body, "a replay differs from the answer");
+            }
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    let per_key = up.effects_per_key();
+    assert_eq!(per_key.len(), KEYS, "{statuses:?}");
+    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
+    // Settled: every key replays the same answer on both gateways, and a different
+    // request under it is refused on both.
+    for (key, body) in &answers {
+        for gw in &gateways {
+            let r = http
+                .post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
+                .await;
+            assert!(r.replayed(), "{key}: {}", r.text());
+            assert_eq!(&r.body, body);
+            let other = http
+                .post(
+                    &gw.url("/orders/x"),
+                    &[("Idempotency-Key", key)],
+                    "{\"other\":1}",
+                )
+                .await;
+            assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+        }
+    }
+    assert_eq!(up.effects(), KEYS as u64);
+    // Both layouts were written: each gateway won some keys and read the other's.
+    let keys: Vec<String> = redis.cmd(&["KEYS", "dedupe:*"]);
+    let kinds: std::collections::HashSet<String> =
+        keys.iter().map(|k| redis.cmd(&["TYPE", k])).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+}
