@@ -290,6 +290,10 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         format!("{BASE}[store]\nprefix = \"{}\"\n", "p".repeat(70_000)),
         "store.prefix".into(),
     ));
+    cases.push((
+        format!("{BASE}[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nrecord_layout = \"list\"\n"),
+        "store.record_layout".into(),
+    ));
     for (text, field) in cases {
         let (code, _, err) = check(&text);
         assert_eq!(code, Some(64), "{field}: {err}");
