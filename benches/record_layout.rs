@@ -1,0 +1,198 @@
+//! What a request costs Redis's main thread in each record layout (`store.record_layout`):
+//! `cargo bench --bench record_layout`.
+//!
+//! For each layout, on a redis-server of its own: `BENCH_KEYS` new keys (default 20000),
+//! each claimed and completed with a 200-byte response as a gateway does, then one replay
+//! of each; `BENCH_CONCURRENCY` (default 32) at once over the store's one multiplexed
+//! connection. Redis's main-thread CPU (`used_cpu_user_main_thread` +
+//! `used_cpu_sys_main_thread`, `INFO cpu`) before and after each phase, divided by the
+//! requests, and `INFO commandstats` (calls per request, µs per call). The HTTP side is
+//! left out: these are the commands the gateway sends per request, and Redis is the part
+//! a fleet shares.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dedupe_gateway::config::RecordLayout;
+use dedupe_gateway::store::{
+    Claim, ClaimRequest, Claimants, RedisStore, RequestHash, Store, StoreKey,
+};
+use dedupe_test_support::RedisServer;
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Main-thread CPU in µs so far.
+fn main_thread_cpu(redis: &RedisServer) -> f64 {
+    let info: String = redis.cmd(&["INFO", "cpu"]);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in INFO cpu (Redis 7.0 or later?)"))
+    };
+    (field("used_cpu_user_main_thread") + field("used_cpu_sys_main_thread")) * 1e6
+}
+
+/// `INFO commandstats`: command -> (calls, usec).
+fn commandstats(redis: &RedisServer) -> BTreeMap<String, (u64, u64)> {
+    let info: String = redis.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let get = |k: &str| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))?
+                    .parse::<u64>()
+                    .ok()
+            };
+            Some((name.to_owned(), (get("calls")?, get("usec")?)))
+        })
+        .collect()
+}
+
+struct Phase {
+    name: &'static str,
+    requests: usize,
+    cpu_us: f64,
+    stats: BTreeMap<String, (u64, u64)>,
+}
+
+impl Phase {
+    fn print(&self, layout: &str) {
+        println!(
+            "{layout:>6} {:<8} {:>6.2} µs Redis main-thread CPU per request ({} requests)",
+            self.name,
+            self.cpu_us / self.requests as f64,
+            self.requests
+        );
+        for (cmd, (calls, usec)) in &self.stats {
+            if *calls == 0 || cmd == "info" {
+                continue;
+            }
+            println!(
+                "{:>17} {cmd:<12} {:>5.2} calls/request {:>6.2} µs/call",
+                "",
+                *calls as f64 / self.requests as f64,
+                *usec as f64 / *calls as f64
+            );
+        }
+    }
+}
+
+/// Runs `op` for each of `n` keys, `concurrency` at once, measuring Redis around it.
+async fn phase<F, Fut>(
+    name: &'static str,
+    redis: &RedisServer,
+    n: usize,
+    concurrency: usize,
+    op: F,
+) -> Phase
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    let cpu = main_thread_cpu(redis);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let op = Arc::new(op);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (next, op) = (next.clone(), op.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    op(i).await;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let cpu_us = main_thread_cpu(redis) - cpu;
+    eprintln!("  {name}: {n} in {elapsed:?}");
+    Phase {
+        name,
+        requests: n,
+        cpu_us,
+        stats: commandstats(redis),
+    }
+}
+
+async fn measure(layout: RecordLayout, keys: usize, concurrency: usize) -> Vec<Phase> {
+    let redis = RedisServer::start_with(&["--hash-max-listpack-value", "1024"]);
+    let store = Store::Redis(
+        RedisStore::new(&redis.url(), Duration::from_secs(5))
+            .unwrap()
+            .with_record_layout(layout),
+    );
+    store.ping().await.unwrap();
+    let claimants = Arc::new(Claimants::new());
+    let response = Bytes::from(vec![b'r'; 200]);
+    let hash = RequestHash::new([3; 32]);
+    let claim = move |store: Store, claimants: Arc<Claimants>, i: usize| async move {
+        let key = StoreKey::from_raw(format!("bench:{{{i}}}:k"));
+        store
+            .claim(ClaimRequest {
+                key: &key,
+                request_hash: &hash,
+                lease: Duration::from_secs(10),
+                window: Duration::from_secs(3600),
+                claimant: claimants.next_id(),
+                hold: false,
+                order: None,
+            })
+            .await
+            .unwrap()
+    };
+    let (s, c, r) = (store.clone(), claimants.clone(), response.clone());
+    let won = phase("new key", &redis, keys, concurrency, move |i| {
+        let (s, c, r) = (s.clone(), c.clone(), r.clone());
+        async move {
+            let Claim::Won { permit, .. } = claim(s.clone(), c, i).await else {
+                panic!("a new key did not win")
+            };
+            s.complete(&permit, r, Duration::from_secs(3600), None)
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let (s, c) = (store.clone(), claimants.clone());
+    let replay = phase("replay", &redis, keys, concurrency, move |i| {
+        let (s, c) = (s.clone(), c.clone());
+        async move {
+            assert!(matches!(claim(s, c, i).await, Claim::Replay(_)));
+        }
+    })
+    .await;
+    vec![won, replay]
+}
+
+fn main() {
+    let keys = env_num("BENCH_KEYS", 20_000);
+    let concurrency = env_num("BENCH_CONCURRENCY", 32).max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    for layout in [RecordLayout::Hash, RecordLayout::String] {
+        eprintln!("{}:", layout.as_str());
+        for p in rt.block_on(measure(layout, keys, concurrency)) {
+            p.print(layout.as_str());
+        }
+    }
+}
