@@ -1,8 +1,10 @@
 //! Listing records on Redis (see [`crate::store::listing`]): `SCAN ... MATCH <prefix>:{*}:*
 //! COUNT n` on the one server or on each master of a cluster in turn, and each batch's
-//! records read with one pipeline of `HMGET`s (after a `TIME`, for the leases). No Lua: a
-//! listing only reads, and a state that changes between the `SCAN` and the `HMGET` is
-//! shown as the `HMGET` found it.
+//! records read with one pipeline of `HMGET`s (after a `TIME`, for the leases). Records of
+//! the string layout (`store.record_layout = "string"`) answer `HMGET` with `WRONGTYPE`;
+//! those are read with one more pipeline of `GET` and `PEXPIRETIME`. No Lua: a listing
+//! only reads, and a state that changes between the `SCAN` and the read is shown as the
+//! read found it.
 
 use redis::cluster_routing::SingleNodeRoutingInfo;
 
@@ -50,6 +52,45 @@ fn decode(store_key: &str, prefix: &str, fields: &Value, now_ms: i64) -> Option<
     })
 }
 
+/// A string-layout record as a listing shows it, from its value and its expiry (a fresh
+/// record's fence and claim time derive from the expiry).
+fn decode_string(
+    store_key: &str,
+    prefix: &str,
+    value: &Value,
+    expires: &Value,
+    now_ms: i64,
+) -> Option<Listed> {
+    let Value::BulkString(b) = value else {
+        return None;
+    };
+    let r = string_record::decode(bytes::Bytes::copy_from_slice(b)).ok()?;
+    let times = r.settled_at(int(expires)?.max(0) as u64);
+    let now = now_ms.max(0) as u64;
+    let in_flight = r.state == string_record::State::InFlight;
+    let lease_left = times.lease_end.saturating_sub(now);
+    let state = match r.state {
+        string_record::State::InFlight if r.hold && lease_left == 0 => RecordState::Unknown,
+        string_record::State::InFlight => RecordState::InFlight,
+        string_record::State::Completed => RecordState::Completed,
+        string_record::State::Released => RecordState::Released,
+    };
+    Some(Listed {
+        store_key: store_key.to_owned(),
+        name: listing::name_parts(prefix, store_key),
+        state,
+        fence: Fence::new(times.fence),
+        attempts: r.attempts,
+        claimed_at: (times.claimed_at > 0)
+            .then(|| std::time::UNIX_EPOCH + Duration::from_millis(times.claimed_at)),
+        lease_left: in_flight.then(|| Duration::from_millis(lease_left)),
+    })
+}
+
+fn wrong_type(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "WRONGTYPE")
+}
+
 /// Where a listing's commands go: the one server, or one master of a cluster.
 pub(super) enum Node<'a> {
     Server(&'a RedisStore),
@@ -91,7 +132,7 @@ impl Node<'_> {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
+        pipe.ignore_errors().cmd("TIME");
         for key in keys {
             pipe.cmd("HMGET").arg(key).arg(&FIELDS[..]);
         }
@@ -103,11 +144,50 @@ impl Node<'_> {
         let (secs, micros): (i64, i64) = redis::from_redis_value(time.clone())
             .map_err(|e| StoreError::Protocol(format!("TIME: {e}")))?;
         let now_ms = secs * 1000 + micros / 1000;
+        let strings = self.read_strings(keys, fields).await?;
+        let mut strings = strings.into_iter();
         Ok(keys
             .iter()
             .zip(fields)
-            .map(|(k, f)| decode(k, prefix, f, now_ms))
+            .map(|(k, f)| match f {
+                f if wrong_type(f) => {
+                    let (value, expires) = strings.next()?;
+                    decode_string(k, prefix, &value, &expires, now_ms)
+                }
+                Value::ServerError(_) => None,
+                f => decode(k, prefix, f, now_ms),
+            })
             .collect())
+    }
+
+    /// The value and expiry of each key whose `HMGET` met a string, in order.
+    async fn read_strings(
+        &self,
+        keys: &[String],
+        fields: &[Value],
+    ) -> Result<Vec<(Value, Value)>, StoreError> {
+        let strings: Vec<&String> = keys
+            .iter()
+            .zip(fields)
+            .filter(|(_, f)| wrong_type(f))
+            .map(|(k, _)| k)
+            .collect();
+        if strings.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for key in &strings {
+            pipe.cmd("GET").arg(*key).cmd("PEXPIRETIME").arg(*key);
+        }
+        let reply = self.send(pipe).await?;
+        if reply.len() != strings.len() * 2 {
+            return Err(StoreError::Protocol(
+                "GET pipeline: unexpected reply".into(),
+            ));
+        }
+        let mut reply = reply.into_iter();
+        Ok(std::iter::from_fn(|| Some((reply.next()?, reply.next()?))).collect())
     }
 }
 
