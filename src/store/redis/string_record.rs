@@ -9,9 +9,9 @@
 //!   3     8   fence                      (0: fresh, see below)
 //!  11     8   lease end, server ms       (0: fresh)
 //!  19     8   claimed at, server ms      (0: fresh)
-//!  27     8   completed at, server ms    (0: none)
+//!  27     8   completed at, server ms    (0: none, or see below)
 //!  35     8   lease, ms
-//!  43     8   the TTL the record was created with, ms
+//!  43     8   the TTL the record was last given, ms
 //!  51     4   attempts: claims that won it
 //!  55    16   claimant
 //!  71    32   request hash
@@ -29,7 +29,8 @@
 //! (µs: above every fence given out in an earlier millisecond, as `TIME`-based fences are),
 //! lease end = created + lease. Every script that changes a record's expiry first writes
 //! those three into the header, so the derivation only ever reads an expiry no one has
-//! touched since the claim.
+//! touched since the claim. Likewise completing writes no time: it sets the TTL field to
+//! the window, and a completed record's completion time is its expiry less that.
 
 use bytes::Bytes;
 
@@ -101,6 +102,16 @@ impl StringRecord {
             fence: fresh_fence(expires_at, self.ttl),
             claimed_at: created,
             lease_end: created + self.lease,
+        }
+    }
+}
+
+impl StringRecord {
+    /// When it was completed (server ms, 0: not completed), derived from its expiry.
+    pub(super) fn completed_at(&self, expires_at: u64) -> u64 {
+        match (self.state, self.completed_at) {
+            (State::Completed, 0) => expires_at.saturating_sub(self.ttl),
+            (_, at) => at,
         }
     }
 }
@@ -288,6 +299,13 @@ mod tests {
         assert_eq!(&r.response[..], b"\x00body\xff");
         // Stored times are taken as they are.
         assert_eq!(r.settled_at(1).fence, 77);
+        assert_eq!(r.completed_at(1), 6_000);
+        // A completion writes no time: expiry less the window (the TTL field).
+        let mut v = written(b'c', 77, b"", b"").to_vec();
+        v[27..35].copy_from_slice(&0u64.to_be_bytes());
+        let r = decode(Bytes::from(v)).unwrap();
+        assert_eq!(r.completed_at(3_661_000), 3_600_000);
+        assert_eq!(fresh(false).completed_at(1_061_000), 0);
     }
 
     #[test]

@@ -103,13 +103,10 @@ if s ~= 105 then
   end
   return 0
 end
-local done = 0
-if ARGV[2] == 'c' then
-  local t = redis.call('TIME')
-  done = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca, done, ls, tl, a, o, h, 0)
-  .. ARGV[5], 'PX', ARGV[3])
+-- No TIME: the record's TTL field becomes the window, so its completion time is its
+-- expiry less the window, set by Redis's clock in this SET.
+redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca, 0, ls,
+  tonumber(ARGV[3]), a, o, h, 0) .. ARGV[5], 'PX', ARGV[3])
 return 1
 "#;
 
@@ -289,6 +286,7 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
         return Ok(None);
     };
     let times = r.settled_at(expires);
+    let completed_at = r.completed_at(expires);
     let at = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
     let lease_left = (r.state == State::InFlight).then(|| times.lease_end.saturating_sub(now));
     let state = match r.state {
@@ -306,7 +304,7 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
         response: (r.state == State::Completed).then_some(r.response),
         attempts: r.attempts,
         claimed_at: at(times.claimed_at),
-        completed_at: at(r.completed_at),
+        completed_at: at(completed_at),
         version: (!r.version.is_empty()).then_some(r.version),
     }))
 }
