@@ -106,7 +106,11 @@ pub fn build(
     for (bin, suffix) in setup.binaries {
         let first = gateways.len();
         for (name, store) in setup.stores {
-            let store_pid = if *name == "redis" { redis_pid } else { None };
+            let store_pid = if name.starts_with("redis") {
+                redis_pid
+            } else {
+                None
+            };
             for encrypted in [false, true] {
                 let (store, name) = match encrypted {
                     false => (store.clone(), (*name).to_owned()),
