@@ -225,6 +225,23 @@ fn a_grpc_route_whose_window_is_shorter_than_a_retry_fails_the_replay_drill() {
 }
 
 #[test]
+fn a_grpc_route_whose_calls_reach_the_upstream_over_http1_fails_every_drill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = one_route(
+        RouteCfg::grpc("pay", "/pay.v1.Payments/Create"),
+        StoreCfg::memory(),
+    );
+    let off = text.replacen("[server]\n", "[server]\nupstream_http2 = \"off\"\n", 1);
+    assert_ne!(off, text);
+    let p = write(&tmp, &off);
+    let (code, out, err) = drill(&p, &["--lease", "1s"], &[]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("FAIL pay/replay"), "{out}");
+    assert!(out.contains("reached it over HTTP/1.1"), "{out}");
+    assert!(!out.contains("PASS pay/"), "{out}");
+}
+
+#[test]
 fn drills_on_signed_routes_sign_as_the_provider_does_and_pass() {
     let tmp = tempfile::tempdir().unwrap();
     let secret = |name: &str, value: &str| {

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 
 use crate::grpc::{frame, status, GRPC_MESSAGE, GRPC_STATUS};
 use crate::problem::GatewayError;
+use crate::route::Route;
 
 /// The body the upstream answers with, with or without trailers.
 pub type AnswerBody = BoxBody<Bytes, Infallible>;
@@ -28,6 +29,25 @@ pub fn mark_call(headers: &mut HeaderMap) {
 /// The message a gRPC call's body frames (`None`: not exactly one message).
 pub fn message(body: &[u8]) -> Option<&[u8]> {
     frame::single(body).ok().map(|m| m.payload)
+}
+
+/// A drill request's JSON as `route`'s body: as is, or on a gRPC route framed as one
+/// message.
+pub fn body_of(route: &Route, json: Vec<u8>) -> Bytes {
+    if route.grpc {
+        frame::encode(&json)
+    } else {
+        Bytes::from(json)
+    }
+}
+
+/// The JSON in a drill request's body on `route` (the inverse of [`body_of`]).
+pub fn json_of<'a>(route: &Route, body: &'a [u8]) -> &'a [u8] {
+    if route.grpc {
+        message(body).unwrap_or_default()
+    } else {
+        body
+    }
 }
 
 /// The counting upstream's gRPC answer: 200, `content-type: application/grpc`, `payload`
@@ -101,6 +121,37 @@ mod tests {
         h.insert(GRPC_STATUS, HeaderValue::from_static("0"));
         assert_eq!(status_of(&HeaderMap::new(), &h), Some(0));
         assert_eq!(shown(Some(10)), "grpc-status 10 ABORTED");
+    }
+
+    #[test]
+    fn a_grpc_route_gets_a_framed_call_keyed_in_its_metadata_and_a_changed_message() {
+        use crate::drill::request::{for_route, misuse, Marks};
+        let routes = crate::config::Config::from_toml(
+            "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
+             [[routes]]\nname = \"pay\"\nmethods = [\"POST\"]\n\
+             path = \"/pay.v1.Payments/Create\"\ngrpc = true\n\
+             key = { header = \"idempotency-key\", required = true }\n",
+        )
+        .unwrap()
+        .routes;
+        let none = HeaderMap::new();
+        let marks = Marks {
+            key: "drill-run1-replay",
+            tenant: "drill-run1",
+            headers: &none,
+        };
+        let req = for_route(&routes, 0, &marks).unwrap();
+        assert_eq!(req.headers[CONTENT_TYPE], "application/grpc");
+        assert_eq!(req.headers[TE], "trailers");
+        assert_eq!(req.headers["idempotency-key"], "drill-run1-replay");
+        assert_eq!(req.key, "drill-run1-replay");
+        let json: serde_json::Value = serde_json::from_slice(message(&req.body).unwrap()).unwrap();
+        assert_eq!(json["drill"], "drill-run1-replay");
+        // The same key with another message: a mismatch the gateway must refuse.
+        let other = misuse(&routes[0], &req).unwrap();
+        assert_eq!(other.key, req.key);
+        assert_ne!(other.hash, req.hash);
+        assert!(message(&other.body).is_some());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use http::StatusCode;
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -15,7 +16,7 @@ use super::report::{Cleanup, Drill, Outcome, Report, StoreCheck};
 use super::request::{self, DrillRequest, Marks};
 use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
-use crate::config::{Config, StoreBackend, UpstreamTarget};
+use crate::config::{Config, StoreBackend, UpstreamHttp2, UpstreamTarget};
 use crate::http::Gateway;
 use crate::problem::GatewayError;
 use crate::route::{Dialect, Mode, OnConflict, OnUnknown, Route};
@@ -151,6 +152,10 @@ fn drill_config(
     upstream: SocketAddr,
 ) -> Result<Config, DrillError> {
     cfg.store.prefix = format!("{}-drill-{run}", cfg.store.prefix);
+    if cfg.server.upstream.scheme == http::uri::Scheme::HTTPS {
+        // ALPN offers h2 to an https:// upstream; the h2c stand-in needs it said.
+        cfg.server.upstream_http2 = UpstreamHttp2::Grpc;
+    }
     cfg.server.upstream = UpstreamTarget {
         scheme: http::uri::Scheme::HTTP,
         authority: upstream
@@ -301,7 +306,13 @@ impl Rig<'_> {
             && second.replayed()
             && identical;
         let note = (!pass).then(|| {
-            if effects.len() > 1 {
+            if effects.is_empty() {
+                let why = match first.status {
+                    StatusCode::HTTP_VERSION_NOT_SUPPORTED => ": a gRPC call reached it over HTTP/1.1 (server.upstream_http2 = \"off\")",
+                    _ => "",
+                };
+                format!("the upstream never executed the request{why}; answered {}", first.status_text())
+            } else if effects.len() > 1 {
                 format!(
                     "the upstream executed the request {} times: the record was gone (or never stored) when the retry came {} ms later; is the window shorter than your senders' retries?",
                     effects.len(),

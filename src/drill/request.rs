@@ -8,6 +8,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, Method};
 use serde_json::{Map, Value};
 
+use super::grpc;
 use crate::key::{self, KeyRule, RequestPart, RequestView};
 use crate::route::{self, Namespace, Route};
 use crate::store::{RequestHash, StoreKey};
@@ -76,7 +77,7 @@ pub fn for_route(
     let path = path_for(routes, index, &method, marks.key)?;
     let mut headers = HeaderMap::new();
     if route.grpc {
-        super::grpc::mark_call(&mut headers);
+        grpc::mark_call(&mut headers);
     } else {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
@@ -123,7 +124,7 @@ pub fn for_route(
         headers.insert(name.clone(), value.clone());
     }
     // A JSON value always serialises.
-    let body = as_body(route, serde_json::to_vec(&body).unwrap_or_default());
+    let body = grpc::body_of(route, serde_json::to_vec(&body).unwrap_or_default());
     finish(route, method, path, query, headers, body)
 }
 
@@ -132,17 +133,10 @@ pub fn for_route(
 /// hash covers.
 pub fn misuse(route: &Route, req: &DrillRequest) -> Option<DrillRequest> {
     let mut candidates = Vec::new();
-    let json = if route.grpc {
-        super::grpc::message(&req.body).unwrap_or_default()
-    } else {
-        &req.body[..]
-    };
+    let json = grpc::json_of(route, &req.body);
     if let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(json) {
         body.insert("drill_misuse".into(), Value::Bool(true));
-        let body = as_body(
-            route,
-            serde_json::to_vec(&Value::Object(body)).unwrap_or_default(),
-        );
+        let body = grpc::body_of(route, serde_json::to_vec(&body).unwrap_or_default());
         candidates.push((req.query.clone(), req.headers.clone(), body));
     }
     let query = match &req.query {
@@ -168,15 +162,6 @@ pub fn misuse(route: &Route, req: &DrillRequest) -> Option<DrillRequest> {
         (other.key == req.key && other.scope == req.scope && other.hash != req.hash)
             .then_some(other)
     })
-}
-
-/// The JSON as the route's body: as is, or on a gRPC route framed as one message.
-fn as_body(route: &Route, json: Vec<u8>) -> Bytes {
-    if route.grpc {
-        crate::grpc::frame::encode(&json)
-    } else {
-        Bytes::from(json)
-    }
 }
 
 fn finish(

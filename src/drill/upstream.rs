@@ -129,6 +129,13 @@ async fn handle(
     };
     let key = header(&IDEMPOTENCY_KEY).unwrap_or_default();
     let is_grpc = crate::grpc::is_call(req.version(), req.headers());
+    if crate::grpc::is_grpc_content(req.headers()) && !is_grpc {
+        // gRPC has no HTTP/1.1 form (`server.upstream_http2 = "off"`): a gRPC server would
+        // not execute the call.
+        let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+        *resp.status_mut() = StatusCode::HTTP_VERSION_NOT_SUPPORTED;
+        return Ok(resp);
+    }
     let fence = header(&IDEMPOTENCY_FENCE).and_then(|f| f.parse().ok());
     let (n, hold) = {
         let mut st = lock(&state);
