@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dedupe_test_support::{
-    free_port, GatewayConfig, GatewayProcess, RedisServer, RouteCfg, StoreCfg, Upstream,
+    free_port, GatewayConfig, GatewayProcess, GrpcServer, RedisServer, RouteCfg, StoreCfg, Upstream,
 };
 
 fn gateway() -> Command {
@@ -141,27 +141,104 @@ fn a_window_shorter_than_a_retry_fails_the_replay_drill() {
     assert!(out.contains("FAILED: orders/replay"), "{out}");
 }
 
+/// The drills of one route, by name, from a JSON report.
+fn drills_by_name(v: &serde_json::Value) -> std::collections::BTreeMap<String, serde_json::Value> {
+    v["drills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["drill"].as_str().unwrap().to_owned(), d.clone()))
+        .collect()
+}
+
 #[test]
-fn a_grpc_route_is_skipped_saying_why() {
+fn a_grpc_route_is_drilled_in_grpc_and_passes_on_memory_and_on_redis() {
+    let redis = RedisServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let routes = [
+        RouteCfg::grpc("pay", "/pay.v1.Payments/Create"),
+        // A held outcome and a waiting duplicate: the crash drill checks the hold.
+        RouteCfg::grpc("pay", "/pay.v1.Payments/Create")
+            .on_unknown_hold()
+            .on_conflict_wait("5s"),
+    ];
+    for store in [StoreCfg::memory(), StoreCfg::redis(redis.url())] {
+        for route in routes.clone() {
+            let p = write(&tmp, &one_route(route, store.clone()));
+            let (code, out, err) = drill(&p, &["--format", "json", "--lease", "1s"], &[]);
+            assert_eq!(code, Some(0), "{out}\n{err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["pass"], true, "{out}");
+            let d = drills_by_name(&v);
+            assert_eq!(d.len(), 5, "{out}");
+            for (name, drill) in &d {
+                assert_eq!(drill["skipped"], false, "{name}: {drill}");
+                assert_eq!(drill["pass"], true, "{name}: {drill}");
+            }
+            // Counted on the drill's own upstream, which answered in gRPC: one execution
+            // per key, the replay the same message and trailers, status OK.
+            let replay = &d["replay"]["evidence"];
+            assert_eq!(replay["effects"], 1, "{replay}");
+            assert_eq!(replay["byte_identical"], true, "{replay}");
+            assert_eq!(replay["statuses"][0], "grpc-status 0 OK", "{replay}");
+            assert_eq!(d["race"]["evidence"]["effects"], 1, "{out}");
+            assert_eq!(d["crash"]["evidence"]["effects"], 2, "{out}");
+            let misuse = &d["misuse"]["evidence"];
+            assert_eq!(misuse["effects"], 1, "{misuse}");
+            assert_eq!(
+                misuse["changed_request_status"], "grpc-status 9 FAILED_PRECONDITION",
+                "{misuse}"
+            );
+            let lease = &d["lease"]["evidence"];
+            if lease["on_conflict"] == "reject" {
+                assert_eq!(
+                    lease["duplicate_status"], "grpc-status 10 ABORTED",
+                    "{lease}"
+                );
+            } else {
+                assert_eq!(
+                    d["crash"]["evidence"]["held_status"],
+                    "grpc-status 10 ABORTED"
+                );
+            }
+        }
+    }
+    let keys: i64 = redis.cmd(&["DBSIZE"]);
+    assert_eq!(keys, 0, "the drill left records behind");
+}
+
+#[test]
+fn a_grpc_route_whose_window_is_shorter_than_a_retry_fails_the_replay_drill() {
     let tmp = tempfile::tempdir().unwrap();
     let p = write(
         &tmp,
         &one_route(
-            RouteCfg::grpc("pay", "/pay.v1.Payments/Create"),
+            RouteCfg::grpc("pay", "/pay.v1.Payments/Create").window("10ms"),
             StoreCfg::memory(),
         ),
     );
-    let (code, out, err) = drill(&p, &["--format", "json"], &[]);
-    // Every drill skipped proves nothing: the run does not pass.
+    let (code, out, _) = drill(&p, &["--lease", "1s", "--route", "pay"], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL pay/replay"), "{out}");
+    assert!(out.contains("effects=2"), "{out}");
+    assert!(out.contains("FAILED: pay/replay"), "{out}");
+}
+
+#[test]
+fn a_grpc_route_whose_calls_reach_the_upstream_over_http1_fails_every_drill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = one_route(
+        RouteCfg::grpc("pay", "/pay.v1.Payments/Create"),
+        StoreCfg::memory(),
+    );
+    let off = text.replacen("[server]\n", "[server]\nupstream_http2 = \"off\"\n", 1);
+    assert_ne!(off, text);
+    let p = write(&tmp, &off);
+    let (code, out, err) = drill(&p, &["--lease", "1s"], &[]);
     assert_eq!(code, Some(1), "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["pass"], false);
-    let drills = v["drills"].as_array().unwrap();
-    assert!(!drills.is_empty(), "{out}");
-    for d in drills {
-        assert_eq!(d["skipped"], true, "{d}");
-        assert!(d["note"].as_str().unwrap().contains("grpc = true"), "{d}");
-    }
+    assert!(out.contains("FAIL pay/replay"), "{out}");
+    assert!(out.contains("reached it over HTTP/1.1"), "{out}");
+    assert!(!out.contains("PASS pay/"), "{out}");
 }
 
 #[test]
@@ -339,6 +416,33 @@ async fn drill_target_passes_against_a_running_gateway_and_leaves_no_records() {
     }
     // The real upstream executed each drill's request once (replay, race, misuse).
     assert_eq!(upstream.effects(), 5);
+    let keys: i64 = redis.cmd(&["DBSIZE"]);
+    assert_eq!(keys, 0, "the drill left records behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_target_drills_a_grpc_route_of_a_running_gateway_in_front_of_a_grpc_server() {
+    // A real gRPC server (grpcio) counts the executions behind a gateway process.
+    let server = GrpcServer::start().await;
+    let redis = RedisServer::start();
+    let cfg = GatewayConfig::new(server.url())
+        .store(StoreCfg::redis(redis.url()))
+        .admin_with_token("s3cret")
+        .route(RouteCfg::grpc("create", "/test.Payments/Create"));
+    let gw = GatewayProcess::start(&cfg);
+    let (code, out, err) = drill_target(&cfg, &gw, "create", true).await;
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(err.contains("body (gRPC message): {"), "{err}");
+    for d in ["replay", "race", "misuse"] {
+        assert!(out.contains(&format!("PASS create/{d}")), "{out}");
+    }
+    assert!(out.contains("grpc-status 9 FAILED_PRECONDITION"), "{out}");
+    assert!(
+        out.contains("PASS cleanup: 3 record(s) deleted, 0 left"),
+        "{out}"
+    );
+    // Replay, race and misuse each executed once on the gRPC server.
+    assert_eq!(server.executions("Create").await, 3);
     let keys: i64 = redis.cmd(&["DBSIZE"]);
     assert_eq!(keys, 0, "the drill left records behind");
 }

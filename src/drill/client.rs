@@ -11,8 +11,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
+use super::grpc;
 use super::request::DrillRequest;
 use crate::headers::REPLAYED;
+use crate::problem::GatewayError;
+use crate::route::Dialect;
 
 /// A whole answer.
 #[derive(Debug, Clone)]
@@ -23,6 +26,8 @@ pub struct Reply {
     pub headers: HeaderMap,
     /// Body.
     pub body: Bytes,
+    /// Trailers (a gRPC answer's `grpc-status`).
+    pub trailers: HeaderMap,
     /// When it was sent.
     pub sent: Instant,
     /// How long it took.
@@ -35,16 +40,84 @@ impl Reply {
         self.headers.get(&REPLAYED).is_some_and(|v| v == "true")
     }
 
+    /// A gRPC answer (`content-type: application/grpc*`): its verdict is its `grpc-status`.
+    pub fn is_grpc(&self) -> bool {
+        crate::grpc::is_grpc_content(&self.headers)
+    }
+
+    /// The `grpc-status` (head or trailers).
+    pub fn grpc_status(&self) -> Option<u16> {
+        grpc::status_of(&self.headers, &self.trailers)
+    }
+
     /// The problem+json `type`, when the answer is a problem.
     pub fn problem_type(&self) -> Option<String> {
         let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
         v.get("type")?.as_str().map(str::to_owned)
     }
 
-    /// Same status, headers (apart from the replay mark) and body as `other`.
+    /// The gateway's problem name (`request-in-flight`): from the problem `type`, or a
+    /// gRPC refusal's `grpc-message`.
+    pub fn problem_name(&self) -> Option<String> {
+        if self.is_grpc() {
+            return grpc::problem_name(&self.headers);
+        }
+        let t = self.problem_type()?;
+        Some(t.rsplit([':', '/']).next().unwrap_or(&t).to_owned())
+    }
+
+    /// Answered with the gateway's refusal `err`: its status in `dialect`, or on a gRPC
+    /// answer its gRPC code.
+    pub fn refused_as(&self, err: &GatewayError, dialect: &Dialect) -> bool {
+        if self.is_grpc() {
+            grpc::is_refusal(self.grpc_status(), err)
+        } else {
+            self.status == err.status_in(dialect)
+        }
+    }
+
+    /// A success: below 400, or `grpc-status: 0`.
+    pub fn succeeded(&self) -> bool {
+        if self.is_grpc() {
+            self.grpc_status() == Some(crate::grpc::status::code::OK)
+        } else {
+            self.status.as_u16() < 400
+        }
+    }
+
+    /// Not a failure of the gateway or upstream: below 500, or a gRPC status that is not
+    /// one of their failures.
+    pub fn not_failed(&self) -> bool {
+        if self.is_grpc() {
+            self.status == StatusCode::OK && !grpc::failed(self.grpc_status())
+        } else {
+            self.status.as_u16() < 500
+        }
+    }
+
+    /// The status as the report shows it: the HTTP status, or on a gRPC answer its code.
+    pub fn shown_status(&self) -> serde_json::Value {
+        if self.is_grpc() {
+            grpc::shown(self.grpc_status()).into()
+        } else {
+            self.status.as_u16().into()
+        }
+    }
+
+    /// The status as a note names it.
+    pub fn status_text(&self) -> String {
+        if self.is_grpc() {
+            grpc::shown(self.grpc_status())
+        } else {
+            self.status.to_string()
+        }
+    }
+
+    /// Same status, headers (apart from the replay mark), body and trailers as `other`.
     pub fn same_answer(&self, other: &Reply) -> bool {
         self.status == other.status
             && self.body == other.body
+            && self.trailers == other.trailers
             && self.differing_headers(other).is_empty()
     }
 
@@ -82,10 +155,11 @@ pub enum SendError {
     Timeout(Duration),
 }
 
-/// A pooled plain-HTTP client.
+/// A pooled plain-HTTP client, with an h2c one (prior knowledge) for gRPC calls.
 #[derive(Clone)]
 pub struct Http {
     client: Client<HttpConnector, Full<Bytes>>,
+    h2c: Client<HttpConnector, Full<Bytes>>,
     timeout: Duration,
 }
 
@@ -94,6 +168,9 @@ impl Http {
     pub fn new(timeout: Duration) -> Self {
         Self {
             client: Client::builder(TokioExecutor::new()).build_http(),
+            h2c: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
             timeout,
         }
     }
@@ -105,10 +182,15 @@ impl Http {
         for (name, value) in &req.headers {
             builder = builder.header(name, value);
         }
+        // gRPC has no HTTP/1.1 form: a gRPC call goes over h2c.
+        let grpc = crate::grpc::is_grpc_content(&req.headers);
+        if grpc {
+            builder = builder.version(http::Version::HTTP_2);
+        }
         let request = builder
             .body(Full::new(req.body.clone()))
             .map_err(|_| SendError::Url(url))?;
-        self.call(request).await
+        self.call(request, grpc).await
     }
 
     /// A bodiless request (admin API); `token` as a bearer token.
@@ -125,27 +207,28 @@ impl Http {
         let request = builder
             .body(Full::new(Bytes::new()))
             .map_err(|_| SendError::Url(url.to_owned()))?;
-        self.call(request).await
+        self.call(request, false).await
     }
 
-    async fn call(&self, request: Request<Full<Bytes>>) -> Result<Reply, SendError> {
+    async fn call(&self, request: Request<Full<Bytes>>, h2c: bool) -> Result<Reply, SendError> {
         let sent = Instant::now();
+        let client = if h2c { &self.h2c } else { &self.client };
         let exchange = async {
-            let resp = self
-                .client
+            let resp = client
                 .request(request)
                 .await
                 .map_err(|e| SendError::Transport(format!("{e:?}")))?;
             let (parts, body) = resp.into_parts();
-            let body = body
+            let collected = body
                 .collect()
                 .await
-                .map_err(|e| SendError::Transport(e.to_string()))?
-                .to_bytes();
+                .map_err(|e| SendError::Transport(e.to_string()))?;
+            let trailers = collected.trailers().cloned().unwrap_or_default();
             Ok(Reply {
                 status: parts.status,
                 headers: parts.headers,
-                body,
+                body: collected.to_bytes(),
+                trailers,
                 sent,
                 took: sent.elapsed(),
             })
@@ -164,22 +247,25 @@ pub struct Race {
     pub executed: usize,
     /// Answered from the store.
     pub replayed: usize,
-    /// Told the key was in flight (409 in problem+json).
+    /// Told the key was in flight (409 in problem+json, `ABORTED` in gRPC).
     pub conflicts: usize,
     /// Every replay is the executed answer, byte for byte.
     pub consistent: bool,
 }
 
 impl Race {
-    /// Sends `n` copies of `req` to `base` at once; `in_flight` is the status the route
-    /// answers a key in flight with.
+    /// Sends `n` copies of `req` to `base` at once; `dialect` is the route's, in which it
+    /// answers a key in flight.
     pub async fn run(
         http: &Http,
         base: &str,
         req: &DrillRequest,
         n: usize,
-        in_flight: StatusCode,
+        dialect: &Dialect,
     ) -> Result<Self, String> {
+        let in_flight = GatewayError::Conflict {
+            retry_after: Duration::ZERO,
+        };
         let tasks: Vec<_> = (0..n)
             .map(|_| {
                 let (http, base, req) = (http.clone(), base.to_owned(), req.clone());
@@ -196,10 +282,13 @@ impl Race {
         }
         let fresh: Vec<&Reply> = replies
             .iter()
-            .filter(|r| !r.replayed() && r.status.as_u16() < 400)
+            .filter(|r| !r.replayed() && r.succeeded())
             .collect();
         let replayed = replies.iter().filter(|r| r.replayed()).count();
-        let conflicts = replies.iter().filter(|r| r.status == in_flight).count();
+        let conflicts = replies
+            .iter()
+            .filter(|r| r.refused_as(&in_flight, dialect))
+            .count();
         let consistent = fresh.len() == 1
             && replies
                 .iter()

@@ -16,8 +16,9 @@ use super::report::{Cleanup, Drill, Outcome, Report, StoreCheck};
 use super::request::{self, DrillRequest, Marks};
 use super::upstream::CountingUpstream;
 use super::{run_id, DrillError};
-use crate::config::{Config, StoreBackend, UpstreamTarget};
+use crate::config::{Config, StoreBackend, UpstreamHttp2, UpstreamTarget};
 use crate::http::Gateway;
+use crate::problem::GatewayError;
 use crate::route::{Dialect, Mode, OnConflict, OnUnknown, Route};
 use crate::server::{serve, Listeners};
 use crate::store::{Fence, Resolution, Store, StoreKey};
@@ -151,6 +152,10 @@ fn drill_config(
     upstream: SocketAddr,
 ) -> Result<Config, DrillError> {
     cfg.store.prefix = format!("{}-drill-{run}", cfg.store.prefix);
+    if cfg.server.upstream.scheme == http::uri::Scheme::HTTPS {
+        // ALPN offers h2 to an https:// upstream; the h2c stand-in needs it said.
+        cfg.server.upstream_http2 = UpstreamHttp2::Grpc;
+    }
     cfg.server.upstream = UpstreamTarget {
         scheme: http::uri::Scheme::HTTP,
         authority: upstream
@@ -164,9 +169,11 @@ fn drill_config(
     cfg.warnings.clear();
     for r in &mut cfg.routes {
         r.lease = lease;
-        // The drill reads the gateway's own answers as problem+json; their envelope is no
-        // part of what it proves.
-        r.errors = Dialect::default();
+        // The drill reads the gateway's own answers as problem+json (or, on a gRPC route,
+        // as gRPC statuses); their envelope is no part of what it proves.
+        if !r.grpc {
+            r.errors = Dialect::default();
+        }
     }
     Ok(cfg)
 }
@@ -194,10 +201,6 @@ fn fence_of(e: Option<&super::upstream::Effect>) -> Value {
     e.and_then(|e| e.fence).map_or(Value::Null, Value::from)
 }
 
-/// Why a `grpc = true` route is not drilled (yet).
-pub(super) const GRPC_NOT_DRILLED: &str =
-    "grpc = true (the drills speak HTTP and JSON, not gRPC; tests/grpc.rs drives gRPC routes with a real gRPC client)";
-
 impl Rig<'_> {
     /// Every drill on route `i`, each started clean; none on a route that does not
     /// enforce (a shadow route forwards every duplicate and an off route dedupes nothing:
@@ -208,12 +211,6 @@ impl Rig<'_> {
             return Drill::ALL
                 .iter()
                 .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str()))
-                .collect();
-        }
-        if route.grpc {
-            return Drill::ALL
-                .iter()
-                .map(|&d| Outcome::skipped_because(&route.name, d, GRPC_NOT_DRILLED))
                 .collect();
         }
         let mut outcomes = Vec::new();
@@ -283,7 +280,7 @@ impl Rig<'_> {
             Drill::Replay => self.replay(&req).await?,
             Drill::Lease => self.lease_drill(route, &req).await?,
             Drill::Crash => self.crash(route, &req).await?,
-            Drill::Race => self.race_drill(&req).await?,
+            Drill::Race => self.race_drill(route, &req).await?,
             Drill::Misuse => self.misuse(route, &req).await?,
         };
         Ok(Outcome {
@@ -304,12 +301,18 @@ impl Rig<'_> {
         let effects = self.upstream.effects(&req.key);
         let identical = second.same_answer(&first);
         let pass = effects.len() == 1
-            && first.status.as_u16() < 500
+            && first.not_failed()
             && !first.replayed()
             && second.replayed()
             && identical;
         let note = (!pass).then(|| {
-            if effects.len() > 1 {
+            if effects.is_empty() {
+                let why = match first.status {
+                    StatusCode::HTTP_VERSION_NOT_SUPPORTED => ": a gRPC call reached it over HTTP/1.1 (server.upstream_http2 = \"off\")",
+                    _ => "",
+                };
+                format!("the upstream never executed the request{why}; answered {}", first.status_text())
+            } else if effects.len() > 1 {
                 format!(
                     "the upstream executed the request {} times: the record was gone (or never stored) when the retry came {} ms later; is the window shorter than your senders' retries?",
                     effects.len(),
@@ -323,7 +326,7 @@ impl Rig<'_> {
             pass,
             evidence(json!({
                 "effects": effects.len(),
-                "statuses": [first.status.as_u16(), second.status.as_u16()],
+                "statuses": [first.shown_status(), second.shown_status()],
                 "second_replayed": second.replayed(),
                 "byte_identical": identical,
                 "differing_headers": second.differing_headers(&first),
@@ -354,7 +357,10 @@ impl Rig<'_> {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("the first request: {e}"))?;
         let effects = self.upstream.effects(&req.key);
-        let conflict = dup.status == StatusCode::CONFLICT;
+        let in_flight = GatewayError::Conflict {
+            retry_after: Duration::ZERO,
+        };
+        let conflict = dup.refused_as(&in_flight, &route.errors);
         let answered = match route.on_conflict {
             OnConflict::Reject => conflict,
             // A held duplicate gets the stored answer, or 409 when conflict_wait ran out.
@@ -362,11 +368,11 @@ impl Rig<'_> {
                 (dup.replayed() && dup.same_answer(&first)) || conflict
             }
         };
-        let pass = effects.len() == 1 && first.status.as_u16() < 500 && answered;
+        let pass = effects.len() == 1 && first.not_failed() && answered;
         let note = (!pass).then(|| match effects.len() {
             1 => format!(
-                "the duplicate got {} instead of 409 or the stored answer",
-                dup.status
+                "the duplicate got {} instead of 409 (ABORTED) or the stored answer",
+                dup.status_text()
             ),
             n => format!("the duplicate executed: {n} effects"),
         });
@@ -385,8 +391,8 @@ impl Rig<'_> {
             evidence(json!({
                 "effects": effects.len(),
                 "on_conflict": on_conflict,
-                "first_status": first.status.as_u16(),
-                "duplicate_status": dup.status.as_u16(),
+                "first_status": first.shown_status(),
+                "duplicate_status": dup.shown_status(),
                 "duplicate_replayed": dup.replayed(),
                 "retry_after": retry_after,
                 "held_ms": hold.as_millis() as u64,
@@ -396,9 +402,9 @@ impl Rig<'_> {
         ))
     }
 
-    async fn race_drill(&self, req: &DrillRequest) -> Result<Verdict, String> {
+    async fn race_drill(&self, route: &Route, req: &DrillRequest) -> Result<Verdict, String> {
         self.upstream.hold_first(&req.key, RACE_HOLD);
-        let race = Race::run(&self.http, &self.base, req, self.race, StatusCode::CONFLICT).await?;
+        let race = Race::run(&self.http, &self.base, req, self.race, &route.errors).await?;
         let effects = self.upstream.effects(&req.key);
         let pass = effects.len() == 1 && race.one_winner();
         let note = (!pass).then(|| {
@@ -434,15 +440,15 @@ impl Rig<'_> {
         let m = self.send(&other).await?;
         let again = self.send(req).await?;
         let effects = self.upstream.effects(&req.key);
-        let pass = first.status.as_u16() < 500
-            && m.status == StatusCode::UNPROCESSABLE_ENTITY
+        let pass = first.not_failed()
+            && m.refused_as(&GatewayError::Mismatch, &route.errors)
             && effects.len() == 1
             && again.replayed()
             && again.same_answer(&first);
         let note = (!pass).then(|| {
             format!(
                 "the changed request got {} with {} effects",
-                m.status,
+                m.status_text(),
                 effects.len()
             )
         });
@@ -450,8 +456,8 @@ impl Rig<'_> {
             pass,
             evidence(json!({
                 "effects": effects.len(),
-                "first_status": first.status.as_u16(),
-                "changed_request_status": m.status.as_u16(),
+                "first_status": first.shown_status(),
+                "changed_request_status": m.shown_status(),
                 "original_again_replayed": again.replayed(),
             })),
             note,

@@ -9,8 +9,11 @@
 //!   read from the admin API and `/metrics`.
 //! - [`request`]: requests that satisfy a route's key rule and scope (pure);
 //!   [`client`]: sending them; [`report`]: the results as text or JSON (pure).
+//! - [`grpc`]: on a `grpc = true` route, framed gRPC calls over h2c, the counting
+//!   upstream's gRPC answer, and verdicts read from `grpc-status`.
 
 pub mod client;
+pub mod grpc;
 pub mod local;
 pub mod report;
 pub mod request;

@@ -1,12 +1,14 @@
 //! Requests a drill sends: built from a route's key rule and scope so that the gateway
 //! derives a key from them, marked so that no real client's key can collide, and signed
-//! with a signed route's first secret. Pure but for the signature's clock.
+//! with a signed route's first secret. On a `grpc = true` route, a gRPC call: the JSON
+//! framed as its one message. Pure but for the signature's clock.
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, Method};
 use serde_json::{Map, Value};
 
+use super::grpc;
 use crate::key::{self, KeyRule, RequestPart, RequestView};
 use crate::route::{self, Namespace, Route};
 use crate::store::{RequestHash, StoreKey};
@@ -22,7 +24,7 @@ pub struct DrillRequest {
     pub query: Option<String>,
     /// Headers.
     pub headers: HeaderMap,
-    /// Body (JSON).
+    /// Body (JSON; on a gRPC route, framed as one message).
     pub body: Bytes,
     /// The key the gateway derives: the header's value, or the fingerprint.
     pub key: String,
@@ -74,7 +76,11 @@ pub fn for_route(
     };
     let path = path_for(routes, index, &method, marks.key)?;
     let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if route.grpc {
+        grpc::mark_call(&mut headers);
+    } else {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
     let mut query = None;
     let mut body = Value::Object(Map::from_iter([(
         "drill".to_owned(),
@@ -118,7 +124,7 @@ pub fn for_route(
         headers.insert(name.clone(), value.clone());
     }
     // A JSON value always serialises.
-    let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let body = grpc::body_of(route, serde_json::to_vec(&body).unwrap_or_default());
     finish(route, method, path, query, headers, body)
 }
 
@@ -127,9 +133,10 @@ pub fn for_route(
 /// hash covers.
 pub fn misuse(route: &Route, req: &DrillRequest) -> Option<DrillRequest> {
     let mut candidates = Vec::new();
-    if let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(&req.body) {
+    let json = grpc::json_of(route, &req.body);
+    if let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(json) {
         body.insert("drill_misuse".into(), Value::Bool(true));
-        let body = Bytes::from(serde_json::to_vec(&Value::Object(body)).unwrap_or_default());
+        let body = grpc::body_of(route, serde_json::to_vec(&body).unwrap_or_default());
         candidates.push((req.query.clone(), req.headers.clone(), body));
     }
     let query = match &req.query {

@@ -94,13 +94,6 @@ impl Plan {
                 route.mode.as_str()
             )));
         }
-        if route.grpc {
-            return Err(DrillError::Usage(format!(
-                "--route {}: skipped: {}",
-                route.name,
-                super::local::GRPC_NOT_DRILLED
-            )));
-        }
         refuse_key_headers(&route, &opts.headers)?;
         let run = run_id();
         let tenant = format!("drill-{run}");
@@ -151,7 +144,17 @@ impl Plan {
                     value.to_str().unwrap_or("<binary>")
                 );
             }
-            let _ = writeln!(out, "      body: {}", String::from_utf8_lossy(&req.body));
+            // A gRPC call's message is shown without its 5-byte prefix.
+            let body = match self.route.grpc {
+                true => super::grpc::message(&req.body).unwrap_or_default(),
+                false => &req.body[..],
+            };
+            let grpc = if self.route.grpc {
+                " (gRPC message)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "      body{grpc}: {}", String::from_utf8_lossy(body));
         };
         let _ = writeln!(
             out,

@@ -1,6 +1,7 @@
 //! The drill's stand-in for the user's upstream: an HTTP server on a loopback port that
 //! counts every request it receives per idempotency key (the side effect a duplicate would
 //! repeat), notes its fence, and can hold the first call for a key to keep it in flight.
+//! A gRPC call (h2c, `application/grpc`) is answered in gRPC.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -11,6 +12,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+
+use super::grpc::{self, AnswerBody};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -117,7 +120,7 @@ impl Drop for CountingUpstream {
 async fn handle(
     state: Arc<Mutex<State>>,
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<AnswerBody>, Infallible> {
     let header = |name| {
         req.headers()
             .get(name)
@@ -125,6 +128,14 @@ async fn handle(
             .map(str::to_owned)
     };
     let key = header(&IDEMPOTENCY_KEY).unwrap_or_default();
+    let is_grpc = crate::grpc::is_call(req.version(), req.headers());
+    if crate::grpc::is_grpc_content(req.headers()) && !is_grpc {
+        // gRPC has no HTTP/1.1 form (`server.upstream_http2 = "off"`): a gRPC server would
+        // not execute the call.
+        let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+        *resp.status_mut() = StatusCode::HTTP_VERSION_NOT_SUPPORTED;
+        return Ok(resp);
+    }
     let fence = header(&IDEMPOTENCY_FENCE).and_then(|f| f.parse().ok());
     let (n, hold) = {
         let mut st = lock(&state);
@@ -146,7 +157,10 @@ async fn handle(
         tokio::time::sleep(hold).await;
     }
     let body = serde_json::json!({ "effect": n, "key": key, "fence": fence });
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    if is_grpc {
+        return Ok(grpc::answer(body.to_string().as_bytes()));
+    }
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *resp.status_mut() = StatusCode::CREATED;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

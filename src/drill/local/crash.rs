@@ -15,7 +15,7 @@ impl Rig<'_> {
     pub(super) async fn crash(&self, route: &Route, req: &DrillRequest) -> Result<Verdict, String> {
         let killed = self.kill_mid_call(req).await?;
         match route.on_unknown {
-            OnUnknown::Retry => self.taken_over(req, &killed).await,
+            OnUnknown::Retry => self.taken_over(route, req, &killed).await,
             OnUnknown::Hold => self.held(route, req, &killed).await,
         }
     }
@@ -58,25 +58,25 @@ impl Rig<'_> {
         })
     }
 
-    /// Retries `req` every 100 ms while it meets the dead claim's live lease (409
-    /// `request-in-flight`), up to the lease and 10 s more; the first other answer, and
-    /// every (ms after the kill's send, status) on the way.
+    /// Retries `req` every 100 ms while it meets the dead claim's live lease (409 or
+    /// `ABORTED`, `request-in-flight`), up to the lease and 10 s more; the first other
+    /// answer, and every (ms after the kill's send, in flight) on the way.
     async fn retry_past_the_lease(
         &self,
+        route: &Route,
         req: &DrillRequest,
         sent: Instant,
-    ) -> Result<(Reply, Vec<(u64, u16)>), String> {
+    ) -> Result<(Reply, Vec<(u64, bool)>), String> {
         let deadline = sent + self.lease + Duration::from_secs(10);
-        let mut attempts: Vec<(u64, u16)> = Vec::new();
+        let mut attempts: Vec<(u64, bool)> = Vec::new();
+        let conflict = GatewayError::Conflict {
+            retry_after: Duration::ZERO,
+        };
         loop {
             let r = self.send(req).await?;
-            attempts.push((
-                r.sent.duration_since(sent).as_millis() as u64,
-                r.status.as_u16(),
-            ));
-            let in_flight = r.status == StatusCode::CONFLICT
-                && r.problem_type()
-                    .is_some_and(|t| t.ends_with(":request-in-flight"));
+            let in_flight = r.refused_as(&conflict, &route.errors)
+                && r.problem_name().as_deref() == Some("request-in-flight");
+            attempts.push((r.sent.duration_since(sent).as_millis() as u64, in_flight));
             if in_flight && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -86,9 +86,14 @@ impl Rig<'_> {
     }
 
     /// `on_unknown = "retry"`: after the lease a retry takes over under a higher fence.
-    async fn taken_over(&self, req: &DrillRequest, killed: &Killed) -> Result<Verdict, String> {
+    async fn taken_over(
+        &self,
+        route: &Route,
+        req: &DrillRequest,
+        killed: &Killed,
+    ) -> Result<Verdict, String> {
         let sent = killed.sent;
-        let (last, attempts) = self.retry_past_the_lease(req, sent).await?;
+        let (last, attempts) = self.retry_past_the_lease(route, req, sent).await?;
         let after = self.send(req).await?;
         let effects = self.upstream.effects(&req.key);
         let (f1, f2) = (
@@ -105,13 +110,13 @@ impl Rig<'_> {
         let honoured = takeover_after >= self.lease;
         let earlier_all_409 = attempts[..attempts.len() - 1]
             .iter()
-            .all(|&(_, s)| s == 409);
+            .all(|&(_, in_flight)| in_flight);
         let pass = killed.first_failed
             && effects.len() == 2
             && higher
             && honoured
             && earlier_all_409
-            && last.status.as_u16() < 500
+            && last.not_failed()
             && !last.replayed()
             && after.replayed()
             && after.same_answer(&last);
@@ -120,7 +125,7 @@ impl Rig<'_> {
         } else if effects.len() < 2 {
             Some(format!(
                 "no takeover within the lease + 10s: last status {}",
-                last.status
+                last.status_text()
             ))
         } else if !honoured {
             Some(format!(
@@ -131,7 +136,7 @@ impl Rig<'_> {
         } else {
             Some("the takeover did not behave as expected: see the evidence".to_owned())
         };
-        let conflicts = attempts.iter().filter(|a| a.1 == 409).count();
+        let conflicts = attempts.iter().filter(|a| a.1).count();
         Ok((
             pass,
             evidence(json!({
@@ -142,7 +147,7 @@ impl Rig<'_> {
                 "retries_409": conflicts,
                 "takeover_after_ms": takeover_after.as_millis() as u64,
                 "lease_ms": self.lease.as_millis() as u64,
-                "takeover_status": last.status.as_u16(),
+                "takeover_status": last.shown_status(),
                 "then_replayed": after.replayed(),
             })),
             note,
@@ -158,11 +163,9 @@ impl Rig<'_> {
         req: &DrillRequest,
         killed: &Killed,
     ) -> Result<Verdict, String> {
-        let (last, attempts) = self.retry_past_the_lease(req, killed.sent).await?;
-        let held = last.status == StatusCode::CONFLICT
-            && last
-                .problem_type()
-                .is_some_and(|t| t.ends_with(":outcome-unknown"));
+        let (last, attempts) = self.retry_past_the_lease(route, req, killed.sent).await?;
+        let held = last.refused_as(&GatewayError::OutcomeUnknown, &route.errors)
+            && last.problem_name().as_deref() == Some("outcome-unknown");
         let while_held = self.upstream.effects(&req.key).len();
         let f1 = self
             .upstream
@@ -188,7 +191,7 @@ impl Rig<'_> {
             && held
             && while_held == 1
             && resolved
-            && again.status.as_u16() < 500
+            && again.not_failed()
             && !again.replayed()
             && effects.len() == 2
             && higher
@@ -198,8 +201,8 @@ impl Rig<'_> {
             Some("held: the dead owner's key answered 409 outcome-unknown and never executed again until an operator resolved it; then the next request executed under a higher fence".to_owned())
         } else if !held {
             Some(format!(
-                "the dead owner's key was not held: after the lease it answered {} (expected 409 outcome-unknown)",
-                last.status
+                "the dead owner's key was not held: after the lease it answered {} (expected 409 or ABORTED, outcome-unknown)",
+                last.status_text()
             ))
         } else {
             Some("the held key did not behave as expected: see the evidence".to_owned())
@@ -213,9 +216,9 @@ impl Rig<'_> {
                 "after_resolve_fence": f2,
                 "killed_after_ms": killed.killed_ms,
                 "retries_409": attempts.len().saturating_sub(1),
-                "held_status": last.status.as_u16(),
+                "held_status": last.shown_status(),
                 "resolved": resolved,
-                "after_resolve_status": again.status.as_u16(),
+                "after_resolve_status": again.shown_status(),
                 "then_replayed": after.replayed(),
             })),
             note,

@@ -2,7 +2,6 @@
 //! its `/metrics`, and the clean-up of the records the drill made.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use http::{Method, StatusCode};
 use serde_json::{json, Map, Value};
@@ -125,7 +124,7 @@ impl Live<'_> {
         let second = self.send(req).await?;
         let record = self.record(req).await?.unwrap_or_default();
         let identical = second.same_answer(&first);
-        let pass = first.status.as_u16() < 500
+        let pass = first.not_failed()
             && !first.replayed()
             && second.replayed()
             && identical
@@ -134,7 +133,7 @@ impl Live<'_> {
         Ok((
             pass,
             evidence(json!({
-                "statuses": [first.status.as_u16(), second.status.as_u16()],
+                "statuses": [first.shown_status(), second.shown_status()],
                 "second_replayed": second.replayed(),
                 "byte_identical": identical,
                 "differing_headers": second.differing_headers(&first),
@@ -148,16 +147,12 @@ impl Live<'_> {
     pub(super) async fn race(&self) -> Result<Verdict, String> {
         let req = &self.plan.race_req;
         // The route's dialect decides the status of the gateway's refusals.
-        let in_flight = GatewayError::Conflict {
-            retry_after: Duration::ZERO,
-        }
-        .status_in(&self.plan.route.errors);
         let race = Race::run(
             &self.http,
             &self.plan.target,
             req,
             self.plan.race,
-            in_flight,
+            &self.plan.route.errors,
         )
         .await?;
         let record = self.record(req).await?.unwrap_or_default();
@@ -196,8 +191,8 @@ impl Live<'_> {
         let m = self.send(changed).await?;
         let after = self.record(req).await?.unwrap_or_default();
         let again = self.send(req).await?;
-        let pass = first.status.as_u16() < 500
-            && m.status == GatewayError::Mismatch.status_in(&self.plan.route.errors)
+        let pass = first.not_failed()
+            && m.refused_as(&GatewayError::Mismatch, &self.plan.route.errors)
             && before.state == "completed"
             && after.state == "completed"
             && after.fence == before.fence
@@ -206,13 +201,13 @@ impl Live<'_> {
         Ok((
             pass,
             evidence(json!({
-                "first_status": first.status.as_u16(),
-                "changed_request_status": m.status.as_u16(),
+                "first_status": first.shown_status(),
+                "changed_request_status": m.shown_status(),
                 "fence_before": before.fence,
                 "fence_after": after.fence,
                 "original_again_replayed": again.replayed(),
             })),
-            (!pass).then(|| format!("the changed request got {}", m.status)),
+            (!pass).then(|| format!("the changed request got {}", m.status_text())),
         ))
     }
 
