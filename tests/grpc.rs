@@ -33,6 +33,17 @@ fn replayed(seen: &Value) -> bool {
         || metadata(&seen["trailing_metadata"], "idempotent-replayed") == Some("true")
 }
 
+/// `again` is a replay of `first`: the same messages, the server's trailer, marked replayed.
+fn assert_replays(first: &Value, again: &Value) {
+    assert_eq!(again["responses"], first["responses"], "{again}");
+    assert_eq!(
+        metadata(&again["trailing_metadata"], "x-test-trailer"),
+        Some("t1"),
+        "{again}"
+    );
+    assert!(replayed(again), "{again}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unary_call_retried_with_its_key_executes_once_and_replays_message_status_and_trailers() {
     let (server, gw) = setup().await;
@@ -43,13 +54,7 @@ async fn a_unary_call_retried_with_its_key_executes_once_and_replays_message_sta
     assert!(!replayed(&first), "{first}");
     let again = call.send(&target(&gw)).await;
     assert_eq!(again["code"], "OK", "{again}");
-    assert_eq!(again["responses"], first["responses"], "{again}");
-    assert_eq!(
-        metadata(&again["trailing_metadata"], "x-test-trailer"),
-        Some("t1"),
-        "{again}"
-    );
-    assert!(replayed(&again), "{again}");
+    assert_replays(&first, &again);
     assert_eq!(server.executions("Create").await, 1);
 }
 
@@ -276,13 +281,7 @@ async fn http2_trailers_on_a_plain_route_are_stored_and_replayed() {
     let first = call.send(&target(&gw)).await;
     assert_eq!(first["code"], "OK", "{first}");
     let again = call.send(&target(&gw)).await;
-    assert_eq!(again["responses"], first["responses"], "{again}");
-    assert_eq!(
-        metadata(&again["trailing_metadata"], "x-test-trailer"),
-        Some("t1"),
-        "{again}"
-    );
-    assert!(replayed(&again), "{again}");
+    assert_replays(&first, &again);
     assert_eq!(server.executions("Create").await, 1);
 }
 

@@ -356,14 +356,28 @@ pub(super) fn finish_invocation<'a>(
     strict: bool,
     order: Option<Order<'_>>,
 ) -> Call<'a> {
-    let mut inv = scripts.finish.key(key);
+    let mut inv = finish_call(&scripts.finish, key, fence, response, window, strict);
+    if let Some(order) = order {
+        inv.key(order.entity.as_str()).arg(order.version);
+    }
+    inv
+}
+
+/// A completion (`response`) or release (`None`) on one record, by either layout's finish
+/// script: the arguments are the same.
+pub(super) fn finish_call<'a>(
+    script: &'a Script,
+    key: &str,
+    fence: u64,
+    response: Option<&[u8]>,
+    window: Duration,
+    strict: bool,
+) -> Call<'a> {
+    let mut inv = script.key(key);
     inv.arg(fence)
         .arg(if response.is_some() { "c" } else { "r" })
         .arg(millis(window))
         .arg(if strict { "1" } else { "0" })
         .arg(response.unwrap_or_default());
-    if let Some(order) = order {
-        inv.key(order.entity.as_str()).arg(order.version);
-    }
     inv
 }

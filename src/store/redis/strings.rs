@@ -259,13 +259,7 @@ pub(super) fn finish_invocation<'a>(
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
-    let mut inv = scripts.finish.key(key);
-    inv.arg(fence)
-        .arg(if response.is_some() { "c" } else { "r" })
-        .arg(millis(window))
-        .arg(if strict { "1" } else { "0" })
-        .arg(response.unwrap_or_default());
-    inv
+    super::scripts::finish_call(&scripts.finish, key, fence, response, window, strict)
 }
 
 /// An inspection: the value, its expiry and the server's time in one `MULTI`.
