@@ -222,3 +222,65 @@ async fn a_fleet_of_both_layouts_executes_each_key_once() {
         keys.iter().map(|k| redis.cmd(&["TYPE", k])).collect();
     assert_eq!(kinds.len(), 2, "{kinds:?}");
 }
+
+/// A slot migration sends a key's *remaining* TTL (`MIGRATE`), which moves a fresh string
+/// record's absolute expiry, from which its fence derives: its owner still renews and
+/// completes it under the fence it was granted, and a claim that did not win it (the key
+/// deleted and claimed again) is never taken for its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_string_record_whose_expiry_moved_stays_its_owners() {
+    let redis = RedisServer::start();
+    let s = store(&redis, RecordLayout::String);
+    let k = StoreKey::from_raw("moved:1");
+    let Claim::Won { permit, .. } = s.claim(claim(&k, &H1, LONG, 7)).await.unwrap() else {
+        panic!("the first claim did not win")
+    };
+    // What a migration does to the expiry: here 5 s later than Redis set it.
+    let pttl: i64 = redis.cmd(&["PTTL", k.as_str()]);
+    let _: i64 = redis.cmd(&["PEXPIRE", k.as_str(), &(pttl + 5000).to_string()]);
+    let moved = s.inspect(&k).await.unwrap().unwrap();
+    assert_ne!(
+        moved.fence,
+        permit.fence(),
+        "the derived fence did not move"
+    );
+    assert!(
+        s.renew(&permit, LONG, None).await.unwrap(),
+        "its owner was refused"
+    );
+    let renewed = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(
+        renewed.fence,
+        permit.fence(),
+        "the granted fence was not kept"
+    );
+    assert_eq!(
+        s.complete(&permit, Bytes::from_static(b"kept"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+
+    // Deleted while fresh and claimed again: the first owner is shut out.
+    let k = StoreKey::from_raw("moved:2");
+    let Claim::Won { permit: first, .. } = s.claim(claim(&k, &H1, LONG, 8)).await.unwrap() else {
+        panic!("the first claim did not win")
+    };
+    assert!(s.forget(&k).await.unwrap());
+    let Claim::Won { permit: second, .. } = s.claim(claim(&k, &H1, LONG, 9)).await.unwrap() else {
+        panic!("the claim after the delete did not win")
+    };
+    assert!(!s.renew(&first, LONG, None).await.unwrap());
+    assert_eq!(
+        s.complete(&first, Bytes::from_static(b"zombie"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert_eq!(
+        s.complete(&second, Bytes::from_static(b"own"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+}

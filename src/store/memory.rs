@@ -284,7 +284,7 @@ impl MemoryStore {
     pub(super) async fn complete(
         &self,
         key: &str,
-        fence: u64,
+        (fence, _): (u64, Option<u128>),
         record: Bytes,
         window: Duration,
         strict: bool,
@@ -311,7 +311,7 @@ impl MemoryStore {
     pub(super) async fn release(
         &self,
         key: &str,
-        fence: u64,
+        (fence, _): (u64, Option<u128>),
         window: Duration,
         strict: bool,
         order: Option<Order<'_>>,
@@ -333,7 +333,7 @@ impl MemoryStore {
     pub(super) async fn renew(
         &self,
         key: &str,
-        fence: u64,
+        (fence, _): (u64, Option<u128>),
         lease: Duration,
         order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {

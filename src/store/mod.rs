@@ -118,6 +118,9 @@ pub enum Claim {
 pub struct Permit {
     key: StoreKey,
     fence: Fence,
+    /// The claim that won, where the backend needs it to recognise its owner (a fresh
+    /// string-layout record, whose fence derives from its expiry).
+    claimant: Option<Claimant>,
 }
 
 impl Permit {
@@ -126,7 +129,19 @@ impl Permit {
         Self {
             key: key.clone(),
             fence,
+            claimant: None,
         }
+    }
+
+    /// The same, naming the claim that won.
+    pub(crate) fn claimed_by(mut self, claimant: Claimant) -> Self {
+        self.claimant = Some(claimant);
+        self
+    }
+
+    /// The fence, and the claimant when known: what a backend checks ownership by.
+    fn owner(&self) -> (u64, Option<u128>) {
+        (self.fence.get(), self.claimant.map(Claimant::get))
     }
 
     /// A permit no claim granted: for the store contract suite's zombie owners and forged
@@ -333,9 +348,11 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.as_str(), fence.get());
         match resolution {
-            Resolution::Retry => dispatch!(self, s => s.release(key, fence, window, true, None)),
+            Resolution::Retry => {
+                dispatch!(self, s => s.release(key, (fence, None), window, true, None))
+            }
             Resolution::Done(record) => {
-                dispatch!(self, s => s.complete(key, fence, record, window, true, None))
+                dispatch!(self, s => s.complete(key, (fence, None), record, window, true, None))
             }
         }
     }
@@ -413,9 +430,9 @@ macro_rules! settle_operations {
                 window: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<Completion, StoreError> {
-                let (key, fence) = (permit.key.as_str(), permit.fence.get());
+                let (key, owner) = (permit.key.as_str(), permit.owner());
                 let owned =
-                    dispatch!(self, s => s.complete(key, fence, record, window, false, order))?;
+                    dispatch!(self, s => s.complete(key, owner, record, window, false, order))?;
                 Ok(if owned {
                     Completion::Completed
                 } else {
@@ -433,8 +450,8 @@ macro_rules! settle_operations {
                 window: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let (key, fence) = (permit.key.as_str(), permit.fence.get());
-                dispatch!(self, s => s.release(key, fence, window, false, order))
+                let (key, owner) = (permit.key.as_str(), permit.owner());
+                dispatch!(self, s => s.release(key, owner, window, false, order))
             }
 
             /// Extends the in-flight claim the permit owns to `lease` from now: one round
@@ -447,8 +464,8 @@ macro_rules! settle_operations {
                 lease: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let (key, fence) = (permit.key.as_str(), permit.fence.get());
-                dispatch!(self, s => s.renew(key, fence, lease, order))
+                let (key, owner) = (permit.key.as_str(), permit.owner());
+                dispatch!(self, s => s.renew(key, owner, lease, order))
             }
         }
     };

@@ -36,7 +36,7 @@ async fn claims_past_max_bytes_fail_and_completed_records_stay() {
         assert!(store
             .complete(
                 key,
-                fence,
+                (fence, None),
                 body.clone(),
                 Duration::from_secs(3600),
                 false,
@@ -81,7 +81,7 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
     store
         .complete(
             "a",
-            fence.get(),
+            (fence.get(), None),
             Bytes::from_static(b"12345"),
             Duration::from_millis(1),
             false,
@@ -107,7 +107,13 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
     };
     let fence = permit.fence();
     assert!(store
-        .release("bb", fence.get(), Duration::from_millis(1), false, None)
+        .release(
+            "bb",
+            (fence.get(), None),
+            Duration::from_millis(1),
+            false,
+            None
+        )
         .await
         .unwrap());
     tokio::time::sleep(Duration::from_millis(80)).await;

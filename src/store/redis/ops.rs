@@ -162,31 +162,31 @@ macro_rules! redis_backend {
             pub(in crate::store) async fn complete(
                 &self,
                 key: &str,
-                fence: u64,
+                (fence, claimant): (u64, Option<u128>),
                 record: Bytes,
                 window: Duration,
                 strict: bool,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                self.finish(key, fence, Some(&record), window, strict, order)
+                self.finish(key, (fence, claimant), Some(&record), window, strict, order)
                     .await
             }
 
             pub(in crate::store) async fn release(
                 &self,
                 key: &str,
-                fence: u64,
+                owner: (u64, Option<u128>),
                 window: Duration,
                 strict: bool,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                self.finish(key, fence, None, window, strict, order).await
+                self.finish(key, owner, None, window, strict, order).await
             }
 
             async fn finish(
                 &self,
                 key: &str,
-                fence: u64,
+                (fence, claimant): (u64, Option<u128>),
                 record: Option<&[u8]>,
                 window: Duration,
                 strict: bool,
@@ -204,6 +204,7 @@ macro_rules! redis_backend {
                     &self.scripts.string,
                     key,
                     fence,
+                    claimant,
                     record,
                     window,
                     strict,
@@ -217,7 +218,7 @@ macro_rules! redis_backend {
             pub(in crate::store) async fn renew(
                 &self,
                 key: &str,
-                fence: u64,
+                (fence, claimant): (u64, Option<u128>),
                 lease: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
@@ -228,7 +229,7 @@ macro_rules! redis_backend {
                         Typed::OtherLayout => Err(ordered_not_hash()),
                     };
                 }
-                let string = strings::renew_invocation(&self.scripts.string, key, fence, lease);
+                let string = strings::renew_invocation(&self.scripts.string, key, fence, claimant, lease);
                 let v = layered!(self.string_first(),
                     hash => self.call(&hash),
                     string => self.call(&string))?;

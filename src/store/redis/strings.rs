@@ -21,9 +21,11 @@ const READ: &str = r#"
 local F = '{F}'
 local v = redis.call('GET', KEYS[1])
 local _, s, fl, f, le, ca, da, ls, tl, a, o, h, n
+local fresh = false
 if v then
   _, s, fl, f, le, ca, da, ls, tl, a, o, h, n = struct.unpack(F, v)
   if f == 0 then
+    fresh = true
     ca = redis.call('PEXPIRETIME', KEYS[1]) - tl
     f = ca * 1000 + 999
     le = ca + ls
@@ -79,9 +81,10 @@ claim(nf, a + 1)
 return {5, nf, f}
 "#;
 
-/// ARGV: fence, lease ms. Extends the lease of the in-flight record `fence` owns.
+/// ARGV: fence, lease ms, claimant (empty: by fence alone). Extends the lease of the
+/// in-flight record `fence` owns; a fresh record is its claimant's (see [`OWNS`]).
 const RENEW: &str = r#"
-if s ~= 105 or f ~= tonumber(ARGV[1]) then
+if s ~= 105 or not owns(ARGV[1], ARGV[3]) then
   return 0
 end
 local t = redis.call('TIME')
@@ -92,9 +95,10 @@ redis.call('SET', KEYS[1], struct.pack(F, 1, s, fl, f, now + lease, ca, da, ls, 
 return 1
 "#;
 
-/// ARGV: fence, new state (`c` or `r`), window ms, strict, response: as the hash layout's.
+/// ARGV: fence, new state (`c` or `r`), window ms, strict, response: as the hash layout's;
+/// then the claimant (empty: by fence alone; see [`OWNS`]).
 const FINISH: &str = r#"
-if f ~= tonumber(ARGV[1]) then
+if not owns(ARGV[1], ARGV[6]) then
   return 0
 end
 if s ~= 105 then
@@ -110,6 +114,27 @@ redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca,
 return 1
 "#;
 
+/// Whether the permit (`fence`, and the `claimant` of the claim that won, empty for an
+/// operator's resolve) owns the record. A fresh record has had one owner, the claimant
+/// whose `SET NX` wrote it, and its derived fence moves if its expiry does (a `MIGRATE`
+/// sends the remaining TTL): it is owned by its claimant, and the owner's fence, the one
+/// it was granted, is what gets written (with its claim time) when the record is next
+/// written. Every other record is owned by its stored fence.
+const OWNS: &str = r#"
+local function owns(fence, claimant)
+  if fresh and claimant ~= '' then
+    if o ~= claimant then
+      return false
+    end
+    f = tonumber(fence)
+    ca = math.floor(f / 1000)
+    le = ca + ls
+    return true
+  end
+  return f == tonumber(fence)
+end
+"#;
+
 /// The string layout's scripts.
 pub(super) struct StringScripts {
     pub(super) claim: Script,
@@ -122,8 +147,8 @@ impl StringScripts {
         let script = |body: &str| Script::new(format!("{READ}{body}").replace("{F}", LUA_FORMAT));
         Self {
             claim: script(CLAIM),
-            renew: script(RENEW),
-            finish: script(FINISH),
+            renew: script(&format!("{OWNS}{RENEW}")),
+            finish: script(&format!("{OWNS}{FINISH}")),
         }
     }
 }
@@ -202,7 +227,7 @@ pub(super) fn parse_native_claim(
         claim_ttl(req),
     );
     let won = |fence| Claim::Won {
-        permit: Permit::new(req.key, fence),
+        permit: Permit::new(req.key, fence).claimed_by(req.claimant),
         takeover: None,
     };
     Ok(Some(match verdict {
@@ -244,22 +269,34 @@ pub(super) fn renew_invocation<'a>(
     scripts: &'a StringScripts,
     key: &str,
     fence: u64,
+    claimant: Option<u128>,
     lease: Duration,
 ) -> Call<'a> {
     let mut inv = scripts.renew.key(key);
-    inv.arg(fence).arg(millis(lease));
+    inv.arg(fence)
+        .arg(millis(lease))
+        .arg(claimant_arg(claimant));
     inv
+}
+
+/// A claimant as the scripts compare it: its 16 bytes as stored, or empty for none.
+fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
+    claimant.map_or_else(Vec::new, |c| c.to_be_bytes().to_vec())
 }
 
 pub(super) fn finish_invocation<'a>(
     scripts: &'a StringScripts,
     key: &str,
     fence: u64,
+    claimant: Option<u128>,
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
-    super::scripts::finish_call(&scripts.finish, key, fence, response, window, strict)
+    let mut inv =
+        super::scripts::finish_call(&scripts.finish, key, fence, response, window, strict);
+    inv.arg(claimant_arg(claimant));
+    inv
 }
 
 /// An inspection: the value, its expiry and the server's time in one `MULTI`.
