@@ -26,9 +26,7 @@ fn cluster_store() -> (Store, ()) {
     (Store::Cluster(Box::new(store)), ())
 }
 
-/// The same, writing records in the string layout. The library runs it on a Cluster; the
-/// config refuses `record_layout = "string"` with `redis-cluster` until a slot migration
-/// keeps a fresh record's fence (see docs/redis.md, "Record layouts").
+/// The same, writing records in the string layout (`store.record_layout = "string"`).
 fn cluster_string_store() -> (Store, ()) {
     let store = RedisClusterStore::new(&cluster().urls(), Duration::from_secs(2))
         .unwrap()

@@ -258,18 +258,6 @@ pub(super) fn validate(
             "set only with a Redis backend (\"redis\", \"redis-cluster\", \"redis-sentinel\")",
         ));
     }
-    if backend.kind() == Backend::RedisCluster && s.record_layout == Some(RecordLayout::String) {
-        // A fresh string record's fence derives from its absolute expiry, and `MIGRATE`
-        // moves a key with its *remaining* TTL: a slot migration before the owner's first
-        // renewal would change the fence under it (fenced out, then taken over: executed
-        // twice). Replication, RDB and AOF keep absolute expiries: a single node and a
-        // Sentinel group are safe.
-        return Err(invalid(
-            "store.record_layout",
-            "\"string\" is not yet supported with backend = \"redis-cluster\" (a slot \
-             migration moves a fresh record's expiry, from which its fence derives); use \"hash\"",
-        ));
-    }
     let encryption = keyring::keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
     Ok(StoreConfig {
         backend,

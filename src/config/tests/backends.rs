@@ -190,8 +190,8 @@ fn the_record_layout_defaults_to_hash_and_is_refused_when_misspelt_or_on_memory(
     assert_eq!(with(REDIS).unwrap().store.record_layout, RecordLayout::Hash);
     for (file, name, layout) in [
         (REDIS, "string", RecordLayout::String),
-        (CLUSTER, "hash", RecordLayout::Hash),
-        (SENTINEL, "string", RecordLayout::String),
+        (CLUSTER, "string", RecordLayout::String),
+        (SENTINEL, "hash", RecordLayout::Hash),
     ] {
         let c = with(&format!("{file}record_layout = \"{name}\"\n")).unwrap();
         assert_eq!(c.store.record_layout, layout);
@@ -200,11 +200,6 @@ fn the_record_layout_defaults_to_hash_and_is_refused_when_misspelt_or_on_memory(
     let bad = err(&format!("{REDIS}record_layout = \"strings\"\n"));
     assert!(bad.contains("store.record_layout"), "{bad}");
     assert!(bad.contains("expected `hash` or `string`"), "{bad}");
-    let cluster = err(&format!("{CLUSTER}record_layout = \"string\"\n"));
-    assert!(
-        cluster.starts_with("store.record_layout: \"string\" is not yet supported"),
-        "{cluster}"
-    );
     let memory = err("[store]\nrecord_layout = \"string\"\n");
     assert!(
         memory.starts_with("store.record_layout: set only with a Redis backend"),
