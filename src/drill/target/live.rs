@@ -9,6 +9,9 @@ use serde_json::{json, Map, Value};
 use super::Plan;
 use crate::drill::client::{Http, Race, Reply};
 use crate::drill::local::REPLAY_GAP;
+
+/// How long a drill waits for a record to settle after its answer.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 use crate::drill::report::Cleanup;
 use crate::drill::request::DrillRequest;
 use crate::problem::GatewayError;
@@ -101,6 +104,20 @@ impl Live<'_> {
         }))
     }
 
+    /// The record once the winner's completion has landed (within [`SETTLE_WAIT`]): the
+    /// answer may reach the client a moment before its record is stored, so a read right
+    /// after it can still find the claim in flight.
+    async fn settled(&self, req: &DrillRequest) -> Result<Record, String> {
+        let until = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            let r = self.record(req).await?.unwrap_or_default();
+            if r.state != "in-flight" || tokio::time::Instant::now() >= until {
+                return Ok(r);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub(super) async fn metrics(&self) -> Result<BTreeMap<String, f64>, String> {
         let url = format!("{}/metrics", self.plan.admin);
         let r = self
@@ -187,7 +204,7 @@ impl Live<'_> {
         };
         let req = &self.plan.misuse;
         let first = self.send(req).await?;
-        let before = self.record(req).await?.unwrap_or_default();
+        let before = self.settled(req).await?;
         let m = self.send(changed).await?;
         let after = self.record(req).await?.unwrap_or_default();
         let again = self.send(req).await?;
@@ -205,7 +222,10 @@ impl Live<'_> {
                 "changed_request_status": m.shown_status(),
                 "fence_before": before.fence,
                 "fence_after": after.fence,
+                "record_before": before.state,
+                "record_after": after.state,
                 "original_again_replayed": again.replayed(),
+                "original_again_identical": again.same_answer(&first),
             })),
             (!pass).then(|| format!("the changed request got {}", m.status_text())),
         ))
