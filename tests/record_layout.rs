@@ -284,3 +284,71 @@ async fn a_fresh_string_record_whose_expiry_moved_stays_its_owners() {
         Completion::Completed
     );
 }
+
+/// A completion writes the same record whether it finds the claim's own header untouched
+/// (written without unpacking it) or a record a renewal rewrote (unpacked and packed
+/// again): the header agrees field by field but for the fence, the claim time and the
+/// claimant, each the permit's own; a fresh record whose expiry moved is completed under
+/// the fence its claim was granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_writes_the_same_record_from_a_fresh_or_a_renewed_claim() {
+    let redis = RedisServer::start();
+    let s = store(&redis, RecordLayout::String);
+    let raw = |k: &StoreKey| -> Vec<u8> { redis.cmd(&["GET", k.as_str()]) };
+    let u64_at = |v: &[u8], at: usize| u64::from_be_bytes(v[at..at + 8].try_into().unwrap());
+    let mut written = Vec::new();
+    for (name, who, renew, moved) in [
+        ("fresh", 21, false, false),
+        ("renewed", 22, true, false),
+        ("moved", 23, false, true),
+    ] {
+        let k = StoreKey::from_raw(format!("finish:{name}"));
+        let Claim::Won { permit, .. } = s.claim(claim(&k, &H1, LONG, who)).await.unwrap() else {
+            panic!("{name}: the claim did not win")
+        };
+        if renew {
+            assert!(
+                s.renew(&permit, LONG, None).await.unwrap(),
+                "{name}: renewal"
+            );
+        }
+        if moved {
+            let pttl: i64 = redis.cmd(&["PTTL", k.as_str()]);
+            let _: i64 = redis.cmd(&["PEXPIRE", k.as_str(), &(pttl + 5000).to_string()]);
+        }
+        assert_eq!(
+            s.complete(&permit, Bytes::from_static(b"the answer"), LONG, None)
+                .await
+                .unwrap(),
+            Completion::Completed,
+            "{name}"
+        );
+        let v = raw(&k);
+        let fence = permit.fence().get();
+        assert_eq!((v[0], v[1]), (1, b'c'), "{name}: tag and state");
+        assert_eq!(u64_at(&v, 3), fence, "{name}: the permit's fence");
+        assert_eq!(u64_at(&v, 19), fence / 1000, "{name}: claim time");
+        assert_eq!(
+            u64_at(&v, 43),
+            60_000,
+            "{name}: the window as the TTL field"
+        );
+        assert_eq!(&v[55..71], &who.to_be_bytes()[..], "{name}: claimant");
+        assert_eq!(&v[105..], b"the answer", "{name}: response");
+        let info = s.inspect(&k).await.unwrap().unwrap();
+        assert_eq!(info.state, RecordState::Completed, "{name}");
+        assert_eq!(info.fence, permit.fence(), "{name}: inspected fence");
+        // Masked: fence, claim time, claimant.
+        let mut masked = v.clone();
+        masked[3..11].fill(0);
+        masked[19..27].fill(0);
+        masked[55..71].fill(0);
+        written.push((name, masked));
+    }
+    for (name, masked) in &written[1..] {
+        assert_eq!(
+            masked, &written[0].1,
+            "{name} differs from a fresh claim's completion"
+        );
+    }
+}

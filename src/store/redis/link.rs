@@ -316,9 +316,7 @@ impl Supervisor {
         let dial = async move {
             let client = dialer.client().await?;
             let node = client.get_connection_info().addr().to_string();
-            let mut con = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut con = connect(&client, config).await?;
             if let Some(near) = near {
                 // Default mode: Redis remembers the keys this connection reads (the claim
                 // script's reads included) and reports when another client changes them.
@@ -460,4 +458,25 @@ async fn heartbeat(state: watch::Receiver<State>, near: Arc<NearCache>, patience
             near.prove(mark, sent + PROOF_LASTS);
         }
     }
+}
+
+/// A connection to `client`'s server; over plain TCP its writes coalesce (see
+/// [`super::coalesce`]).
+async fn connect(
+    client: &Client,
+    config: AsyncConnectionConfig,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let info = client.get_connection_info();
+    let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
+        return client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await;
+    };
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+    tcp.set_nodelay(true)?;
+    let stream = super::coalesce::Coalesce::new(tcp);
+    let (con, driver) =
+        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
+    tokio::spawn(driver);
+    Ok(con)
 }

@@ -281,5 +281,6 @@ impl RedisStore {
 
 // After the macro: textual scope.
 mod cluster;
+mod coalesce;
 
 pub use self::cluster::RedisClusterStore;

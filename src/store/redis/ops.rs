@@ -117,21 +117,29 @@ macro_rules! redis_backend {
                 Ok(Typed::Reply((parse_claim(v, req.key)?, ttl)))
             }
 
-            /// One `MULTI` of native commands; the claim script only for a takeover, a
-            /// reclaim, or the first claim told a record is held.
+            /// One `MULTI` of native commands (two when another claim's record is in
+            /// flight: the second reads the server's time); the claim script only for a
+            /// takeover, a reclaim, or the first claim told a record is held.
             async fn claim_string(
                 &self,
                 req: ClaimRequest<'_>,
             ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
-                let pipe = &strings::claim_pipeline(req);
-                let v = self
-                    .query(move |mut con| async move { strings::send(pipe, &mut con).await })
-                    .await?;
-                let Typed::Reply(v) = v else {
-                    return Ok(Typed::OtherLayout);
-                };
-                if let Some(decided) = strings::parse_native_claim(v, req)? {
-                    return Ok(Typed::Reply(decided));
+                let mut with_time = self.near.is_some();
+                loop {
+                    let pipe = &strings::claim_pipeline(req, with_time);
+                    let v = self
+                        .query(move |mut con| async move { strings::send(pipe, &mut con).await })
+                        .await?;
+                    let Typed::Reply(v) = v else {
+                        return Ok(Typed::OtherLayout);
+                    };
+                    match strings::parse_native_claim(v, req)? {
+                        strings::Native::Decided(claim, ttl) => {
+                            return Ok(Typed::Reply((claim, ttl)))
+                        }
+                        strings::Native::Recheck if !with_time => with_time = true,
+                        strings::Native::Recheck | strings::Native::Script => break,
+                    }
                 }
                 let inv = &strings::claim_invocation(&self.scripts.string, req);
                 let v = self

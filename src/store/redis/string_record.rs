@@ -183,10 +183,11 @@ pub(super) fn decode(value: Bytes) -> Result<StringRecord, NotARecord> {
 pub(super) enum Verdict {
     /// Won (a fresh record of this claim, or this claimant's own retried claim).
     Won(Fence),
-    /// Completed with the same request; `ttl_ms` left (near-cache).
+    /// Completed with the same request; `ttl_ms` left when the server's time was read
+    /// (near-cache).
     Replay {
         response: Bytes,
-        ttl_ms: u64,
+        ttl_ms: Option<u64>,
     },
     Mismatch,
     Conflict {
@@ -194,17 +195,21 @@ pub(super) enum Verdict {
     },
     /// Held, and a claim was told so already.
     HeldAgain(Fence),
+    /// Another claim's record in flight, read without the server's time: whether its
+    /// lease has ended needs a read that has it.
+    Recheck,
     /// A takeover, a reclaim after a release, or the first claim told a record is held:
     /// writes that must compare first, so the claim script runs.
     Script,
 }
 
 /// Judges a claim from `SET NX GET`'s reply (`None`: the key was absent and is now this
-/// claim's), the key's expiry and the server's time, all read in one `MULTI`.
+/// claim's) and the key's expiry, read in one `MULTI`, with the server's time when that
+/// `MULTI` asked for it (`now_ms`).
 pub(super) fn judge(
     existing: Option<&StringRecord>,
     expires_at: u64,
-    now_ms: u64,
+    now_ms: Option<u64>,
     hash: &RequestHash,
     claimant: Claimant,
     ttl_ms: u64,
@@ -216,17 +221,20 @@ pub(super) fn judge(
     match r.state {
         State::Completed if r.hash == *hash.as_bytes() => Verdict::Replay {
             response: r.response.clone(),
-            ttl_ms: expires_at.saturating_sub(now_ms),
+            ttl_ms: now_ms.map(|now| expires_at.saturating_sub(now)),
         },
         State::Completed => Verdict::Mismatch,
         State::Released => Verdict::Script,
         State::InFlight if r.hash != *hash.as_bytes() => Verdict::Mismatch,
         State::InFlight if r.claimant == claimant.get() => Verdict::Won(Fence::new(times.fence)),
-        State::InFlight if now_ms < times.lease_end => Verdict::Conflict {
-            left_ms: times.lease_end - now_ms,
+        State::InFlight => match now_ms {
+            None => Verdict::Recheck,
+            Some(now) if now < times.lease_end => Verdict::Conflict {
+                left_ms: times.lease_end - now,
+            },
+            Some(_) if r.hold && r.told => Verdict::HeldAgain(Fence::new(times.fence)),
+            Some(_) => Verdict::Script,
         },
-        State::InFlight if r.hold && r.told => Verdict::HeldAgain(Fence::new(times.fence)),
-        State::InFlight => Verdict::Script,
     }
 }
 
@@ -338,7 +346,7 @@ mod tests {
         let me = Claimant::new(42);
         let other = Claimant::new(43);
         let j = |r: Option<&StringRecord>, now, hash: &RequestHash, who| {
-            judge(r, 1_061_000, now, hash, who, 61_000)
+            judge(r, 1_061_000, Some(now), hash, who, 61_000)
         };
         assert_eq!(
             j(None, 1_000_000, &H, me),
@@ -367,7 +375,23 @@ mod tests {
             j(Some(&done), 1_000_000, &OTHER, other),
             Verdict::Replay {
                 response: Bytes::from_static(b"resp"),
-                ttl_ms: 61_000
+                ttl_ms: Some(61_000)
+            }
+        );
+        // Read without the server's time: a replay has no TTL to give, and another
+        // claim's record in flight is read again with it.
+        let timeless = |r: Option<&StringRecord>, who| judge(r, 1_061_000, None, &H, who, 61_000);
+        assert_eq!(timeless(None, me), Verdict::Won(Fence::new(1_000_000_999)));
+        assert_eq!(
+            timeless(Some(&live), me),
+            Verdict::Won(Fence::new(1_000_000_999))
+        );
+        assert_eq!(timeless(Some(&live), other), Verdict::Recheck);
+        assert_eq!(
+            judge(Some(&done), 1_061_000, None, &OTHER, other, 61_000),
+            Verdict::Replay {
+                response: Bytes::from_static(b"resp"),
+                ttl_ms: None
             }
         );
         assert_eq!(j(Some(&done), 1_000_000, &H, other), Verdict::Mismatch);

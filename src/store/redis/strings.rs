@@ -114,6 +114,25 @@ redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca,
 return 1
 "#;
 
+/// The completion of a record its claimant wrote and nothing has touched since (the
+/// common case: a call that ended within its first lease): the record is then exactly
+/// the claim's header, and the completed one is written from it without unpacking it,
+/// byte for byte what [`FINISH`] writes. ARGV 7 to 10 (only on a completion with a
+/// claimant): the fence, the claim time (fence / 1000), eight zero bytes, the window, each
+/// as 8 big-endian bytes.
+const FINISH_FRESH: &str = r#"
+if ARGV[7] then
+  local v = redis.call('GET', KEYS[1])
+  if v and #v == 105 and string.byte(v, 1) == 1 and string.byte(v, 2) == 105
+      and string.sub(v, 4, 11) == ARGV[9] and string.sub(v, 56, 71) == ARGV[6] then
+    redis.call('SET', KEYS[1], string.sub(v, 1, 1) .. ARGV[2] .. string.sub(v, 3, 3) .. ARGV[7]
+      .. ARGV[9] .. ARGV[8] .. ARGV[9] .. string.sub(v, 36, 43) .. ARGV[10]
+      .. string.sub(v, 52, 105) .. ARGV[5], 'PX', ARGV[3])
+    return 1
+  end
+end
+"#;
+
 /// Whether the permit (`fence`, and the `claimant` of the claim that won, empty for an
 /// operator's resolve) owns the record. A fresh record has had one owner, the claimant
 /// whose `SET NX` wrote it, and its derived fence moves if its expiry does (a `MIGRATE`
@@ -148,15 +167,18 @@ impl StringScripts {
         Self {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
-            finish: script(&format!("{OWNS}{FINISH}")),
+            finish: Script::new(
+                format!("{FINISH_FRESH}{READ}{OWNS}{FINISH}").replace("{F}", LUA_FORMAT),
+            ),
         }
     }
 }
 
-/// The claim's `SET ... NX PX ttl GET`, the key's expiry and the server's time, in one
-/// `MULTI`: the value decides the claim without a script in every case but a takeover,
-/// a reclaim and the first claim told a record is held.
-pub(super) fn claim_pipeline(req: ClaimRequest<'_>) -> redis::Pipeline {
+/// The claim's `SET ... NX PX ttl GET` and the key's expiry in one `MULTI`, and the
+/// server's time when `with_time` (a replay's TTL for the near-cache; whether another
+/// claim's lease has ended): the value decides the claim without a script in every case
+/// but a takeover, a reclaim and the first claim told a record is held.
+pub(super) fn claim_pipeline(req: ClaimRequest<'_>, with_time: bool) -> redis::Pipeline {
     let ttl = claim_ttl(req);
     let value = encode_claim(
         req.request_hash,
@@ -177,8 +199,10 @@ pub(super) fn claim_pipeline(req: ClaimRequest<'_>) -> redis::Pipeline {
         .arg(ttl)
         .arg("GET")
         .cmd("PEXPIRETIME")
-        .arg(key)
-        .cmd("TIME");
+        .arg(key);
+    if with_time {
+        pipe.cmd("TIME");
+    }
     pipe
 }
 
@@ -186,20 +210,28 @@ fn claim_ttl(req: ClaimRequest<'_>) -> u64 {
     millis(req.lease) + millis(req.window)
 }
 
-/// The record (`None` when absent), its expiry and the server's time in ms, from a
-/// `MULTI` whose first reply is the value, then `PEXPIRETIME` and `TIME`.
-fn read_reply(v: Value, what: &str) -> Result<(Option<StringRecord>, u64, u64), StoreError> {
+/// The record (`None` when absent), its expiry and, when asked for, the server's time
+/// in ms, from a `MULTI` whose first reply is the value, then `PEXPIRETIME` and `TIME`.
+fn read_reply(
+    v: Value,
+    what: &str,
+) -> Result<(Option<StringRecord>, u64, Option<u64>), StoreError> {
     let bad = |v: &Value| protocol(what, v);
     let Value::Array(items) = &v else {
         return Err(bad(&v));
     };
-    let [value, expires, Value::Array(time)] = &items[..] else {
-        return Err(bad(&v));
+    let (value, expires, now) = match &items[..] {
+        [value, expires] => (value, expires, None),
+        [value, expires, Value::Array(time)] => {
+            let (Some(secs), Some(micros)) =
+                (time.first().and_then(int), time.get(1).and_then(int))
+            else {
+                return Err(bad(&v));
+            };
+            (value, expires, Some((secs * 1000 + micros / 1000) as u64))
+        }
+        _ => return Err(bad(&v)),
     };
-    let (Some(secs), Some(micros)) = (time.first().and_then(int), time.get(1).and_then(int)) else {
-        return Err(bad(&v));
-    };
-    let now = (secs * 1000 + micros / 1000) as u64;
     let expires = int(expires).ok_or_else(|| bad(&v))?;
     let record = match value {
         Value::Nil => None,
@@ -211,12 +243,16 @@ fn read_reply(v: Value, what: &str) -> Result<(Option<StringRecord>, u64, u64), 
     Ok((record, expires.max(0) as u64, now))
 }
 
-/// What the claim's `MULTI` decided (`Ok(None)`: run the claim script), and the TTL of a
-/// replayed record.
-pub(super) fn parse_native_claim(
-    v: Value,
-    req: ClaimRequest<'_>,
-) -> Result<Option<(Claim, Option<Duration>)>, StoreError> {
+/// What the claim's `MULTI` decided, and the TTL of a replayed record.
+pub(super) enum Native {
+    Decided(Claim, Option<Duration>),
+    /// Read again with the server's time.
+    Recheck,
+    /// Only the claim script can decide.
+    Script,
+}
+
+pub(super) fn parse_native_claim(v: Value, req: ClaimRequest<'_>) -> Result<Native, StoreError> {
     let (record, expires, now) = read_reply(v, "string claim")?;
     let verdict = judge(
         record.as_ref(),
@@ -230,11 +266,11 @@ pub(super) fn parse_native_claim(
         permit: Permit::new(req.key, fence).claimed_by(req.claimant),
         takeover: None,
     };
-    Ok(Some(match verdict {
+    let (claim, ttl) = match verdict {
         Verdict::Won(fence) => (won(fence), None),
         Verdict::Replay { response, ttl_ms } => (
             Claim::Replay(response),
-            (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
+            ttl_ms.filter(|ms| *ms > 0).map(Duration::from_millis),
         ),
         Verdict::Mismatch => (Claim::Mismatch, None),
         Verdict::Conflict { left_ms } => (
@@ -250,8 +286,10 @@ pub(super) fn parse_native_claim(
             },
             None,
         ),
-        Verdict::Script => return Ok(None),
-    }))
+        Verdict::Recheck => return Ok(Native::Recheck),
+        Verdict::Script => return Ok(Native::Script),
+    };
+    Ok(Native::Decided(claim, ttl))
 }
 
 /// The claim script's call, for what the native read could not decide.
@@ -296,6 +334,12 @@ pub(super) fn finish_invocation<'a>(
     let mut inv =
         super::scripts::finish_call(&scripts.finish, key, fence, response, window, strict);
     inv.arg(claimant_arg(claimant));
+    if response.is_some() && claimant.is_some() {
+        inv.arg(&fence.to_be_bytes()[..])
+            .arg(&(fence / 1000).to_be_bytes()[..])
+            .arg(&[0u8; 8][..])
+            .arg(&millis(window).to_be_bytes()[..]);
+    }
     inv
 }
 
@@ -313,9 +357,11 @@ pub(super) fn inspect_pipeline(key: &str) -> redis::Pipeline {
 }
 
 pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> {
-    let (Some(r), expires, now) = read_reply(v, "string inspect")? else {
+    let (record, expires, now) = read_reply(v, "string inspect")?;
+    let Some(r) = record else {
         return Ok(None);
     };
+    let now = now.ok_or_else(|| StoreError::Protocol("string inspect: no TIME".into()))?;
     let times = r.settled_at(expires);
     let completed_at = r.completed_at(expires);
     let at = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
