@@ -137,6 +137,8 @@ pub struct RedisWork {
     pub main_thread: f64,
     /// Command name -> (calls, usec).
     pub commands: BTreeMap<String, (u64, u64)>,
+    /// Reads from client sockets (`total_reads_processed`): each a wake-up of the server.
+    pub reads: u64,
 }
 
 impl RedisWork {
@@ -171,9 +173,14 @@ impl RedisWork {
             };
             commands.insert(name.to_owned(), (field("calls="), field("usec=")));
         }
+        let reads = text
+            .lines()
+            .find_map(|l| l.strip_prefix("total_reads_processed:"))
+            .and_then(|v| v.trim().parse().ok())?;
         Some(Self {
             main_thread,
             commands,
+            reads,
         })
     }
 
@@ -189,6 +196,8 @@ impl RedisWork {
         RedisWork {
             main_thread: self.main_thread - before.main_thread,
             commands,
+            // Less the read of the `INFO` call that took this sample.
+            reads: self.reads.saturating_sub(before.reads + 1),
         }
     }
 }

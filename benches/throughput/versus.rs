@@ -28,6 +28,8 @@ pub struct WrkSample {
     pub machine_us: f64,
     /// Redis's main thread, and its commands: name -> (calls, usec) per request.
     pub redis_main_us: Option<f64>,
+    /// Redis's socket reads per request (its wake-ups: how deep the gateway pipelines).
+    pub redis_reads: Option<f64>,
     pub commands: BTreeMap<String, (f64, f64)>,
 }
 
@@ -162,6 +164,7 @@ fn measured(
         redis_us: redis_pid.map(|_| us(after.2 - before.2)),
         machine_us: us(after.3 - before.3),
         redis_main_us: work.as_ref().map(|w| w.main_thread * 1e6 / n),
+        redis_reads: work.as_ref().map(|w| w.reads as f64 / n),
         commands: work.map_or_else(BTreeMap::new, |w| {
             w.commands
                 .into_iter()

@@ -59,6 +59,7 @@ pub fn render(
         "redis main",
         "redis calls",
         "redis usec",
+        "redis reads",
     ];
     let (mut fast, mut cheap): (Vec<Vec<String>>, Vec<Vec<String>>) = (vec![], vec![]);
     for &conns in &set.connections {
@@ -100,6 +101,7 @@ pub fn render(
                 spread(runs, |r| r.redis_main_us, 1),
                 spread(runs, |r| total(r, 0), 2),
                 spread(runs, |r| total(r, 1), 1),
+                spread(runs, |r| r.redis_reads, 3),
             ]);
         }
     }
@@ -113,7 +115,8 @@ pub fn render(
         "\nCPU time per request, us: the proxy (nginx or the gateway), the nginx origin, wrk, \
          redis-server; their sum; the whole machine (shared: others' work counts too); \
          Redis's main thread, and its commands per request (INFO commandstats, summed: a \
-         script's usec holds those of the commands it runs, which count again on their own)\n\n",
+         script's usec holds those of the commands it runs, which count again on their own), \
+         and its reads from client sockets per request (each a wake-up of Redis)\n\n",
     );
     table(&mut out, &cost, &cheap);
     commands(&mut out, scenarios, samples);
