@@ -64,6 +64,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub(crate) mod coalesce;
 pub mod config;
 pub mod dedupe;
 pub mod drill;

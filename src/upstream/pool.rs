@@ -159,6 +159,9 @@ impl Pool {
             }))
         })?;
         // One buffer, one `write` per request, as towards clients (server.rs).
+        // The requests of one scheduler turn leave together (see [`crate::coalesce`]).
+        let stream =
+            hyper_util::rt::TokioIo::new(crate::coalesce::Coalesce::new(stream.into_inner()));
         let (sender, conn) = http1::Builder::new()
             .writev(false)
             .handshake(stream)

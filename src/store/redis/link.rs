@@ -461,7 +461,7 @@ async fn heartbeat(state: watch::Receiver<State>, near: Arc<NearCache>, patience
 }
 
 /// A connection to `client`'s server; over plain TCP its writes coalesce (see
-/// [`super::coalesce`]).
+/// [`crate::coalesce`]).
 async fn connect(
     client: &Client,
     config: AsyncConnectionConfig,
@@ -474,7 +474,7 @@ async fn connect(
     };
     let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
     tcp.set_nodelay(true)?;
-    let stream = super::coalesce::Coalesce::new(tcp);
+    let stream = crate::coalesce::Coalesce::new(tcp);
     let (con, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     tokio::spawn(driver);

@@ -281,6 +281,5 @@ impl RedisStore {
 
 // After the macro: textual scope.
 mod cluster;
-mod coalesce;
 
 pub use self::cluster::RedisClusterStore;

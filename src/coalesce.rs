@@ -1,16 +1,21 @@
-//! Write coalescing for a Redis connection (automatic pipelining): commands that requests
-//! issue in the same turn of the scheduler leave in one write, and Redis reads them with
-//! one read.
+//! Write coalescing (automatic pipelining): what the tasks runnable in the same turn of
+//! the scheduler write leaves in fewer writes, and the peer wakes fewer times.
 //!
-//! The redis crate's connection task writes and flushes as soon as it is woken, and it is
-//! woken by the first request of a burst: tokio runs a task woken by the running one next
-//! (its LIFO slot), so each command of a burst went out in a write of its own, and Redis
-//! woke for each (a context switch, a `read`, a `write` of the reply: most of what Redis
-//! spent per request under load). Here a flush first gives way once: the connection task
-//! wakes itself and goes to the back of the run queue, the request tasks queued before it
-//! add their commands, and one write carries them all. With nothing else to run the task
-//! is polled again at once, so an idle gateway adds no delay; under load the wait is one
-//! pass over the tasks that were already runnable.
+//! A connection's writes are held until it flushes, and its first flush gives way once:
+//! the task wakes itself and goes to the back of the run queue, and writes out when it
+//! comes round again. With nothing else to run it is polled again at once, so an idle
+//! gateway adds no delay; under load the wait is one pass over the tasks that were
+//! already runnable. Two uses:
+//!
+//! - **Redis** (`store::redis::link`): the redis crate's connection task wrote as soon as
+//!   it was woken, and tokio runs a task woken by the running one next (its LIFO slot),
+//!   so each command of a burst of requests went out in a write of its own and Redis woke
+//!   for each (a context switch, a `read`, a `write` of the reply: most of what Redis spent
+//!   per request under load). Now the burst's commands leave in one write.
+//! - **Upstream connections** (`upstream::pool`): each request is still its own write on
+//!   its own connection, but the requests of one scheduler turn go out together at its
+//!   end rather than spread between the other tasks' work, so the upstream, woken by the
+//!   first, finds the others ready: it wakes, and spends, less per request.
 
 use std::io;
 use std::pin::Pin;
@@ -22,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const HOLD_MAX: usize = 64 * 1024;
 
 /// A stream whose writes are held until a flush, and whose flush gives way once.
-pub(super) struct Coalesce<S> {
+pub(crate) struct Coalesce<S> {
     inner: S,
     buf: Vec<u8>,
     /// The flush already gave way once for what `buf` holds.
@@ -30,10 +35,10 @@ pub(super) struct Coalesce<S> {
 }
 
 impl<S> Coalesce<S> {
-    pub(super) fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Self {
             inner,
-            buf: Vec::with_capacity(4096),
+            buf: Vec::new(),
             yielded: false,
         }
     }
