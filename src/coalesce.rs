@@ -23,8 +23,11 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The largest write held back: past it, a flush goes out without giving way.
+/// The most held back: a write that would take it past this goes out at once, after what
+/// is held (so a connection holds at most this, whatever the size of its messages).
 const HOLD_MAX: usize = 64 * 1024;
+/// The largest buffer kept between bursts.
+const KEEP_MAX: usize = 16 * 1024;
 
 /// A stream whose writes are held until a flush, and whose flush gives way once.
 pub(crate) struct Coalesce<S> {
@@ -76,6 +79,10 @@ impl<S: AsyncWrite + Unpin> Coalesce<S> {
             }
         }
         self.buf.clear();
+        if self.buf.capacity() > KEEP_MAX {
+            // A large burst's buffer is not kept for the connection's life.
+            self.buf = Vec::new();
+        }
         self.yielded = false;
         Poll::Ready(Ok(()))
     }
@@ -87,8 +94,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.buf.len() >= HOLD_MAX {
+        if self.buf.len() + data.len() > HOLD_MAX {
+            // Too much to hold: what is held goes first, then this, straight through.
             std::task::ready!(self.poll_drain(cx))?;
+            return Pin::new(&mut self.inner).poll_write(cx, data);
         }
         self.buf.extend_from_slice(data);
         Poll::Ready(Ok(data.len()))
@@ -98,7 +107,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         if self.buf.is_empty() {
             return Pin::new(&mut self.inner).poll_flush(cx);
         }
-        if !self.yielded && self.buf.len() < HOLD_MAX {
+        if !self.yielded {
             // Give way once: back of the run queue, behind the requests already runnable.
             self.yielded = true;
             cx.waker().wake_by_ref();
@@ -162,16 +171,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_hold_goes_out_without_giving_way() {
+    async fn a_write_too_large_to_hold_goes_out_at_once_after_what_is_held() {
         let (near, mut far) = tokio::io::duplex(1 << 20);
         let mut c = Coalesce::new(near);
         let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
         let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut c).poll_write(&mut cx, b"head").is_ready());
         let big = vec![b'a'; HOLD_MAX];
-        assert!(Pin::new(&mut c).poll_write(&mut cx, &big).is_ready());
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
-        let mut got = vec![0; HOLD_MAX];
+        assert!(matches!(
+            Pin::new(&mut c).poll_write(&mut cx, &big),
+            Poll::Ready(Ok(n)) if n == HOLD_MAX
+        ));
+        assert!(c.buf.is_empty(), "nothing held");
+        let mut got = vec![0; 4 + HOLD_MAX];
         far.read_exact(&mut got).await.unwrap();
-        assert_eq!(got, big);
+        assert_eq!(&got[..4], b"head");
+        assert_eq!(&got[4..], &big[..]);
+        // Nothing held: the flush does not give way.
+        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
+        // A large burst's buffer is let go once it is out.
+        let burst = vec![b'b'; HOLD_MAX - 1];
+        assert!(Pin::new(&mut c).poll_write(&mut cx, &burst).is_ready());
+        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_pending());
+        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
+        assert_eq!(c.buf.capacity(), 0);
+        let mut got = vec![0; HOLD_MAX - 1];
+        far.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, burst);
     }
 }

@@ -98,6 +98,9 @@ pub(super) struct Live {
     pub(super) con: MultiplexedConnection,
     /// `host:port`: with Sentinel, the primary found for this connection.
     pub(super) node: std::sync::Arc<str>,
+    /// The connection's task, ended when the last copy of this goes (a connection the
+    /// crate dialled ends its own).
+    pub(super) _driver: Option<std::sync::Arc<super::dial::Driver>>,
 }
 
 #[derive(Clone, Default)]
@@ -240,7 +243,7 @@ impl Supervisor {
         loop {
             if self.state.borrow().live.is_none() {
                 match self.dial().await {
-                    Ok((con, node)) => {
+                    Ok((super::dial::Dialled { con, driver }, node)) => {
                         self.next_id += 1;
                         let id = self.next_id;
                         if matches!(self.dialer, Dialer::Sentinel { .. }) {
@@ -251,6 +254,7 @@ impl Supervisor {
                                 id,
                                 con,
                                 node: node.into(),
+                                _driver: driver.map(std::sync::Arc::new),
                             });
                             s.finished += 1;
                             s.last_error = None;
@@ -291,7 +295,7 @@ impl Supervisor {
     }
 
     /// One dial: the connection and the `host:port` it reaches.
-    async fn dial(&mut self) -> Result<(MultiplexedConnection, String), String> {
+    async fn dial(&mut self) -> Result<(super::dial::Dialled, String), String> {
         self.state.send_modify(|s| s.started += 1);
         let mut config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.patience))
@@ -316,7 +320,8 @@ impl Supervisor {
         let dial = async move {
             let client = dialer.client().await?;
             let node = client.get_connection_info().addr().to_string();
-            let mut con = connect(&client, config).await?;
+            let mut dialled = super::dial::connect(&client, config).await?;
+            let con = &mut dialled.con;
             if let Some(near) = near {
                 // Default mode: Redis remembers the keys this connection reads (the claim
                 // script's reads included) and reports when another client changes them.
@@ -326,12 +331,12 @@ impl Supervisor {
                     .arg("TRACKING")
                     .arg("ON")
                     .arg("NOLOOP")
-                    .query_async::<()>(&mut con)
+                    .query_async::<()>(con)
                     .await?;
                 // Copies made through an earlier connection lose their channel now.
                 near.flush();
             }
-            Ok::<_, redis::RedisError>((con, node))
+            Ok::<_, redis::RedisError>((dialled, node))
         };
         match tokio::time::timeout(budget, dial).await {
             Ok(Ok(dialled)) => Ok(dialled),
@@ -458,25 +463,4 @@ async fn heartbeat(state: watch::Receiver<State>, near: Arc<NearCache>, patience
             near.prove(mark, sent + PROOF_LASTS);
         }
     }
-}
-
-/// A connection to `client`'s server; over plain TCP its writes coalesce (see
-/// [`crate::coalesce`]).
-async fn connect(
-    client: &Client,
-    config: AsyncConnectionConfig,
-) -> redis::RedisResult<MultiplexedConnection> {
-    let info = client.get_connection_info();
-    let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
-        return client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await;
-    };
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-    tcp.set_nodelay(true)?;
-    let stream = crate::coalesce::Coalesce::new(tcp);
-    let (con, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
-    tokio::spawn(driver);
-    Ok(con)
 }

@@ -25,6 +25,7 @@
 //! client-side retry of a script that already ran does not report a false fence-out.
 
 mod access;
+mod dial;
 mod link;
 #[macro_use]
 mod ops;
