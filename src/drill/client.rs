@@ -121,14 +121,18 @@ impl Reply {
             && self.differing_headers(other).is_empty()
     }
 
-    /// The names of headers whose values differ from `other`'s, apart from the replay mark
-    /// and `Set-Cookie` (a session cookie belongs to the first client: never replayed).
+    /// The names of headers whose values differ from `other`'s, apart from the replay mark,
+    /// `Set-Cookie` (a session cookie belongs to the first client: never replayed) and
+    /// `Date`: where the upstream sent none (a gRPC server, often), the gateway's server
+    /// dates each answer as it sends it, so two answers a second apart differ in it alone.
     pub fn differing_headers(&self, other: &Reply) -> Vec<String> {
         let mut names: Vec<String> = self
             .headers
             .keys()
             .chain(other.headers.keys())
-            .filter(|n| **n != REPLAYED && **n != http::header::SET_COOKIE)
+            .filter(|n| {
+                **n != REPLAYED && **n != http::header::SET_COOKIE && **n != http::header::DATE
+            })
             .filter(|n| {
                 let a: Vec<_> = self.headers.get_all(*n).iter().collect();
                 let b: Vec<_> = other.headers.get_all(*n).iter().collect();
