@@ -81,11 +81,7 @@ pub fn redis_pid(port: u16) -> Option<u32> {
 /// Commands per read over a pass is how deep the gateway's connection pipelines under
 /// load (1.0: every command took a read of its own).
 pub fn redis_io(port: u16) -> Option<(u64, u64)> {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "info", "all"])
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
+    let text = redis_info(port)?;
     let calls = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))
@@ -94,11 +90,24 @@ pub fn redis_io(port: u16) -> Option<(u64, u64)> {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let reads = text
-        .lines()
-        .find_map(|l| l.strip_prefix("total_reads_processed:"))
-        .and_then(|v| v.trim().parse::<u64>().ok())?;
+    let reads = info_value(&text, "total_reads_processed:")?;
     Some((calls("cmdstat_evalsha:") + calls("cmdstat_eval:"), reads))
+}
+
+/// `INFO all` of the server on `port` (with `redis-cli`), if it answers.
+fn redis_info(port: u16) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "info", "all"])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()
+}
+
+/// The value of an `INFO` field, `name` with its colon.
+fn info_value<T: std::str::FromStr>(text: &str, name: &str) -> Option<T> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Clock ticks per second, as `/proc` counts CPU time.
@@ -144,16 +153,8 @@ pub struct RedisWork {
 impl RedisWork {
     /// Read from the server on `port` (with `redis-cli`), if it answers.
     pub fn read(port: u16) -> Option<Self> {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "info", "all"])
-            .output()
-            .ok()?;
-        let text = String::from_utf8(out.stdout).ok()?;
-        let float = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        };
+        let text = redis_info(port)?;
+        let float = |name: &str| info_value::<f64>(&text, name);
         let main_thread =
             float("used_cpu_user_main_thread:")? + float("used_cpu_sys_main_thread:")?;
         let mut commands = BTreeMap::new();
@@ -173,10 +174,7 @@ impl RedisWork {
             };
             commands.insert(name.to_owned(), (field("calls="), field("usec=")));
         }
-        let reads = text
-            .lines()
-            .find_map(|l| l.strip_prefix("total_reads_processed:"))
-            .and_then(|v| v.trim().parse().ok())?;
+        let reads = info_value(&text, "total_reads_processed:")?;
         Some(Self {
             main_thread,
             commands,
