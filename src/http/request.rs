@@ -63,7 +63,9 @@ impl Gateway {
         let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();
-        let dispatched = self.dispatch(live, req, &conn, &origin, started);
+        // Pinned where it is: the spans wrap a reference, so the dispatch (about 5 KB) is
+        // not copied into each wrapper (`memmove` per streamed request: see `Serving::public`).
+        let dispatched = std::pin::pin!(self.dispatch(live, req, &conn, &origin, started));
         let handled = origin.run_in(dispatched).await;
         match handled {
             Dispatched::Handled(handled) => self.conclude(handled, &origin),
