@@ -1,7 +1,6 @@
 //! The won claim's upstream call, classified for the protocol: a final answer to store,
 //! a failure without effect (release), or an unknown outcome (keep the claim).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,7 +34,8 @@ pub(super) struct Forwarder {
     pub route: usize,
     pub parts: Parts,
     pub body: Bytes,
-    pub remote: SocketAddr,
+    /// The client's IP address, for `X-Forwarded-For`.
+    pub client_ip: HeaderValue,
     /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
     pub key: String,
     /// The scope hash, forwarded as `Idempotency-Scope`.
@@ -60,7 +60,7 @@ impl Forwarder {
             route,
             parts,
             body,
-            remote,
+            client_ip,
             key,
             scope,
             delivery,
@@ -74,11 +74,11 @@ impl Forwarder {
             // Failing open: a plain forward. The protocol does not settle anything for it,
             // so its classification is never read.
             Forward::Unguarded => {
-                let fwd = passthrough::forward(&live, metrics, req, remote, &route.name).await;
+                let fwd = passthrough::forward(&live, metrics, req, &client_ip, &route.name).await;
                 return Attempt::Unknown(fwd);
             }
         };
-        let mut req = live.upstream.prepare(req, remote);
+        let mut req = live.upstream.prepare(req, &client_ip);
         owner_headers(req.headers_mut(), &key, &scope, fence);
         let call = OwnedCall {
             route,

@@ -1,7 +1,7 @@
 //! The gateway's state: the live configuration (swapped whole on reload), the store, the
 //! metrics and the tracked request tasks.
 
-use std::net::SocketAddr;
+use http::HeaderValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -20,8 +20,9 @@ use crate::upstream::Upstream;
 /// What the gateway knows about the client connection a request came on.
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
-    /// The client's address.
-    pub remote: SocketAddr,
+    /// The client's IP address as `X-Forwarded-For` names it, rendered once per
+    /// connection ([`crate::upstream::client_ip`]).
+    pub client_ip: HeaderValue,
     /// Raised when a request head on this connection had both framing headers.
     pub framing: crate::framing::AmbiguousFraming,
 }

@@ -1,7 +1,7 @@
 //! Forwarding without dedupe: streamed both ways, bounded by `upstream_timeout` until the
 //! response head.
 
-use std::net::SocketAddr;
+use http::HeaderValue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,10 +45,10 @@ pub(super) async fn forward(
     live: &Live,
     metrics: &Metrics,
     req: Request<Body>,
-    remote: SocketAddr,
+    client_ip: &HeaderValue,
     route: &Arc<str>,
 ) -> Forwarded {
-    let mut req = live.upstream.prepare(req, remote);
+    let mut req = live.upstream.prepare(req, client_ip);
     let span = telemetry::upstream();
     telemetry::inject(&span, req.headers_mut());
     let started = Instant::now();

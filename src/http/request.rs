@@ -224,7 +224,7 @@ impl Gateway {
             route: at.route,
             parts,
             body,
-            remote: at.conn.remote,
+            client_ip: at.conn.client_ip.clone(),
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),
         };
@@ -344,7 +344,7 @@ impl Gateway {
     ) -> Handled {
         let body_failed = passthrough::ClientBodyFailed::default();
         let req = body_failed.watch(req);
-        let fwd = passthrough::forward(live, &self.metrics, req, conn.remote, route).await;
+        let fwd = passthrough::forward(live, &self.metrics, req, &conn.client_ip, route).await;
         let mut access = Access::keyless(started, route.clone(), outcome);
         access.upstream = fwd.upstream;
         Handled {

@@ -93,7 +93,7 @@ impl Serving {
         };
         let framing = AmbiguousFraming::default();
         let conn_info = ConnInfo {
-            remote,
+            client_ip: crate::upstream::client_ip(remote),
             framing: framing.clone(),
         };
         let over_tls = tls.is_some();

@@ -94,10 +94,19 @@ enum Transport {
     Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
+/// The client's IP address as the upstream is told it (`X-Forwarded-For`), rendered once
+/// per connection rather than per request.
+pub fn client_ip(remote: SocketAddr) -> HeaderValue {
+    HeaderValue::try_from(remote.ip().to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
+/// How many names [`HOP_BY_HOP`] has.
+const HOPS: usize = 7;
+
 /// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy. `Trailer`
 /// does: it names the trailer fields the message ends with, which are forwarded, stored
 /// and replayed.
-const HOP_BY_HOP: [HeaderName; 7] = [
+const HOP_BY_HOP: [HeaderName; HOPS] = [
     header::CONNECTION,
     crate::headers::KEEP_ALIVE,
     crate::headers::PROXY_CONNECTION,
@@ -125,20 +134,36 @@ fn accepts_trailers(headers: &HeaderMap) -> bool {
 
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
+    // Which of them are there, in one pass over the names: a message carries a few
+    // headers and seldom more than `Connection` of these, and each `remove` hashes its
+    // name whether or not the map has it (5.5% of a streamed request's instructions).
+    let mut present = [false; HOPS + 1];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        } else if name == header::UPGRADE {
+            present[HOPS] = true;
+        }
+    }
+    // `HOP_BY_HOP[0]` is `Connection`: the names it lists go too.
+    if present[0] {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for name in listed {
+            headers.remove(name);
+        }
+    }
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, there)| *there) {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    if present[HOPS] {
+        headers.remove(header::UPGRADE);
     }
-    headers.remove(header::UPGRADE);
 }
 
 impl Upstream {
@@ -184,7 +209,7 @@ impl Upstream {
     /// Rewrites a client request for the upstream: path and query under the base path,
     /// HTTP/1.1 (HTTP/2 when it goes over h2c, with `te: trailers` for a gRPC call),
     /// hop-by-hop headers stripped, `X-Forwarded-*` set.
-    pub fn prepare(&self, mut req: Request<Body>, remote: SocketAddr) -> Request<Body> {
+    pub fn prepare(&self, mut req: Request<Body>, client_ip: &HeaderValue) -> Request<Body> {
         let grpc = crate::grpc::is_call(req.version(), req.headers());
         let trailers = grpc || accepts_trailers(req.headers());
         let h2 = self.h2c.as_ref().is_some_and(|h2c| h2c.every_call || grpc);
@@ -228,16 +253,20 @@ impl Upstream {
         headers.remove(&crate::headers::IDEMPOTENCY_FENCE);
         headers.remove(&crate::headers::IDEMPOTENCY_SCOPE);
         let xff = &crate::headers::X_FORWARDED_FOR;
-        let ip = remote.ip().to_string();
         // Every prior hop, from every X-Forwarded-For line, then the client.
-        let mut forwarded_for = String::new();
-        for prior in headers.get_all(xff).iter().filter_map(|v| v.to_str().ok()) {
-            forwarded_for.push_str(prior);
-            forwarded_for.push_str(", ");
-        }
-        forwarded_for.push_str(&ip);
-        if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
-            headers.insert(xff.clone(), v);
+        let mut prior = headers.get_all(xff).iter().peekable();
+        if prior.peek().is_none() {
+            headers.insert(xff.clone(), client_ip.clone());
+        } else {
+            let mut forwarded_for = String::new();
+            for hop in prior.filter_map(|v| v.to_str().ok()) {
+                forwarded_for.push_str(hop);
+                forwarded_for.push_str(", ");
+            }
+            forwarded_for.push_str(client_ip.to_str().unwrap_or_default());
+            if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+                headers.insert(xff.clone(), v);
+            }
         }
         headers
             .entry(crate::headers::X_FORWARDED_PROTO.clone())
@@ -369,8 +398,26 @@ mod tests {
     }
 
     #[test]
+    fn x_forwarded_for_names_every_prior_hop_then_the_client() {
+        let up = upstream("");
+        let v4 = &client_ip("10.0.0.1:5000".parse().unwrap());
+        let alone = up.prepare(request(Version::HTTP_11, &[]), v4);
+        assert_eq!(alone.headers()["x-forwarded-for"], "10.0.0.1");
+        let hops = [
+            ("x-forwarded-for", "1.1.1.1, 2.2.2.2"),
+            ("x-forwarded-for", "3.3.3.3"),
+        ];
+        let behind = up.prepare(request(Version::HTTP_11, &hops), v4);
+        let all: Vec<_> = behind.headers().get_all("x-forwarded-for").iter().collect();
+        assert_eq!(all, ["1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.1"]);
+        let v6 = &client_ip("[2001:db8::7]:443".parse().unwrap());
+        let alone = up.prepare(request(Version::HTTP_11, &[]), v6);
+        assert_eq!(alone.headers()["x-forwarded-for"], "2001:db8::7");
+    }
+
+    #[test]
     fn grpc_calls_go_over_h2c_with_te_trailers_and_the_rest_over_http1() {
-        let remote: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let remote = &client_ip("10.0.0.1:5000".parse().unwrap());
         let grpc = [("content-type", "application/grpc"), ("te", "trailers")];
         let up = upstream("");
         let call = up.prepare(request(Version::HTTP_2, &grpc), remote);
@@ -412,5 +459,16 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("content-type"));
+        // Each one alone, among others that stay.
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            let mut h = HeaderMap::new();
+            h.insert("content-type", HeaderValue::from_static("text/plain"));
+            h.append(name.clone(), HeaderValue::from_static("x"));
+            h.append(name.clone(), HeaderValue::from_static("y"));
+            h.insert("x-request-id", HeaderValue::from_static("1"));
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 2, "{name}: {h:?}");
+            assert!(!h.contains_key(name), "{name}");
+        }
     }
 }
