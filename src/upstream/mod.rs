@@ -152,7 +152,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .map(str::trim)
+            // `keep-alive`, what nearly every `Connection` says, is one of these already:
+            // it needs no parsing and no list.
+            .filter(|n| !n.eq_ignore_ascii_case("keep-alive"))
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
             .collect();
         for name in listed {
             headers.remove(name);
@@ -459,6 +463,18 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("content-type"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("Close , Keep-Alive,x-other"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        h.insert("close", HeaderValue::from_static("named, so it goes"));
+        h.insert("x-stays", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-stays"));
         // Each one alone, among others that stay.
         for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
             let mut h = HeaderMap::new();
