@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub fn write_rfc3339(out: &mut Vec<u8>, at: SystemTime) {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since.as_secs();
-    LAST_SECOND.with(|last| {
+    let cached = LAST_SECOND.try_with(|last| {
         let mut last = last.borrow_mut();
         if last.0 != Some(secs) {
             last.1.clear();
@@ -20,6 +20,10 @@ pub fn write_rfc3339(out: &mut Vec<u8>, at: SystemTime) {
         }
         out.extend_from_slice(&last.1);
     });
+    // A thread past its locals' teardown formats the second itself.
+    if cached.is_err() {
+        write_second(out, secs);
+    }
     push_digits(out, u64::from(since.subsec_micros()), 6);
     out.push(b'Z');
 }
