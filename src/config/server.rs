@@ -91,19 +91,21 @@ pub struct UpstreamTarget {
 }
 
 pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
+    let timeout = |field: &str, value: &Option<String>, default| {
+        parse::opt_duration(field, value.as_deref(), default, MAX_TIMEOUT)
+    };
     let listen = parse::addr("server.listen", &s.listen)?;
     let upstream = upstream("server.upstream", &s.upstream)?;
-    let upstream_timeout = parse::opt_duration(
+    // Fields are read in the file's order: the first bad one is the one reported.
+    let upstream_timeout = timeout(
         "server.upstream_timeout",
-        s.upstream_timeout.as_deref(),
+        &s.upstream_timeout,
         DEFAULT_UPSTREAM_TIMEOUT,
-        MAX_TIMEOUT,
     )?;
-    let connect_timeout = parse::opt_duration(
+    let connect_timeout = timeout(
         "server.connect_timeout",
-        s.connect_timeout.as_deref(),
+        &s.connect_timeout,
         DEFAULT_CONNECT_TIMEOUT,
-        MAX_TIMEOUT,
     )?;
     let max_body = parse::opt_size(
         "server.max_body",
@@ -119,48 +121,41 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         MIN_HEADER_BYTES,
         MAX_HEADER_BYTES,
     )?;
-    let header_read_timeout = parse::opt_duration(
+    let header_read_timeout = timeout(
         "server.header_read_timeout",
-        s.header_read_timeout.as_deref(),
+        &s.header_read_timeout,
         DEFAULT_HEADER_READ_TIMEOUT,
-        MAX_TIMEOUT,
     )?;
-    let body_read_timeout = parse::opt_duration(
+    let body_read_timeout = timeout(
         "server.body_read_timeout",
-        s.body_read_timeout.as_deref(),
+        &s.body_read_timeout,
         DEFAULT_BODY_READ_TIMEOUT,
-        MAX_TIMEOUT,
     )?;
     let shutdown_grace = match s.shutdown_grace.as_deref() {
         Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
-    let write_timeout = parse::opt_duration(
+    let write_timeout = timeout(
         "server.write_timeout",
-        s.write_timeout.as_deref(),
+        &s.write_timeout,
         DEFAULT_WRITE_TIMEOUT,
-        MAX_TIMEOUT,
     )?;
-    let max_connections = parse::count(
-        "server.max_connections",
-        s.max_connections,
-        DEFAULT_MAX_CONNECTIONS,
-        MAX_CONNECTIONS,
-    )?;
-    let max_concurrent_streams = parse::count(
-        "server.max_concurrent_streams",
-        s.max_concurrent_streams,
-        DEFAULT_MAX_CONCURRENT_STREAMS,
-        MAX_CONCURRENT_STREAMS,
-    )?;
-    let upstream_ca = upstream_ca(s, &upstream)?;
-    let tls = s.tls.as_ref().map(listener_tls).transpose()?;
     Ok(ServerConfig {
+        max_connections: parse::count(
+            "server.max_connections",
+            s.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+            MAX_CONNECTIONS,
+        )?,
+        max_concurrent_streams: parse::count(
+            "server.max_concurrent_streams",
+            s.max_concurrent_streams,
+            DEFAULT_MAX_CONCURRENT_STREAMS,
+            MAX_CONCURRENT_STREAMS,
+        )?,
+        upstream_ca: upstream_ca(s, &upstream)?,
+        tls: s.tls.as_ref().map(listener_tls).transpose()?,
         upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),
-        tls,
-        upstream_ca,
-        max_connections,
-        max_concurrent_streams,
         listen,
         upstream,
         upstream_timeout,

@@ -156,9 +156,7 @@ pub(super) async fn pump(
         g.push(prefix.clone());
         g
     });
-    let mut sent = 0u64;
-    let mut held = Vec::new();
-    let mut trailers = HeaderMap::new();
+    let mut out = Outgoing::default();
     let mut next = (!prefix.is_empty()).then(|| Frame::data(prefix));
     let tail = |tx, held, offer: Option<Opened>, whole| Tail {
         tx,
@@ -173,20 +171,7 @@ pub(super) async fn pump(
     };
     loop {
         if let Some(frame) = next.take() {
-            if let (Some(data), Some(offer)) = (frame.data_ref(), offer.as_ref()) {
-                offer.push(data);
-            }
-            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-            sent += n;
-            if let Some(t) = frame.trailers_ref() {
-                trailers.extend(t.clone());
-                held.push(frame);
-            } else if n > 0 && length == Some(sent) {
-                held.push(frame);
-            } else {
-                // A client that left: keep reading for the record.
-                let _ = tx.send(Ok(frame)).await;
-            }
+            out.pass(frame, length, offer.as_ref(), &tx).await;
         }
         let frame = match tokio::time::timeout(idle, rest.frame()).await {
             Err(_) => {
@@ -199,10 +184,10 @@ pub(super) async fn pump(
                     Some(g) => StoredBody::Stored(g.into_bytes()),
                     None => StoredBody::TooLarge,
                 };
-                let tail = tail(tx, held, offer, true);
+                let tail = tail(tx, out.held, offer, true);
                 return Pumped {
                     body,
-                    trailers,
+                    trailers: out.trailers,
                     broke: None,
                     tail,
                 };
@@ -220,6 +205,43 @@ pub(super) async fn pump(
             }
         }
         next = Some(frame);
+    }
+}
+
+/// What the pump has passed on, and the stream's end it holds back.
+#[derive(Default)]
+struct Outgoing {
+    /// Data bytes passed on.
+    sent: u64,
+    /// The trailers, and the frame that completes a known length: sent by the [`Tail`].
+    held: Vec<Frame<Bytes>>,
+    trailers: HeaderMap,
+}
+
+impl Outgoing {
+    /// Offers `frame` to the joined duplicates, then sends it to the client, or holds it
+    /// when it ends the stream (its trailers, or the last data of a body of `length`).
+    async fn pass(
+        &mut self,
+        frame: Frame<Bytes>,
+        length: Option<u64>,
+        offer: Option<&Opened>,
+        tx: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    ) {
+        if let (Some(data), Some(offer)) = (frame.data_ref(), offer) {
+            offer.push(data);
+        }
+        let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+        self.sent += n;
+        if let Some(t) = frame.trailers_ref() {
+            self.trailers.extend(t.clone());
+            self.held.push(frame);
+        } else if n > 0 && length == Some(self.sent) {
+            self.held.push(frame);
+        } else {
+            // A client that left: keep reading for the record.
+            let _ = tx.send(Ok(frame)).await;
+        }
     }
 }
 

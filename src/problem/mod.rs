@@ -131,6 +131,88 @@ pub enum GatewayError {
     Internal,
 }
 
+/// Status, problem type suffix and title of a refused key (see [`GatewayError::describe`]).
+fn key_problem(e: &KeyError) -> (StatusCode, &'static str, &'static str) {
+    match e {
+        KeyError::Missing { .. } => (
+            StatusCode::BAD_REQUEST,
+            "idempotency-key-missing",
+            "Idempotency key missing",
+        ),
+        KeyError::Invalid { .. } => (
+            StatusCode::BAD_REQUEST,
+            "idempotency-key-invalid",
+            "Idempotency key invalid",
+        ),
+        KeyError::MalformedJson(_) => (
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "Request body is not valid JSON",
+        ),
+        KeyError::DuplicateJsonKey(_) => (
+            StatusCode::BAD_REQUEST,
+            "ambiguous-json",
+            "Request body has a duplicated JSON object key",
+        ),
+        KeyError::MissingPart(_) => (
+            StatusCode::BAD_REQUEST,
+            "fingerprint-part-missing",
+            "Request lacks a fingerprint part",
+        ),
+        KeyError::BadVersion(_) => (
+            StatusCode::BAD_REQUEST,
+            "version-invalid",
+            "Request version unusable",
+        ),
+        KeyError::Coding(CodingError::Unsupported(_)) => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content-encoding-unsupported",
+            "Request body content coding not supported",
+        ),
+        KeyError::Coding(CodingError::TooLarge { .. }) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Request body too large",
+        ),
+        KeyError::Grpc(FrameError::Several(_)) => (
+            StatusCode::BAD_REQUEST,
+            "grpc-streaming-refused",
+            "A deduped gRPC method takes exactly one request message",
+        ),
+        KeyError::Grpc(_) => (
+            StatusCode::BAD_REQUEST,
+            "grpc-framing-invalid",
+            "Request is not one well-framed gRPC message",
+        ),
+        KeyError::Coding(CodingError::Corrupt { .. }) => (
+            StatusCode::BAD_REQUEST,
+            "content-encoding-invalid",
+            "Request body not valid in its content coding",
+        ),
+    }
+}
+
+/// Status, problem type suffix and title of a failed upstream call.
+fn upstream_problem(f: &UpstreamFailure) -> (StatusCode, &'static str, &'static str) {
+    match f {
+        UpstreamFailure::Connect(_) => (
+            StatusCode::BAD_GATEWAY,
+            "upstream-unreachable",
+            "Upstream unreachable",
+        ),
+        UpstreamFailure::Timeout(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream-timeout",
+            "Upstream timed out",
+        ),
+        UpstreamFailure::Broken(_) => (
+            StatusCode::BAD_GATEWAY,
+            "upstream-broken",
+            "Upstream response broken",
+        ),
+    }
+}
+
 impl GatewayError {
     /// Status, problem type suffix and title: the stable part of the contract.
     fn describe(&self) -> (StatusCode, &'static str, &'static str) {
@@ -197,61 +279,7 @@ impl GatewayError {
                 "bad-admin-request",
                 "Bad admin request",
             ),
-            Key(KeyError::Missing { .. }) => (
-                StatusCode::BAD_REQUEST,
-                "idempotency-key-missing",
-                "Idempotency key missing",
-            ),
-            Key(KeyError::Invalid { .. }) => (
-                StatusCode::BAD_REQUEST,
-                "idempotency-key-invalid",
-                "Idempotency key invalid",
-            ),
-            Key(KeyError::MalformedJson(_)) => (
-                StatusCode::BAD_REQUEST,
-                "malformed-json",
-                "Request body is not valid JSON",
-            ),
-            Key(KeyError::DuplicateJsonKey(_)) => (
-                StatusCode::BAD_REQUEST,
-                "ambiguous-json",
-                "Request body has a duplicated JSON object key",
-            ),
-            Key(KeyError::MissingPart(_)) => (
-                StatusCode::BAD_REQUEST,
-                "fingerprint-part-missing",
-                "Request lacks a fingerprint part",
-            ),
-            Key(KeyError::BadVersion(_)) => (
-                StatusCode::BAD_REQUEST,
-                "version-invalid",
-                "Request version unusable",
-            ),
-            Key(KeyError::Coding(CodingError::Unsupported(_))) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "content-encoding-unsupported",
-                "Request body content coding not supported",
-            ),
-            Key(KeyError::Coding(CodingError::TooLarge { .. })) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body-too-large",
-                "Request body too large",
-            ),
-            Key(KeyError::Grpc(FrameError::Several(_))) => (
-                StatusCode::BAD_REQUEST,
-                "grpc-streaming-refused",
-                "A deduped gRPC method takes exactly one request message",
-            ),
-            Key(KeyError::Grpc(_)) => (
-                StatusCode::BAD_REQUEST,
-                "grpc-framing-invalid",
-                "Request is not one well-framed gRPC message",
-            ),
-            Key(KeyError::Coding(CodingError::Corrupt { .. })) => (
-                StatusCode::BAD_REQUEST,
-                "content-encoding-invalid",
-                "Request body not valid in its content coding",
-            ),
+            Key(e) => key_problem(e),
             SignatureInvalid => (
                 StatusCode::UNAUTHORIZED,
                 "signature-invalid",
@@ -297,21 +325,7 @@ impl GatewayError {
                 "overloaded",
                 "Gateway overloaded by requests whose clients left",
             ),
-            Upstream(UpstreamFailure::Connect(_)) => (
-                StatusCode::BAD_GATEWAY,
-                "upstream-unreachable",
-                "Upstream unreachable",
-            ),
-            Upstream(UpstreamFailure::Timeout(_)) => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream-timeout",
-                "Upstream timed out",
-            ),
-            Upstream(UpstreamFailure::Broken(_)) => (
-                StatusCode::BAD_GATEWAY,
-                "upstream-broken",
-                "Upstream response broken",
-            ),
+            Upstream(f) => upstream_problem(f),
             ReplayUnavailable { status, .. } => (
                 *status,
                 "response-not-stored",
