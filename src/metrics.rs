@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Metric, Registry};
+use prometheus_client::registry::Registry;
 
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
 // not an allocation, on every request.
@@ -175,96 +175,115 @@ impl Default for Metrics {
     }
 }
 
-/// `metric`, registered under `name` with its `help`; the caller keeps a handle.
-fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
-    registry.register(name, help, metric.clone());
-    metric
-}
-
-/// A new metric of its default value, registered.
-fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
-    register(registry, name, help, M::default())
-}
-
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("dedupe");
-        let r = &mut registry;
-        let metrics = Self {
-            outcomes: registered(r, "requests", "Requests by route and key outcome"),
-            shadow: registered(
-                r,
-                "shadow",
-                "Requests a shadow route forwarded, by what enforcement would have done",
-            ),
-            signatures: registered(
-                r,
-                "signature",
-                "Webhook signatures checked on signed routes, by result (verified, missing, malformed, expired, mismatch)",
-            ),
-            store_errors: registered(r, "store_errors", "Store operations that failed or timed out"),
-            events: registered(
-                r,
-                "claim_events",
-                "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key), fenced_out, overloaded",
-            ),
-            upstream_responses: registered(
-                r,
-                "upstream_responses",
-                "Upstream responses by route and status class",
-            ),
-            upstream_latency: register(
-                r,
-                "upstream_latency_seconds",
-                "Time until the upstream's response head",
-                Family::new_with_constructor(latency_histogram),
-            ),
-            store_latency: register(
-                r,
-                "store_latency_seconds",
-                "Store operation latency",
-                Family::new_with_constructor(latency_histogram),
-            ),
-            inflight: registered(
-                r,
-                "inflight_claims",
-                "Claims this process holds while their upstream call runs",
-            ),
-            near_cache: registered(
-                r,
-                "near_cache",
-                "Near-cache lookups by result (hit, miss) and entries dropped (invalidated)",
-            ),
-            near_cache_bytes: registered(
-                r,
-                "near_cache_bytes",
-                "Bytes of completed records the near-cache holds",
-            ),
-            near_cache_serving: registered(
-                r,
-                "near_cache_serving",
-                "1 while the near-cache's invalidation channel has proved it delivers within the last second (copies are served), 0 while it is silent or lost (replays read Redis); absent without a near-cache",
-            ),
-            store_up: registered(
-                r,
-                "store_up",
-                "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
-            ),
-            registry,
-        };
+        let outcomes = Family::<RouteOutcome, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests by route and key outcome",
+            outcomes.clone(),
+        );
+        let shadow = Family::<RouteWould, Counter>::default();
+        registry.register(
+            "shadow",
+            "Requests a shadow route forwarded, by what enforcement would have done",
+            shadow.clone(),
+        );
+        let signatures = Family::<RouteResult, Counter>::default();
+        registry.register(
+            "signature",
+            "Webhook signatures checked on signed routes, by result (verified, missing, malformed, expired, mismatch)",
+            signatures.clone(),
+        );
+        let store_errors = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store operations that failed or timed out",
+            store_errors.clone(),
+        );
+        let events = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "claim_events",
+            "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key), fenced_out, overloaded",
+            events.clone(),
+        );
         // Created at 0: the first event or error is then an increase a rule can see.
         for event in <ClaimEvent as strum::VariantArray>::VARIANTS {
-            let _ = metrics.events.get_or_create(&EventLabel {
+            let _ = events.get_or_create(&EventLabel {
                 event: event.as_str(),
             });
         }
         for op in <StoreOp as strum::VariantArray>::VARIANTS {
-            let _ = metrics
-                .store_errors
-                .get_or_create(&OpLabel { op: op.as_str() });
+            let _ = store_errors.get_or_create(&OpLabel { op: op.as_str() });
         }
-        metrics
+        let upstream_responses = Family::<RouteClass, Counter>::default();
+        registry.register(
+            "upstream_responses",
+            "Upstream responses by route and status class",
+            upstream_responses.clone(),
+        );
+        let upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "upstream_latency_seconds",
+            "Time until the upstream's response head",
+            upstream_latency.clone(),
+        );
+        let store_latency: Family<OpLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "store_latency_seconds",
+            "Store operation latency",
+            store_latency.clone(),
+        );
+        let inflight = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "inflight_claims",
+            "Claims this process holds while their upstream call runs",
+            inflight.clone(),
+        );
+        let near_cache = Family::<NearLabel, Counter>::default();
+        registry.register(
+            "near_cache",
+            "Near-cache lookups by result (hit, miss) and entries dropped (invalidated)",
+            near_cache.clone(),
+        );
+        let near_cache_bytes = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "near_cache_bytes",
+            "Bytes of completed records the near-cache holds",
+            near_cache_bytes.clone(),
+        );
+        let near_cache_serving = GaugeOnceSet::default();
+        registry.register(
+            "near_cache_serving",
+            "1 while the near-cache's invalidation channel has proved it delivers within the last second (copies are served), 0 while it is silent or lost (replays read Redis); absent without a near-cache",
+            near_cache_serving.clone(),
+        );
+        let store_up = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "store_up",
+            "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
+            store_up.clone(),
+        );
+        Self {
+            registry,
+            near_cache,
+            near_cache_bytes,
+            near_cache_serving,
+            store_up,
+            outcomes,
+            shadow,
+            signatures,
+            store_errors,
+            events,
+            upstream_responses,
+            upstream_latency,
+            store_latency,
+            inflight,
+        }
     }
 
     /// Counts one request outcome, or what became of a won claim, on a route (`-` for no
