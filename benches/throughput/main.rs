@@ -18,8 +18,9 @@
 //! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
 //! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
 //! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_WRK`
-//! (`off`: no wrk rounds; `only`: wrk rounds alone). Run with `cargo bench --bench
-//! throughput`.
+//! (`off`: no wrk rounds; `only`: wrk rounds alone), `BENCH_STORE_SERVER` (`valkey`: the
+//! Redis scenarios on the `valkey-server` that `DEDUPE_TEST_VALKEY` names, which
+//! `scripts/test` builds). Run with `cargo bench --bench throughput`.
 //!
 //! When `wrk` is installed, every scenario is also driven by `wrk -t1 --latency` in front
 //! of an nginx origin (`versus.rs`), with the CPU every process spends per request.
@@ -190,8 +191,15 @@ async fn main() {
     let set = settings();
     // Kept alive until the end: dropping a RedisServer kills it.
     // With the `hash-max-listpack-value` the store check advises (docs/redis.md).
-    let redis = on_path("redis-server")
-        .then(|| RedisServer::start_with(&["--hash-max-listpack-value", "1024"]));
+    // `BENCH_STORE_SERVER=valkey`: the Redis scenarios on the Valkey that scripts/test
+    // builds (`DEDUPE_TEST_VALKEY`; it has `SET ... IFEQ`), not Debian's redis-server.
+    let listpack = ["--hash-max-listpack-value", "1024"];
+    let redis = if std::env::var("BENCH_STORE_SERVER").as_deref() == Ok("valkey") {
+        println!("note: the Redis scenarios run on valkey-server (BENCH_STORE_SERVER=valkey)");
+        Some(RedisServer::start_valkey(&listpack))
+    } else {
+        on_path("redis-server").then(|| RedisServer::start_with(&listpack))
+    };
     if redis.is_none() {
         println!("note: redis-server is not on PATH; skipping the Redis scenarios");
     }

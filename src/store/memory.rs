@@ -24,7 +24,9 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Claim, ClaimRequest, Fence, Order, Permit, RecordInfo, RecordState, StoreError};
+use super::{
+    Claim, ClaimRequest, Fence, Order, Owner, Permit, RecordInfo, RecordState, StoreError,
+};
 
 mod claim;
 mod entities;
@@ -284,7 +286,7 @@ impl MemoryStore {
     pub(super) async fn complete(
         &self,
         key: &str,
-        (fence, _): (u64, Option<u128>),
+        Owner { fence, .. }: Owner<'_>,
         record: Bytes,
         window: Duration,
         strict: bool,
@@ -311,7 +313,7 @@ impl MemoryStore {
     pub(super) async fn release(
         &self,
         key: &str,
-        (fence, _): (u64, Option<u128>),
+        Owner { fence, .. }: Owner<'_>,
         window: Duration,
         strict: bool,
         order: Option<Order<'_>>,
@@ -333,7 +335,7 @@ impl MemoryStore {
     pub(super) async fn renew(
         &self,
         key: &str,
-        (fence, _): (u64, Option<u128>),
+        Owner { fence, .. }: Owner<'_>,
         lease: Duration,
         order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {

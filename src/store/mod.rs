@@ -121,6 +121,29 @@ pub struct Permit {
     /// The claim that won, where the backend needs it to recognise its owner (a fresh
     /// string-layout record, whose fence derives from its expiry).
     claimant: Option<Claimant>,
+    /// The value the claim wrote, where the backend can settle by comparing the whole
+    /// record with it (a string-layout first claim, completed by `SET ... IFEQ`).
+    claimed: Option<Bytes>,
+}
+
+/// Who settles a record, as a backend checks it: the permit's fence, its claimant when
+/// known, and the value its claim wrote when the backend kept it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    pub(crate) fence: u64,
+    pub(crate) claimant: Option<u128>,
+    pub(crate) claimed: Option<&'a [u8]>,
+}
+
+impl Owner<'_> {
+    /// An owner known by its fence alone (an operator's resolve).
+    pub(crate) fn by_fence(fence: u64) -> Self {
+        Self {
+            fence,
+            claimant: None,
+            claimed: None,
+        }
+    }
 }
 
 impl Permit {
@@ -130,6 +153,7 @@ impl Permit {
             key: key.clone(),
             fence,
             claimant: None,
+            claimed: None,
         }
     }
 
@@ -139,9 +163,19 @@ impl Permit {
         self
     }
 
-    /// The fence, and the claimant when known: what a backend checks ownership by.
-    fn owner(&self) -> (u64, Option<u128>) {
-        (self.fence.get(), self.claimant.map(Claimant::get))
+    /// The same, with the value the claim wrote.
+    pub(crate) fn wrote(mut self, value: Bytes) -> Self {
+        self.claimed = Some(value);
+        self
+    }
+
+    /// What a backend checks ownership by.
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            fence: self.fence.get(),
+            claimant: self.claimant.map(Claimant::get),
+            claimed: self.claimed.as_deref(),
+        }
     }
 
     /// A permit no claim granted: for the store contract suite's zombie owners and forged
@@ -346,13 +380,14 @@ impl Store {
         resolution: Resolution,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        let (key, fence) = (key.as_str(), fence.get());
+        let key = key.as_str();
+        let owner = Owner::by_fence(fence.get());
         match resolution {
             Resolution::Retry => {
-                dispatch!(self, s => s.release(key, (fence, None), window, true, None))
+                dispatch!(self, s => s.release(key, owner, window, true, None))
             }
             Resolution::Done(record) => {
-                dispatch!(self, s => s.complete(key, (fence, None), record, window, true, None))
+                dispatch!(self, s => s.complete(key, owner, record, window, true, None))
             }
         }
     }

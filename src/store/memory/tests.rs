@@ -36,7 +36,7 @@ async fn claims_past_max_bytes_fail_and_completed_records_stay() {
         assert!(store
             .complete(
                 key,
-                (fence, None),
+                Owner::by_fence(fence),
                 body.clone(),
                 Duration::from_secs(3600),
                 false,
@@ -81,7 +81,7 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
     store
         .complete(
             "a",
-            (fence.get(), None),
+            Owner::by_fence(fence.get()),
             Bytes::from_static(b"12345"),
             Duration::from_millis(1),
             false,
@@ -109,7 +109,7 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
     assert!(store
         .release(
             "bb",
-            (fence.get(), None),
+            Owner::by_fence(fence.get()),
             Duration::from_millis(1),
             false,
             None

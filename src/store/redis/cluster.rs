@@ -21,6 +21,8 @@ pub struct RedisClusterStore {
     timeout: Duration,
     /// How new records are written (`store.record_layout`); both are read.
     layout: RecordLayout,
+    /// Whether the masters complete a fresh claim natively (`SET ... IFEQ`).
+    compare: std::sync::Arc<compare::NativeCompare>,
 }
 
 /// How long the cluster client itself waits for a reply before it drops the connection
@@ -122,6 +124,7 @@ impl RedisClusterStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
             layout: RecordLayout::Hash,
+            compare: Default::default(),
         })
     }
 

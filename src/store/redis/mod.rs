@@ -25,6 +25,7 @@
 //! client-side retry of a script that already ran does not report a false fence-out.
 
 mod access;
+mod compare;
 mod dial;
 mod link;
 #[macro_use]
@@ -55,7 +56,7 @@ use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Call,
 use self::strings::{typed, Typed};
 use super::health::{ClusterReplies, NodeReplies};
 use super::near_cache::{NearCache, NearCacheStats};
-use super::{bounded, Claim, ClaimRequest, Order, RecordInfo, StoreError};
+use super::{bounded, Claim, ClaimRequest, Order, Owner, RecordInfo, StoreError};
 use crate::config::{RecordLayout, RedisAccess};
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -111,6 +112,8 @@ pub struct RedisStore {
     timeout: Duration,
     /// How new records are written (`store.record_layout`); both are read.
     layout: RecordLayout,
+    /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
+    compare: std::sync::Arc<compare::NativeCompare>,
 }
 
 impl RedisStore {
@@ -156,6 +159,7 @@ impl RedisStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
             layout: RecordLayout::Hash,
+            compare: Default::default(),
         })
     }
 
@@ -183,6 +187,7 @@ impl RedisStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
             layout: RecordLayout::Hash,
+            compare: Default::default(),
         })
     }
 

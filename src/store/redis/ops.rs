@@ -125,15 +125,16 @@ macro_rules! redis_backend {
                 req: ClaimRequest<'_>,
             ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
                 let mut with_time = self.near.is_some();
+                let value = &strings::claim_value(req);
                 loop {
-                    let pipe = &strings::claim_pipeline(req, with_time);
+                    let pipe = &strings::claim_pipeline(req, value, with_time);
                     let v = self
                         .query(move |mut con| async move { strings::send(pipe, &mut con).await })
                         .await?;
                     let Typed::Reply(v) = v else {
                         return Ok(Typed::OtherLayout);
                     };
-                    match strings::parse_native_claim(v, req)? {
+                    match strings::parse_native_claim(v, req, value)? {
                         strings::Native::Decided(claim, ttl) => {
                             return Ok(Typed::Reply((claim, ttl)))
                         }
@@ -170,20 +171,20 @@ macro_rules! redis_backend {
             pub(in crate::store) async fn complete(
                 &self,
                 key: &str,
-                (fence, claimant): (u64, Option<u128>),
+                owner: Owner<'_>,
                 record: Bytes,
                 window: Duration,
                 strict: bool,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                self.finish(key, (fence, claimant), Some(&record), window, strict, order)
+                self.finish(key, owner, Some(&record), window, strict, order)
                     .await
             }
 
             pub(in crate::store) async fn release(
                 &self,
                 key: &str,
-                owner: (u64, Option<u128>),
+                owner: Owner<'_>,
                 window: Duration,
                 strict: bool,
                 order: Option<Order<'_>>,
@@ -194,13 +195,27 @@ macro_rules! redis_backend {
             async fn finish(
                 &self,
                 key: &str,
-                (fence, claimant): (u64, Option<u128>),
+                owner: Owner<'_>,
                 record: Option<&[u8]>,
                 window: Duration,
                 strict: bool,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
+                let Owner { fence, claimant, claimed } = owner;
+                if let (Some(response), Some(claimed), None) = (record, claimed, order) {
+                    if self.compare.worth_trying() {
+                        if let Some(cmd) = compare::completion(key, claimed, fence, response, window) {
+                            let (cmd, compare) = (&cmd, &*self.compare);
+                            let compared = self
+                                .query(move |mut con| async move { compare::send(cmd, compare, &mut con).await })
+                                .await?;
+                            if compared == compare::Compared::Written {
+                                return Ok(true);
+                            }
+                        }
+                    }
+                }
                 let hash = finish_invocation(&self.scripts, key, fence, record, window, strict, order);
                 if order.is_some() {
                     return match self.call(&hash).await? {
@@ -226,7 +241,7 @@ macro_rules! redis_backend {
             pub(in crate::store) async fn renew(
                 &self,
                 key: &str,
-                (fence, claimant): (u64, Option<u128>),
+                Owner { fence, claimant, .. }: Owner<'_>,
                 lease: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {

@@ -136,6 +136,30 @@ pub(super) fn encode_claim(
     v
 }
 
+/// The header of the completed record that the completion script writes from the fresh
+/// claim `claimed` (what [`encode_claim`] wrote) under `fence`: state `c`, the permit's
+/// fence and claim time (fence / 1000), no lease end or completion time (a completed
+/// record's completion time is its expiry less the TTL field), and the window as the TTL
+/// field; flags, lease, attempts, claimant, request hash and version as claimed. `None`
+/// when `claimed` is not a fresh claim's header.
+pub(super) fn completed_header(
+    claimed: &[u8],
+    fence: u64,
+    window_ms: u64,
+) -> Option<[u8; HEADER_LEN]> {
+    let mut h: [u8; HEADER_LEN] = claimed.try_into().ok()?;
+    if h[0] != TAG || h[1] != b'i' || h[3..11] != [0; 8] || h[103..105] != [0; 2] {
+        return None;
+    }
+    h[1] = b'c';
+    h[3..11].copy_from_slice(&fence.to_be_bytes());
+    h[11..19].fill(0);
+    h[19..27].copy_from_slice(&(fence / 1000).to_be_bytes());
+    h[27..35].fill(0);
+    h[43..51].copy_from_slice(&window_ms.to_be_bytes());
+    Some(h)
+}
+
 /// Why a value is not a record of this layout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a dedupe record: {0}")]
@@ -397,5 +421,27 @@ mod tests {
         assert_eq!(j(Some(&done), 1_000_000, &H, other), Verdict::Mismatch);
         let released = decode(written(b'r', 77, b"", b"")).unwrap();
         assert_eq!(j(Some(&released), 1_000_000, &H, other), Verdict::Script);
+    }
+
+    #[test]
+    fn a_completed_header_keeps_the_claim_and_takes_the_permits_fence() {
+        let who = Claimant::new(42);
+        let claimed = encode_claim(&H, who, 5_000, 65_000, true);
+        let h = completed_header(&claimed, 1_700_000_000_123_999, 60_000).unwrap();
+        let r = decode(Bytes::copy_from_slice(&h)).unwrap();
+        assert_eq!(r.state, State::Completed);
+        assert!(r.hold && !r.told);
+        assert_eq!(r.fence, 1_700_000_000_123_999);
+        assert_eq!(r.claimed_at, 1_700_000_000_123);
+        assert_eq!((r.lease_end, r.completed_at), (0, 0));
+        assert_eq!((r.lease, r.ttl, r.attempts), (5_000, 60_000, 1));
+        assert_eq!((r.claimant, r.hash), (42, *H.as_bytes()));
+        assert!(r.version.is_empty() && r.response.is_empty());
+        // Only a fresh claim's header.
+        assert!(completed_header(&claimed[..104], 1, 1).is_none());
+        assert!(completed_header(&h, 1, 1).is_none());
+        let mut renewed = claimed.clone();
+        renewed[3..11].copy_from_slice(&7u64.to_be_bytes());
+        assert!(completed_header(&renewed, 1, 1).is_none());
     }
 }

@@ -178,15 +178,12 @@ impl StringScripts {
 /// server's time when `with_time` (a replay's TTL for the near-cache; whether another
 /// claim's lease has ended): the value decides the claim without a script in every case
 /// but a takeover, a reclaim and the first claim told a record is held.
-pub(super) fn claim_pipeline(req: ClaimRequest<'_>, with_time: bool) -> redis::Pipeline {
+pub(super) fn claim_pipeline(
+    req: ClaimRequest<'_>,
+    value: &[u8],
+    with_time: bool,
+) -> redis::Pipeline {
     let ttl = claim_ttl(req);
-    let value = encode_claim(
-        req.request_hash,
-        req.claimant,
-        millis(req.lease),
-        ttl,
-        req.hold,
-    );
     let key = req.key.as_str();
     let mut pipe = redis::pipe();
     pipe.atomic()
@@ -204,6 +201,17 @@ pub(super) fn claim_pipeline(req: ClaimRequest<'_>, with_time: bool) -> redis::P
         pipe.cmd("TIME");
     }
     pipe
+}
+
+/// The value a first claim writes (a fresh record, see [`super::string_record`]).
+pub(super) fn claim_value(req: ClaimRequest<'_>) -> Bytes {
+    Bytes::from(encode_claim(
+        req.request_hash,
+        req.claimant,
+        millis(req.lease),
+        claim_ttl(req),
+        req.hold,
+    ))
 }
 
 fn claim_ttl(req: ClaimRequest<'_>) -> u64 {
@@ -252,7 +260,13 @@ pub(super) enum Native {
     Script,
 }
 
-pub(super) fn parse_native_claim(v: Value, req: ClaimRequest<'_>) -> Result<Native, StoreError> {
+/// `value` is what the claim's `SET` wrote: the permit of a claim that won keeps it, for
+/// a completion that compares the record with it (see [`super::compare`]).
+pub(super) fn parse_native_claim(
+    v: Value,
+    req: ClaimRequest<'_>,
+    value: &Bytes,
+) -> Result<Native, StoreError> {
     let (record, expires, now) = read_reply(v, "string claim")?;
     let verdict = judge(
         record.as_ref(),
@@ -263,7 +277,9 @@ pub(super) fn parse_native_claim(v: Value, req: ClaimRequest<'_>) -> Result<Nati
         claim_ttl(req),
     );
     let won = |fence| Claim::Won {
-        permit: Permit::new(req.key, fence).claimed_by(req.claimant),
+        permit: Permit::new(req.key, fence)
+            .claimed_by(req.claimant)
+            .wrote(value.clone()),
         takeover: None,
     };
     let (claim, ttl) = match verdict {

@@ -22,6 +22,8 @@ pub struct RedisServer {
     /// The TLS port, for a server started with [`RedisServer::start_tls`].
     pub tls_port: Option<u16>,
     process: Option<Process>,
+    /// The server binary: `redis-server`, or Valkey's (see [`RedisServer::start_valkey`]).
+    program: std::ffi::OsString,
     extra: Vec<String>,
     /// A sentinel's config file (in `dir`).
     sentinel_conf: Option<std::path::PathBuf>,
@@ -36,12 +38,13 @@ struct Process {
 
 impl Process {
     fn spawn(
+        program: &std::ffi::OsStr,
         port: u16,
         dir: &std::path::Path,
         conf: Option<&std::path::Path>,
         extra: &[String],
     ) -> Result<Self, String> {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(program);
         // A config file must come first; a sentinel needs one it can rewrite.
         if let Some(conf) = conf {
             command.arg(conf).arg("--sentinel");
@@ -55,7 +58,7 @@ impl Process {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("redis-server not installed? {e}"))?;
+            .map_err(|e| format!("{program:?} not installed? {e}"))?;
         // The pipe's write end stays with us (close-on-exec, so no other child inherits
         // it); `read` returns when this process closes it, by drop or by exiting.
         let watchdog = Command::new("sh")
@@ -127,6 +130,7 @@ impl RedisServer {
                 port: free_port(),
                 tls_port: None,
                 process: None,
+                program: "redis-server".into(),
                 extra: Vec::new(),
                 sentinel_conf: Some(path),
                 dir,
@@ -139,7 +143,21 @@ impl RedisServer {
         panic!("could not start redis-server --sentinel: {last}");
     }
 
+    /// A Valkey server (`valkey-server`, 8.1 or later: it has `SET ... IFEQ`), the binary
+    /// named by `DEDUPE_TEST_VALKEY`, which `scripts/test` builds from Debian's source and
+    /// sets.
+    pub fn start_valkey(extra: &[&str]) -> Self {
+        let program = std::env::var_os("DEDUPE_TEST_VALKEY").expect(
+            "DEDUPE_TEST_VALKEY names no valkey-server: run scripts/test, which builds one",
+        );
+        Self::start_program(program, None, extra)
+    }
+
     fn start_inner(tls: Option<&RedisTls>, extra: &[&str]) -> Self {
+        Self::start_program("redis-server".into(), tls, extra)
+    }
+
+    fn start_program(program: std::ffi::OsString, tls: Option<&RedisTls>, extra: &[&str]) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
             let tls_port = tls.map(|_| free_port());
@@ -151,6 +169,7 @@ impl RedisServer {
                 port: free_port(),
                 tls_port,
                 process: None,
+                program: program.clone(),
                 extra: args,
                 sentinel_conf: None,
                 dir: tempfile::tempdir().unwrap(),
@@ -160,11 +179,12 @@ impl RedisServer {
                 Err(e) => last = e,
             }
         }
-        panic!("could not start redis-server: {last}");
+        panic!("could not start {program:?}: {last}");
     }
 
     fn spawn(&mut self) -> Result<(), String> {
         self.process = Some(Process::spawn(
+            &self.program,
             self.port,
             self.dir.path(),
             self.sentinel_conf.as_deref(),

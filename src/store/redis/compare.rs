@@ -1,0 +1,157 @@
+//! A completion without Lua, where the server compares and sets natively: `SET key
+//! completed IFEQ claim PX window` (Valkey 8.1 and later, Redis 8.4 and later) writes the
+//! completed record only while the key still holds, byte for byte, the value this claim
+//! wrote. That value names its claimant, so the key is then the claim's own fresh record
+//! (no renewal, hold, takeover or expiry since: each of those rewrites or removes it),
+//! and the completed record is the one the completion script writes from it (see
+//! [`super::string_record::completed_header`]). Any other answer leaves the key as it was
+//! and the script decides, as on a server without `IFEQ`.
+//!
+//! Whether the server knows `IFEQ` is learnt from the first completion: a server that
+//! does not answers it with a syntax error (having written nothing), and from then on
+//! this gateway completes with the script only.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, RedisWrite, ToRedisArgs, Value};
+
+use super::millis;
+use super::string_record::{completed_header, HEADER_LEN};
+
+// Not yet known is 0 (`Default`).
+const NATIVE: u8 = 1;
+const SCRIPTED: u8 = 2;
+
+/// Whether the server compares and sets natively, as learnt so far.
+#[derive(Debug, Default)]
+pub(super) struct NativeCompare(AtomicU8);
+
+impl NativeCompare {
+    /// Whether a completion should try `SET ... IFEQ` first.
+    pub(super) fn worth_trying(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != SCRIPTED
+    }
+
+    /// Records what the server answered (logged once).
+    fn learnt(&self, native: bool) {
+        let to = if native { NATIVE } else { SCRIPTED };
+        if self.0.swap(to, Ordering::Relaxed) != to {
+            if native {
+                tracing::info!("the Redis server compares and sets natively (SET ... IFEQ): completions run without Lua");
+            } else {
+                tracing::info!("the Redis server has no SET ... IFEQ (Valkey 8.1 or Redis 8.4 and later have it): completions run a script");
+            }
+        }
+    }
+}
+
+/// The completed record as one argument: the header, then the response, written into
+/// the command's buffer without joining them first.
+struct CompletedValue<'a> {
+    header: [u8; HEADER_LEN],
+    response: &'a [u8],
+}
+
+impl ToRedisArgs for CompletedValue<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mut w = out.writer_for_next_arg();
+        // The writer appends to the command's own buffer: it cannot fail.
+        let _ = w.write_all(&self.header);
+        let _ = w.write_all(self.response);
+    }
+}
+
+/// The native completion of a fresh claim (`claimed`, the value it wrote) under `fence`,
+/// or `None` when `claimed` is not a fresh claim's header.
+pub(super) fn completion(
+    key: &str,
+    claimed: &[u8],
+    fence: u64,
+    response: &[u8],
+    window: Duration,
+) -> Option<redis::Cmd> {
+    let window = millis(window);
+    let header = completed_header(claimed, fence, window)?;
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key)
+        .arg(CompletedValue { header, response })
+        .arg("IFEQ")
+        .arg(claimed)
+        .arg("PX")
+        .arg(window);
+    Some(cmd)
+}
+
+/// What a native completion found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Compared {
+    /// Completed.
+    Written,
+    /// The key holds something else (or nothing): the script decides.
+    Differs,
+    /// The server has no `IFEQ`, or the key is not a string: the script decides.
+    NotNative,
+}
+
+/// Sends a native completion, learning from its answer whether the server has `IFEQ`.
+pub(super) async fn send(
+    cmd: &redis::Cmd,
+    compare: &NativeCompare,
+    con: &mut impl ConnectionLike,
+) -> RedisResult<Compared> {
+    let answer: RedisResult<Value> = cmd.query_async(con).await;
+    let compared = judge(&answer)?;
+    match compared {
+        Compared::Written | Compared::Differs => compare.learnt(true),
+        // A syntax error: the server cannot parse `IFEQ`.
+        Compared::NotNative if matches!(&answer, Err(e) if e.code() == Some("ERR")) => {
+            compare.learnt(false)
+        }
+        Compared::NotNative => {}
+    }
+    Ok(compared)
+}
+
+/// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (the
+/// other layout's record) changed nothing; any other failure is the connection's.
+fn judge(answer: &RedisResult<Value>) -> RedisResult<Compared> {
+    match answer {
+        Ok(Value::Okay) => Ok(Compared::Written),
+        Ok(Value::SimpleString(s)) if s == "OK" => Ok(Compared::Written),
+        Ok(Value::Nil) => Ok(Compared::Differs),
+        Ok(other) => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "SET ... IFEQ answered",
+            format!("{other:?}"),
+        ))),
+        Err(e) if matches!(e.code(), Some("ERR" | "WRONGTYPE")) => Ok(Compared::NotNative),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_once_and_stops_trying_on_a_server_without_ifeq() {
+        let c = NativeCompare::default();
+        assert!(c.worth_trying());
+        c.learnt(true);
+        assert!(c.worth_trying());
+        c.learnt(false);
+        assert!(!c.worth_trying());
+    }
+
+    #[test]
+    fn answers_are_read_as_written_or_differs() {
+        // Errors (`ERR` on Redis 7, `WRONGTYPE`) are read from real servers in
+        // tests/native_compare.rs.
+        assert_eq!(judge(&Ok(Value::Okay)).unwrap(), Compared::Written);
+        assert_eq!(judge(&Ok(Value::Nil)).unwrap(), Compared::Differs);
+        assert!(judge(&Ok(Value::Int(1))).is_err());
+    }
+}

@@ -1,0 +1,318 @@
+//! Completions without Lua on a server that compares and sets natively (`SET ... IFEQ`:
+//! Valkey 8.1, built by `scripts/test` from Debian's source), and the script on one that
+//! does not (Redis 7.0): the same records, the same ownership, the store contract on both.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dedupe_gateway::config::RecordLayout;
+use dedupe_gateway::store::{
+    Claim, ClaimRequest, Claimant, Completion, Permit, RedisStore, RequestHash, Store, StoreKey,
+};
+use dedupe_test_support::{
+    store_contract, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
+};
+use http::StatusCode;
+
+const H1: RequestHash = RequestHash::new([1; 32]);
+const LONG: Duration = Duration::from_secs(60);
+
+fn store_on(redis: &RedisServer, layout: RecordLayout) -> Store {
+    Store::Redis(
+        RedisStore::new(&redis.url(), Duration::from_secs(1))
+            .unwrap()
+            .with_record_layout(layout),
+    )
+}
+
+fn valkey_string_store() -> (Store, RedisServer) {
+    let valkey = RedisServer::start_valkey(&[]);
+    (store_on(&valkey, RecordLayout::String), valkey)
+}
+
+fn valkey_hash_store() -> (Store, RedisServer) {
+    let valkey = RedisServer::start_valkey(&[]);
+    (store_on(&valkey, RecordLayout::Hash), valkey)
+}
+
+store_contract!(valkey_string, valkey_string_store);
+store_contract!(valkey_hash, valkey_hash_store);
+
+fn claim<'a>(key: &'a StoreKey, lease: Duration, who: u128) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        request_hash: &H1,
+        lease,
+        window: LONG,
+        claimant: Claimant::new(who),
+        hold: false,
+        order: None,
+    }
+}
+
+async fn won(s: &Store, k: &StoreKey, lease: Duration, who: u128) -> Permit {
+    match s.claim(claim(k, lease, who)).await.unwrap() {
+        Claim::Won { permit, .. } => permit,
+        other => panic!("{k:?}: the claim did not win: {other:?}"),
+    }
+}
+
+/// `INFO commandstats`: command → (calls, failed and rejected calls).
+fn commandstats(redis: &RedisServer) -> HashMap<String, (u64, u64)> {
+    let info: String = redis.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (name, fields) = l.split_once(':')?;
+            let field = |f: &str| -> u64 {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            Some((
+                name.to_owned(),
+                (
+                    field("calls"),
+                    field("failed_calls") + field("rejected_calls"),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// Scripts that ran (an `EVALSHA` refused with `NOSCRIPT` is sent again as `EVAL`).
+fn scripts_run(stats: &HashMap<String, (u64, u64)>) -> u64 {
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|c| stats.get(*c))
+        .map(|(calls, failed)| calls - failed)
+        .sum()
+}
+
+/// The record completed from a claim, with the fields that differ between claims (fence,
+/// claim time) masked.
+fn masked(v: &[u8]) -> Vec<u8> {
+    let mut v = v.to_vec();
+    v[3..11].fill(0);
+    v[19..27].fill(0);
+    v
+}
+
+/// Completes a fresh claim and a renewed one of `who` on `redis`; returns the two records
+/// as written (masked) and the scripts each completion ran.
+async fn complete_fresh_and_renewed(redis: &RedisServer, who: u128) -> [(Vec<u8>, u64); 2] {
+    let s = store_on(redis, RecordLayout::String);
+    let mut out = Vec::new();
+    for (name, renew) in [("fresh", false), ("renewed", true)] {
+        let k = StoreKey::from_raw(format!("native:{name}"));
+        let permit = won(&s, &k, LONG, who).await;
+        if renew {
+            assert!(s.renew(&permit, LONG, None).await.unwrap(), "{name}");
+        }
+        let before = scripts_run(&commandstats(redis));
+        assert_eq!(
+            s.complete(&permit, Bytes::from_static(b"the answer"), LONG, None)
+                .await
+                .unwrap(),
+            Completion::Completed,
+            "{name}"
+        );
+        let scripts = scripts_run(&commandstats(redis)) - before;
+        let v: Vec<u8> = redis.cmd(&["GET", k.as_str()]);
+        assert_eq!(
+            u64::from_be_bytes(v[3..11].try_into().unwrap()),
+            permit.fence().get(),
+            "{name}: the permit's fence"
+        );
+        assert_eq!(&v[105..], b"the answer", "{name}");
+        out.push((masked(&v), scripts));
+    }
+    out.try_into().unwrap()
+}
+
+/// On Valkey a fresh claim completes with one `SET ... IFEQ` and no script; a renewed
+/// one (its record rewritten) through the script. Both records are byte for byte what
+/// Redis 7.0's script writes for the same claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_claim_completes_natively_with_the_scripts_record() {
+    let valkey = RedisServer::start_valkey(&[]);
+    let redis = RedisServer::start();
+    let [(fresh, fresh_scripts), (renewed, renewed_scripts)] =
+        complete_fresh_and_renewed(&valkey, 7).await;
+    assert_eq!(fresh_scripts, 0, "a fresh claim's completion ran a script");
+    assert!(
+        renewed_scripts >= 1,
+        "a renewed claim's completion is the script's"
+    );
+    let [(lua_fresh, _), (lua_renewed, _)] = complete_fresh_and_renewed(&redis, 7).await;
+    assert_eq!(fresh, lua_fresh, "IFEQ and Redis 7.0's script differ");
+    assert_eq!(renewed, lua_renewed);
+    assert_eq!(fresh, renewed);
+    let stats = commandstats(&valkey);
+    assert_eq!(stats.get("set").map(|s| s.1), Some(0), "{stats:?}");
+}
+
+/// Redis 7.0 has no `IFEQ`: the first completion learns it (one refused `SET`, nothing
+/// written) and every completion runs the script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_ifeq_is_learnt_once() {
+    let redis = RedisServer::start();
+    let s = store_on(&redis, RecordLayout::String);
+    for i in 0..3 {
+        let k = StoreKey::from_raw(format!("learn:{i}"));
+        let permit = won(&s, &k, LONG, 10 + i).await;
+        assert_eq!(
+            s.complete(&permit, Bytes::from_static(b"done"), LONG, None)
+                .await
+                .unwrap(),
+            Completion::Completed
+        );
+        let info = s.inspect(&k).await.unwrap().unwrap();
+        assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
+    }
+    let stats = commandstats(&redis);
+    assert_eq!(stats.get("set").map(|s| s.1), Some(1), "{stats:?}");
+    assert_eq!(scripts_run(&stats), 3, "{stats:?}");
+}
+
+/// A claim whose record was deleted and claimed again by another is fenced out: its
+/// `IFEQ` finds the other claimant's value, and the script refuses it. A completion sent
+/// twice (a retry after a lost reply) is completed both times and writes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ownership_holds_without_the_script() {
+    let valkey = RedisServer::start_valkey(&[]);
+    let s = store_on(&valkey, RecordLayout::String);
+    let k = StoreKey::from_raw("native:zombie");
+    let zombie = won(&s, &k, LONG, 1).await;
+    let _: i64 = valkey.cmd(&["DEL", k.as_str()]);
+    let owner = won(&s, &k, LONG, 2).await;
+    assert_eq!(
+        s.complete(&zombie, Bytes::from_static(b"zombie"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            s.complete(&owner, Bytes::from_static(b"owner"), LONG, None)
+                .await
+                .unwrap(),
+            Completion::Completed
+        );
+    }
+    assert_eq!(
+        s.complete(&zombie, Bytes::from_static(b"zombie"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.fence, owner.fence());
+    assert_eq!(info.response.as_deref(), Some(&b"owner"[..]));
+    // A lease that ran out and was taken over: the takeover rewrote the record.
+    let k = StoreKey::from_raw("native:taken");
+    let late = won(&s, &k, Duration::from_millis(50), 3).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let Claim::Won {
+        permit: taker,
+        takeover: Some(_),
+    } = s.claim(claim(&k, LONG, 4)).await.unwrap()
+    else {
+        panic!("no takeover")
+    };
+    assert_eq!(
+        s.complete(&late, Bytes::from_static(b"late"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Fenced
+    );
+    assert_eq!(
+        s.complete(&taker, Bytes::from_static(b"taker"), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.response.as_deref(), Some(&b"taker"[..]));
+}
+
+fn process(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayProcess {
+    GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(
+                StoreCfg::redis(redis.url())
+                    .timeout("1s")
+                    .record_layout(layout),
+            )
+            .default_lease("5s")
+            .default_window("1h")
+            .upstream_timeout("10s")
+            .route(RouteCfg::header("orders", "/orders/*")),
+    )
+}
+
+/// Gateways of both layouts on one Valkey: the same keys sent concurrently to both execute
+/// once each, and replays, on either, are the upstream's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_valkey_executes_each_key_once() {
+    let valkey = RedisServer::start_valkey(&[]);
+    let up = Upstream::start().await;
+    let gateways = [
+        process(&up, &valkey, "string"),
+        process(&up, &valkey, "hash"),
+    ];
+    let http = Http::new();
+    const KEYS: usize = 30;
+    let mut tasks = Vec::new();
+    for round in 0..4 {
+        for k in 0..KEYS {
+            let url = gateways[(k + round) % 2].url("/orders/x");
+            let http = http.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("valkey-{k}");
+                let r = http
+                    .post(
+                        &url,
+                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "30")],
+                        "{}",
+                    )
+                    .await;
+                (key, r)
+            }));
+        }
+    }
+    let mut answers: HashMap<String, Bytes> = HashMap::new();
+    for t in tasks {
+        let (key, r) = t.await.unwrap();
+        match r.status {
+            StatusCode::CREATED => {
+                let first = answers.entry(key).or_insert_with(|| r.body.clone());
+                assert_eq!(*first, r.body, "a replay differs from the answer");
+            }
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    let per_key = up.effects_per_key();
+    assert_eq!(per_key.len(), KEYS);
+    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
+    for (key, body) in &answers {
+        for gw in &gateways {
+            let r = http
+                .post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
+                .await;
+            assert!(r.replayed(), "{key}: {}", r.text());
+            assert_eq!(&r.body, body);
+        }
+    }
+    assert_eq!(up.effects(), KEYS as u64);
+    let keys: Vec<String> = valkey.cmd(&["KEYS", "dedupe:*"]);
+    let strings = keys
+        .iter()
+        .filter(|k| valkey.cmd::<String>(&["TYPE", k]) == "string")
+        .count();
+    assert!(strings > 0, "the string gateway won no key");
+}
