@@ -8,10 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Permit, RedisStore, RequestHash, Store, StoreKey,
+    Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
+    Store, StoreKey,
 };
 use dedupe_test_support::{
-    store_contract, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
+    store_contract, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer, RouteCfg,
+    StoreCfg, Upstream,
 };
 use http::StatusCode;
 
@@ -36,8 +38,22 @@ fn valkey_hash_store() -> (Store, RedisServer) {
     (store_on(&valkey, RecordLayout::Hash), valkey)
 }
 
+/// A Valkey cluster this test binary shares, started by the first test that asks.
+fn valkey_cluster() -> &'static RedisCluster {
+    static CLUSTER: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start_valkey)
+}
+
+fn valkey_cluster_string_store() -> (Store, ()) {
+    let store = RedisClusterStore::new(&valkey_cluster().urls(), Duration::from_secs(2))
+        .unwrap()
+        .with_record_layout(RecordLayout::String);
+    (Store::Cluster(Box::new(store)), ())
+}
+
 store_contract!(valkey_string, valkey_string_store);
 store_contract!(valkey_hash, valkey_hash_store);
+store_contract!(valkey_cluster_string, valkey_cluster_string_store);
 
 fn claim<'a>(key: &'a StoreKey, lease: Duration, who: u128) -> ClaimRequest<'a> {
     ClaimRequest {
@@ -153,6 +169,40 @@ async fn a_fresh_claim_completes_natively_with_the_scripts_record() {
     assert_eq!(fresh, renewed);
     let stats = commandstats(&valkey);
     assert_eq!(stats.get("set").map(|s| s.1), Some(0), "{stats:?}");
+}
+
+/// On a Valkey cluster too, a fresh claim completes with no script (on whichever master
+/// holds its slot), and its record replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_completes_natively() {
+    let (s, ()) = valkey_cluster_string_store();
+    let scripts = || -> u64 {
+        valkey_cluster()
+            .nodes
+            .iter()
+            .map(|n| scripts_run(&commandstats(n)))
+            .sum()
+    };
+    let before = scripts();
+    for i in 0..6 {
+        let k = StoreKey::from_raw(format!("native-cluster:{i}"));
+        let permit = won(&s, &k, LONG, 100 + i).await;
+        assert_eq!(
+            s.complete(&permit, Bytes::from_static(b"clustered"), LONG, None)
+                .await
+                .unwrap(),
+            Completion::Completed
+        );
+        match s.claim(claim(&k, LONG, 200 + i)).await.unwrap() {
+            Claim::Replay(r) => assert_eq!(&r[..], b"clustered"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        scripts() - before,
+        0,
+        "a completion on the cluster ran a script"
+    );
 }
 
 /// Redis 7.0 has no `IFEQ`: the first completion learns it (one refused `SET`, nothing

@@ -29,12 +29,22 @@ impl RedisCluster {
         Self::start_inner(Some(tls))
     }
 
+    /// A plaintext cluster of Valkey nodes (see [`RedisServer::start_valkey`]).
+    pub fn start_valkey() -> Self {
+        Self::start_nodes(None, true)
+    }
+
     fn start_inner(tls: Option<&RedisTls>) -> Self {
+        Self::start_nodes(tls, false)
+    }
+
+    fn start_nodes(tls: Option<&RedisTls>, valkey: bool) -> Self {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let bus = free_port().to_string();
                 let mut args = node_args(&bus);
                 match tls {
+                    None if valkey => RedisServer::start_valkey(&args),
                     Some(tls) => {
                         args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
                         RedisServer::start_tls(tls, &args)
