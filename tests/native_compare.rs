@@ -11,11 +11,7 @@ use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
     Store, StoreKey,
 };
-use dedupe_test_support::{
-    store_contract, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer, RouteCfg,
-    StoreCfg, Upstream,
-};
-use http::StatusCode;
+use dedupe_test_support::{fleet, store_contract, RedisCluster, RedisServer};
 
 const H1: RequestHash = RequestHash::new([1; 32]);
 const LONG: Duration = Duration::from_secs(60);
@@ -74,6 +70,13 @@ async fn won(s: &Store, k: &StoreKey, lease: Duration, who: u128) -> Permit {
     }
 }
 
+/// Completes `permit`'s claim with `body`.
+async fn complete(s: &Store, permit: &Permit, body: &'static [u8]) -> Completion {
+    s.complete(permit, Bytes::from_static(body), LONG, None)
+        .await
+        .unwrap()
+}
+
 /// `INFO commandstats`: command → (calls, failed and rejected calls).
 fn commandstats(redis: &RedisServer) -> HashMap<String, (u64, u64)> {
     let info: String = redis.cmd(&["INFO", "commandstats"]);
@@ -130,9 +133,7 @@ async fn complete_fresh_and_renewed(redis: &RedisServer, who: u128) -> [(Vec<u8>
         }
         let before = scripts_run(&commandstats(redis));
         assert_eq!(
-            s.complete(&permit, Bytes::from_static(b"the answer"), LONG, None)
-                .await
-                .unwrap(),
+            complete(&s, &permit, b"the answer").await,
             Completion::Completed,
             "{name}"
         );
@@ -188,9 +189,7 @@ async fn a_cluster_completes_natively() {
         let k = StoreKey::from_raw(format!("native-cluster:{i}"));
         let permit = won(&s, &k, LONG, 100 + i).await;
         assert_eq!(
-            s.complete(&permit, Bytes::from_static(b"clustered"), LONG, None)
-                .await
-                .unwrap(),
+            complete(&s, &permit, b"clustered").await,
             Completion::Completed
         );
         match s.claim(claim(&k, LONG, 200 + i)).await.unwrap() {
@@ -214,12 +213,7 @@ async fn a_server_without_ifeq_is_learnt_once() {
     for i in 0..3 {
         let k = StoreKey::from_raw(format!("learn:{i}"));
         let permit = won(&s, &k, LONG, 10 + i).await;
-        assert_eq!(
-            s.complete(&permit, Bytes::from_static(b"done"), LONG, None)
-                .await
-                .unwrap(),
-            Completion::Completed
-        );
+        assert_eq!(complete(&s, &permit, b"done").await, Completion::Completed);
         let info = s.inspect(&k).await.unwrap().unwrap();
         assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
     }
@@ -239,26 +233,11 @@ async fn ownership_holds_without_the_script() {
     let zombie = won(&s, &k, LONG, 1).await;
     let _: i64 = valkey.cmd(&["DEL", k.as_str()]);
     let owner = won(&s, &k, LONG, 2).await;
-    assert_eq!(
-        s.complete(&zombie, Bytes::from_static(b"zombie"), LONG, None)
-            .await
-            .unwrap(),
-        Completion::Fenced
-    );
+    assert_eq!(complete(&s, &zombie, b"zombie").await, Completion::Fenced);
     for _ in 0..2 {
-        assert_eq!(
-            s.complete(&owner, Bytes::from_static(b"owner"), LONG, None)
-                .await
-                .unwrap(),
-            Completion::Completed
-        );
+        assert_eq!(complete(&s, &owner, b"owner").await, Completion::Completed);
     }
-    assert_eq!(
-        s.complete(&zombie, Bytes::from_static(b"zombie"), LONG, None)
-            .await
-            .unwrap(),
-        Completion::Fenced
-    );
+    assert_eq!(complete(&s, &zombie, b"zombie").await, Completion::Fenced);
     let info = s.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.fence, owner.fence());
     assert_eq!(info.response.as_deref(), Some(&b"owner"[..]));
@@ -273,35 +252,10 @@ async fn ownership_holds_without_the_script() {
     else {
         panic!("no takeover")
     };
-    assert_eq!(
-        s.complete(&late, Bytes::from_static(b"late"), LONG, None)
-            .await
-            .unwrap(),
-        Completion::Fenced
-    );
-    assert_eq!(
-        s.complete(&taker, Bytes::from_static(b"taker"), LONG, None)
-            .await
-            .unwrap(),
-        Completion::Completed
-    );
+    assert_eq!(complete(&s, &late, b"late").await, Completion::Fenced);
+    assert_eq!(complete(&s, &taker, b"taker").await, Completion::Completed);
     let info = s.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.response.as_deref(), Some(&b"taker"[..]));
-}
-
-fn process(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayProcess {
-    GatewayProcess::start(
-        &GatewayConfig::new(up.url())
-            .store(
-                StoreCfg::redis(redis.url())
-                    .timeout("1s")
-                    .record_layout(layout),
-            )
-            .default_lease("5s")
-            .default_window("1h")
-            .upstream_timeout("10s")
-            .route(RouteCfg::header("orders", "/orders/*")),
-    )
 }
 
 /// Gateways of both layouts on one Valkey: the same keys sent concurrently to both execute
@@ -309,60 +263,5 @@ fn process(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayP
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_valkey_executes_each_key_once() {
     let valkey = RedisServer::start_valkey(&[]);
-    let up = Upstream::start().await;
-    let gateways = [
-        process(&up, &valkey, "string"),
-        process(&up, &valkey, "hash"),
-    ];
-    let http = Http::new();
-    const KEYS: usize = 30;
-    let mut tasks = Vec::new();
-    for round in 0..4 {
-        for k in 0..KEYS {
-            let url = gateways[(k + round) % 2].url("/orders/x");
-            let http = http.clone();
-            tasks.push(tokio::spawn(async move {
-                let key = format!("valkey-{k}");
-                let r = http
-                    .post(
-                        &url,
-                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "30")],
-                        "{}",
-                    )
-                    .await;
-                (key, r)
-            }));
-        }
-    }
-    let mut answers: HashMap<String, Bytes> = HashMap::new();
-    for t in tasks {
-        let (key, r) = t.await.unwrap();
-        match r.status {
-            StatusCode::CREATED => {
-                let first = answers.entry(key).or_insert_with(|| r.body.clone());
-                assert_eq!(*first, r.body, "a replay differs from the answer");
-            }
-            StatusCode::CONFLICT => {}
-            other => panic!("{other}: {}", r.text()),
-        }
-    }
-    let per_key = up.effects_per_key();
-    assert_eq!(per_key.len(), KEYS);
-    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
-    for (key, body) in &answers {
-        for gw in &gateways {
-            let r = http
-                .post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
-                .await;
-            assert!(r.replayed(), "{key}: {}", r.text());
-            assert_eq!(&r.body, body);
-        }
-    }
-    assert_eq!(up.effects(), KEYS as u64);
-    let keys: Vec<String> = valkey.cmd(&["KEYS", "dedupe:*"]);
-    let strings = keys
-        .iter()
-        .filter(|k| valkey.cmd::<String>(&["TYPE", k]) == "string")
-        .count();
-    assert!(strings > 0, "the string gateway won no key");
+    fleet::executes_each_key_once(&valkey, 30, 4).await;
 }

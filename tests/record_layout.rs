@@ -2,7 +2,6 @@
 //! Each reads the other's records as its own: replays, conflicts, mismatches, takeovers
 //! and settlements agree, and no key executes twice.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,10 +10,7 @@ use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimant, Completion, RecordState, RedisStore, RequestHash, Store,
     StoreKey,
 };
-use dedupe_test_support::{
-    GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
-};
-use http::StatusCode;
+use dedupe_test_support::{fleet, RedisServer};
 
 const H1: RequestHash = RequestHash::new([1; 32]);
 const H2: RequestHash = RequestHash::new([2; 32]);
@@ -137,90 +133,13 @@ async fn each_layout_reads_the_others_records() {
     assert_eq!(kind, "hash", "the hash store wrote the reclaimed key");
 }
 
-fn process(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayProcess {
-    let store = StoreCfg::redis(redis.url())
-        .timeout("1s")
-        .record_layout(layout);
-    GatewayProcess::start(
-        &GatewayConfig::new(up.url())
-            .store(store)
-            .default_lease("5s")
-            .default_window("1h")
-            .upstream_timeout("10s")
-            .route(RouteCfg::header("orders", "/orders/*")),
-    )
-}
-
 /// Two gateway processes, one of each layout, on one Redis: the same keys sent
 /// concurrently to both execute once each, and every replay, on either, is the answer the
 /// upstream gave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_both_layouts_executes_each_key_once() {
     let redis = RedisServer::start();
-    let up = Upstream::start().await;
-    let gateways = [process(&up, &redis, "hash"), process(&up, &redis, "string")];
-    let http = Http::new();
-    const KEYS: usize = 40;
-    let mut tasks = Vec::new();
-    for round in 0..6 {
-        for k in 0..KEYS {
-            let url = gateways[(k + round) % 2].url("/orders/x");
-            let http = http.clone();
-            tasks.push(tokio::spawn(async move {
-                let key = format!("fleet-{k}");
-                let r = http
-                    .post(
-                        &url,
-                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "50")],
-                        "{}",
-                    )
-                    .await;
-                (key, r)
-            }));
-        }
-    }
-    let mut answers: HashMap<String, Bytes> = HashMap::new();
-    let mut statuses: HashMap<u16, usize> = HashMap::new();
-    for t in tasks {
-        let (key, r) = t.await.unwrap();
-        *statuses.entry(r.status.as_u16()).or_default() += 1;
-        match r.status {
-            StatusCode::CREATED => {
-                let first = answers.entry(key).or_insert_with(|| r.body.clone());
-                assert_eq!(*first, r.body, "a replay differs from the answer");
-            }
-            StatusCode::CONFLICT => {}
-            other => panic!("{other}: {}", r.text()),
-        }
-    }
-    let per_key = up.effects_per_key();
-    assert_eq!(per_key.len(), KEYS, "{statuses:?}");
-    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
-    // Settled: every key replays the same answer on both gateways, and a different
-    // request under it is refused on both.
-    for (key, body) in &answers {
-        for gw in &gateways {
-            let r = http
-                .post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
-                .await;
-            assert!(r.replayed(), "{key}: {}", r.text());
-            assert_eq!(&r.body, body);
-            let other = http
-                .post(
-                    &gw.url("/orders/x"),
-                    &[("Idempotency-Key", key)],
-                    "{\"other\":1}",
-                )
-                .await;
-            assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
-        }
-    }
-    assert_eq!(up.effects(), KEYS as u64);
-    // Both layouts were written: each gateway won some keys and read the other's.
-    let keys: Vec<String> = redis.cmd(&["KEYS", "dedupe:*"]);
-    let kinds: std::collections::HashSet<String> =
-        keys.iter().map(|k| redis.cmd(&["TYPE", k])).collect();
-    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    fleet::executes_each_key_once(&redis, 40, 6).await;
 }
 
 /// A slot migration sends a key's *remaining* TTL (`MIGRATE`), which moves a fresh string

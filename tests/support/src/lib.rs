@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod contract;
 pub mod fault_proxy;
+pub mod fleet;
 pub mod gateway;
 pub mod grpc;
 pub mod near_cache;

@@ -1,0 +1,94 @@
+//! A fleet mid-upgrade: two gateway processes, one writing each record layout, on one
+//! Redis (or Valkey), driven by the same keys at once.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use http::StatusCode;
+
+use crate::{GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream};
+
+/// A gateway process writing `layout` records in `redis`, one header-keyed route.
+pub fn layout_gateway(up: &Upstream, redis: &RedisServer, layout: &'static str) -> GatewayProcess {
+    let store = StoreCfg::redis(redis.url())
+        .timeout("1s")
+        .record_layout(layout);
+    GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(store)
+            .default_lease("5s")
+            .default_window("1h")
+            .upstream_timeout("10s")
+            .route(RouteCfg::header("orders", "/orders/*")),
+    )
+}
+
+/// Two gateway processes, one of each layout, on `redis`: `keys` keys sent concurrently to
+/// both, `rounds` times, execute once each, and every replay, on either, is the answer the
+/// upstream gave; a different request under a settled key is refused on both. Both layouts
+/// end up written (each gateway won some keys and read the other's).
+pub async fn executes_each_key_once(redis: &RedisServer, keys: usize, rounds: usize) {
+    let up = Upstream::start().await;
+    let gateways = [
+        layout_gateway(&up, redis, "hash"),
+        layout_gateway(&up, redis, "string"),
+    ];
+    let http = Http::new();
+    let mut tasks = Vec::new();
+    for round in 0..rounds {
+        for k in 0..keys {
+            let url = gateways[(k + round) % 2].url("/orders/x");
+            let http = http.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("fleet-{k}");
+                let r = http
+                    .post(
+                        &url,
+                        &[("Idempotency-Key", &key), ("x-test-delay-ms", "50")],
+                        "{}",
+                    )
+                    .await;
+                (key, r)
+            }));
+        }
+    }
+    let mut answers: HashMap<String, Bytes> = HashMap::new();
+    let mut statuses: HashMap<u16, usize> = HashMap::new();
+    for t in tasks {
+        let (key, r) = t.await.unwrap();
+        *statuses.entry(r.status.as_u16()).or_default() += 1;
+        match r.status {
+            StatusCode::CREATED => {
+                let first = answers.entry(key).or_insert_with(|| r.body.clone());
+                assert_eq!(*first, r.body, "a replay differs from the answer");
+            }
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    let per_key = up.effects_per_key();
+    assert_eq!(per_key.len(), keys, "{statuses:?}");
+    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
+    for (key, body) in &answers {
+        for gw in &gateways {
+            let r = http
+                .post(&gw.url("/orders/x"), &[("Idempotency-Key", key)], "{}")
+                .await;
+            assert!(r.replayed(), "{key}: {}", r.text());
+            assert_eq!(&r.body, body);
+            let other = http
+                .post(
+                    &gw.url("/orders/x"),
+                    &[("Idempotency-Key", key)],
+                    "{\"other\":1}",
+                )
+                .await;
+            assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+        }
+    }
+    assert_eq!(up.effects(), keys as u64);
+    let stored: Vec<String> = redis.cmd(&["KEYS", "dedupe:*"]);
+    let kinds: std::collections::HashSet<String> =
+        stored.iter().map(|k| redis.cmd(&["TYPE", k])).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+}
