@@ -11,7 +11,10 @@ use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
     Store, StoreKey,
 };
-use dedupe_test_support::{fleet, store_contract, RedisCluster, RedisServer};
+use dedupe_test_support::{
+    fleet, store_contract, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer,
+    RouteCfg, StoreCfg, Upstream,
+};
 
 const H1: RequestHash = RequestHash::new([1; 32]);
 const LONG: Duration = Duration::from_secs(60);
@@ -264,4 +267,114 @@ async fn ownership_holds_without_the_script() {
 async fn a_fleet_on_valkey_executes_each_key_once() {
     let valkey = RedisServer::start_valkey(&[]);
     fleet::executes_each_key_once(&valkey, 30, 4).await;
+}
+
+/// A call that outlived a third of its lease was renewed, which rewrote its record: its
+/// completion goes straight to the script, without first sending the response in a
+/// `SET ... IFEQ` that could only miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_call_completes_through_the_script_alone() {
+    let valkey = RedisServer::start_valkey(&[]);
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(
+                StoreCfg::redis(valkey.url())
+                    .timeout("1s")
+                    .record_layout("string"),
+            )
+            .default_lease("300ms")
+            .default_window("1h")
+            .upstream_timeout("10s")
+            .route(RouteCfg::header("orders", "/orders/*")),
+    );
+    let http = Http::new();
+    let monitor = Monitor::start(&valkey);
+    let r = http
+        .post(
+            &gw.url("/orders/x"),
+            &[("Idempotency-Key", "slow"), ("x-test-delay-ms", "450")],
+            "{}",
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text());
+    let replay = http
+        .post(&gw.url("/orders/x"), &[("Idempotency-Key", "slow")], "{}")
+        .await;
+    assert!(replay.replayed(), "{}", replay.text());
+    let sent = monitor.stop();
+    assert!(
+        !sent.iter().any(|l| l.contains("\"IFEQ\"")),
+        "a renewed call's completion tried IFEQ: {sent:#?}"
+    );
+    assert!(sent.iter().any(|l| l.contains("EVALSHA")), "{sent:#?}");
+    assert_eq!(up.effects(), 1);
+    // The control: a quick call's completion is the `IFEQ`.
+    let monitor = Monitor::start(&valkey);
+    let r = http
+        .post(&gw.url("/orders/x"), &[("Idempotency-Key", "quick")], "{}")
+        .await;
+    assert!(r.status.is_success(), "{}", r.text());
+    let sent = monitor.stop();
+    assert!(sent.iter().any(|l| l.contains("\"IFEQ\"")), "{sent:#?}");
+}
+
+/// Only a server that cannot parse `IFEQ` is taken for one without it: a completion
+/// refused for another reason (a response over the server's `proto-max-bulk-len`) leaves
+/// the next ones native.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_refusal_is_not_taken_for_a_server_without_ifeq() {
+    let valkey = RedisServer::start_valkey(&["--proto-max-bulk-len", "1mb"]);
+    let s = store_on(&valkey, RecordLayout::String);
+    let k = StoreKey::from_raw("native:huge");
+    let permit = won(&s, &k, LONG, 31).await;
+    let huge = Bytes::from(vec![b'x'; 1536 * 1024]);
+    assert!(s.complete(&permit, huge, LONG, None).await.is_err());
+    let monitor = Monitor::start(&valkey);
+    let k = StoreKey::from_raw("native:small");
+    let permit = won(&s, &k, LONG, 32).await;
+    assert_eq!(complete(&s, &permit, b"small").await, Completion::Completed);
+    let sent = monitor.stop();
+    assert!(sent.iter().any(|l| l.contains("\"IFEQ\"")), "{sent:#?}");
+    assert!(!sent.iter().any(|l| l.contains("EVALSHA")), "{sent:#?}");
+}
+
+/// Every command a server runs, as `MONITOR` shows it, from when `start` returns.
+struct Monitor {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(redis: &RedisServer) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string(), "monitor"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-cli");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if line == "OK" {
+                    let _ = tx.send(());
+                }
+                kept.lock().unwrap().push(line);
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("MONITOR did not start");
+        Self { child, lines }
+    }
+
+    /// The commands seen so far (a moment's grace for the last to arrive).
+    fn stop(mut self) -> Vec<String> {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
 }

@@ -32,6 +32,8 @@ pub struct Lease<'a> {
     /// with the key in the same store step.
     order: Option<Order<'a>>,
     settled: bool,
+    /// A renewal was sent (it may have rewritten the record, even one that failed).
+    renewed: std::sync::atomic::AtomicBool,
 }
 
 /// The shortest pause between two renewals, whatever the lease.
@@ -56,6 +58,7 @@ impl<'a> Lease<'a> {
             hold: policy.on_unknown == crate::route::OnUnknown::Hold,
             order,
             settled: false,
+            renewed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -78,6 +81,8 @@ impl<'a> Lease<'a> {
         loop {
             tokio::time::sleep(every).await;
             let started = Instant::now();
+            self.renewed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             let renewed = self.store.renew(&self.permit, self.lease, self.order).await;
             self.metrics
                 .store_op(StoreOp::Renew, started.elapsed(), renewed.is_ok());
@@ -110,6 +115,9 @@ impl<'a> Lease<'a> {
     /// Stores the final response (`record`, encoded under this key): duplicates replay it.
     pub async fn complete(mut self, record: Bytes) -> Finish {
         self.settled = true;
+        if *self.renewed.get_mut() {
+            self.permit.renewed();
+        }
         let started = Instant::now();
         let done = self
             .store

@@ -169,6 +169,12 @@ impl Permit {
         self
     }
 
+    /// Forgets the value the claim wrote once a renewal may have rewritten the record:
+    /// a completion compared with it would only miss.
+    pub(crate) fn renewed(&mut self) {
+        self.claimed = None;
+    }
+
     /// What a backend checks ownership by.
     fn owner(&self) -> Owner<'_> {
         Owner {

@@ -35,15 +35,20 @@ impl NativeCompare {
         self.0.load(Ordering::Relaxed) != SCRIPTED
     }
 
-    /// Records what the server answered (logged once).
+    /// Records what the server answered (logged once). A server found without `IFEQ`
+    /// stays so: in a cluster or a failover mid-upgrade, some nodes may have it and some
+    /// not, and the script suits them all.
     fn learnt(&self, native: bool) {
-        let to = if native { NATIVE } else { SCRIPTED };
-        if self.0.swap(to, Ordering::Relaxed) != to {
-            if native {
+        if native {
+            if self
+                .0
+                .compare_exchange(0, NATIVE, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
                 tracing::info!("the Redis server compares and sets natively (SET ... IFEQ): completions run without Lua");
-            } else {
-                tracing::info!("the Redis server has no SET ... IFEQ (Valkey 8.1 or Redis 8.4 and later have it): completions run a script");
             }
+        } else if self.0.swap(SCRIPTED, Ordering::Relaxed) != SCRIPTED {
+            tracing::info!("the Redis server has no SET ... IFEQ (Valkey 8.1 or Redis 8.4 and later have it): completions run a script");
         }
     }
 }
@@ -106,13 +111,17 @@ pub(super) async fn send(
     let compared = judge(&answer)?;
     match compared {
         Compared::Written | Compared::Differs => compare.learnt(true),
-        // A syntax error: the server cannot parse `IFEQ`.
-        Compared::NotNative if matches!(&answer, Err(e) if e.code() == Some("ERR")) => {
-            compare.learnt(false)
-        }
+        // A syntax error: the server cannot parse `IFEQ`. (Any other refusal, say a
+        // response over `proto-max-bulk-len`, says nothing of the server's commands.)
+        Compared::NotNative if matches!(&answer, Err(e) if no_ifeq(e)) => compare.learnt(false),
         Compared::NotNative => {}
     }
     Ok(compared)
+}
+
+/// Whether an error is a server's refusal to parse `SET ... IFEQ`.
+fn no_ifeq(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("syntax error"))
 }
 
 /// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (the
@@ -143,6 +152,9 @@ mod tests {
         c.learnt(true);
         assert!(c.worth_trying());
         c.learnt(false);
+        assert!(!c.worth_trying());
+        // And stays so.
+        c.learnt(true);
         assert!(!c.worth_trying());
     }
 
