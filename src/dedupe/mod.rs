@@ -194,9 +194,10 @@ where
 {
     // The claim and the forwarder's call are boxed: each is a large future (a store round
     // trip; an upstream call with its body capture), and held inline they made every
-    // request's task several KiB, copied whole on each move and on spawn.
+    // request's task several KiB, copied whole on each move and on spawn. Boxed before a
+    // span wraps them, or the wrapper copies them once more on their way into the box.
     let claiming = claim::claim(env, key, request_hash, policy, order);
-    let claimed = Box::pin(claiming.instrument(telemetry::claim())).await;
+    let claimed = Box::pin(claiming).instrument(telemetry::claim()).await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
             Ok(Claim::Replay(_)) => Some(Would::Replay),
@@ -259,11 +260,11 @@ where
         Attempt::Final { record, response } => {
             let completing = lease.complete(env.keyring.seal(key, record));
             let span = telemetry::completion();
-            (Box::pin(completing.instrument(span)).await, response)
+            (Box::pin(completing).instrument(span).await, response)
         }
         Attempt::NotExecuted(response) => {
             let span = telemetry::completion();
-            (Box::pin(lease.release().instrument(span)).await, response)
+            (Box::pin(lease.release()).instrument(span).await, response)
         }
         Attempt::Unknown(response) => (lease.keep(), response),
     };
