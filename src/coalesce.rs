@@ -11,9 +11,7 @@
 //!   it was woken, and tokio runs a task woken by the running one next (its LIFO slot),
 //!   so each command of a burst of requests went out in a write of its own and Redis woke
 //!   for each (a context switch, a `read`, a `write` of the reply: most of what Redis spent
-//!   per request under load). Now the burst's commands leave in one write; and while a
-//!   batch is out unanswered, the next waits for its first reply ([`Coalesce::windowed`]),
-//!   so what is issued during a round trip leaves together too.
+//!   per request under load). Now the burst's commands leave in one write.
 //! - **Upstream connections** (`upstream::pool`): each request is still its own write on
 //!   its own connection, but the requests of one scheduler turn go out together at its
 //!   end rather than spread between the other tasks' work, so the upstream, woken by the
@@ -37,10 +35,6 @@ pub(crate) struct Coalesce<S> {
     buf: Vec<u8>,
     /// The flush already gave way once for what `buf` holds.
     yielded: bool,
-    /// One batch in flight at a time (see [`Coalesce::windowed`]).
-    window: bool,
-    /// A batch went out and nothing has been read since.
-    outstanding: bool,
 }
 
 impl<S> Coalesce<S> {
@@ -49,21 +43,6 @@ impl<S> Coalesce<S> {
             inner,
             buf: Vec::new(),
             yielded: false,
-            window: false,
-            outstanding: false,
-        }
-    }
-
-    /// The same, and while a batch is out and no reply has come back, the next batch is
-    /// held: what is issued during a round trip leaves together when its first reply
-    /// arrives. For a request-reply protocol whose every request is answered and whose
-    /// reader polls reads before each flush (the redis crate's connection task does, so
-    /// that a reply always wakes it); never for HTTP, where a request's body follows its
-    /// head without an answer between.
-    pub(crate) fn windowed(inner: S) -> Self {
-        Self {
-            window: true,
-            ..Self::new(inner)
         }
     }
 }
@@ -74,12 +53,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Coalesce<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if self.window && read.is_ready() {
-            // A reply (or the end, or an error): the batch in flight is being answered.
-            self.outstanding = false;
-        }
-        read
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
@@ -105,7 +79,6 @@ impl<S: AsyncWrite + Unpin> Coalesce<S> {
             }
         }
         self.buf.clear();
-        self.outstanding = self.window;
         if self.buf.capacity() > KEEP_MAX {
             // A large burst's buffer is not kept for the connection's life.
             self.buf = Vec::new();
@@ -134,13 +107,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         if self.buf.is_empty() {
             return Pin::new(&mut self.inner).poll_flush(cx);
         }
-        if self.outstanding {
-            // Held until the batch in flight is answered: the reader's poll of the reply,
-            // just before this flush, left the task to be woken when it comes. Having
-            // waited a round trip, it need not give way as well.
-            self.yielded = true;
-            return Poll::Pending;
-        }
         if !self.yielded {
             // Give way once: back of the run queue, behind the requests already runnable.
             self.yielded = true;
@@ -163,7 +129,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::task::{Wake, Waker};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
 
     struct Count(AtomicUsize);
     impl Wake for Count {
@@ -232,51 +198,5 @@ mod tests {
         let mut got = vec![0; HOLD_MAX - 1];
         far.read_exact(&mut got).await.unwrap();
         assert_eq!(got, burst);
-    }
-
-    #[tokio::test]
-    async fn a_windowed_stream_holds_the_next_batch_until_a_reply_comes() {
-        let (near, mut far) = tokio::io::duplex(1 << 20);
-        let mut c = Coalesce::windowed(near);
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
-        let mut cx = Context::from_waker(&waker);
-        assert!(Pin::new(&mut c)
-            .poll_write(&mut cx, b"*1\r\n$4\r\nPING\r\n")
-            .is_ready());
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_pending());
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
-        let mut got = vec![0; 64];
-        assert_eq!(far.read(&mut got).await.unwrap(), 14);
-        // The next batch waits for the first one's reply, without waking itself.
-        let woken = count.0.load(Ordering::SeqCst);
-        assert!(Pin::new(&mut c)
-            .poll_write(&mut cx, b"*1\r\n$4\r\nTIME\r\n")
-            .is_ready());
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_pending());
-        assert!(Pin::new(&mut c).poll_write(&mut cx, b"+x\r\n").is_ready());
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_pending());
-        assert_eq!(count.0.load(Ordering::SeqCst), woken);
-        let mut reply = [0; 16];
-        let mut rb = ReadBuf::new(&mut reply);
-        assert!(Pin::new(&mut c).poll_read(&mut cx, &mut rb).is_pending());
-        // The reply wakes the reader, whose read lets the held batch go as one write.
-        far.write_all(b"+PONG\r\n").await.unwrap();
-        assert!(count.0.load(Ordering::SeqCst) > woken);
-        let mut rb = ReadBuf::new(&mut reply);
-        assert!(Pin::new(&mut c).poll_read(&mut cx, &mut rb).is_ready());
-        assert_eq!(rb.filled(), b"+PONG\r\n");
-        assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
-        let n = far.read(&mut got).await.unwrap();
-        assert_eq!(&got[..n], b"*1\r\n$4\r\nTIME\r\n+x\r\n");
-        // An unwindowed stream never waits for replies (HTTP: a body follows its head).
-        let (near, mut far) = tokio::io::duplex(1 << 20);
-        let mut c = Coalesce::new(near);
-        for part in [&b"head"[..], b"body"] {
-            assert!(Pin::new(&mut c).poll_write(&mut cx, part).is_ready());
-            assert!(Pin::new(&mut c).poll_flush(&mut cx).is_pending());
-            assert!(Pin::new(&mut c).poll_flush(&mut cx).is_ready());
-            assert_eq!(far.read(&mut got).await.unwrap(), 4);
-        }
     }
 }

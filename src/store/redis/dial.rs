@@ -40,7 +40,7 @@ pub(super) async fn connect(
     };
     let tcp = first_to_answer(host, *port).await?;
     tcp.set_nodelay(true)?;
-    let stream = crate::coalesce::Coalesce::windowed(tcp);
+    let stream = crate::coalesce::Coalesce::new(tcp);
     let (con, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     let driver = Driver(tokio::spawn(driver).abort_handle());
