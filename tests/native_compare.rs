@@ -339,6 +339,38 @@ async fn another_refusal_is_not_taken_for_a_server_without_ifeq() {
     assert!(!sent.iter().any(|l| l.contains("EVALSHA")), "{sent:#?}");
 }
 
+/// Valkey paused (`CLIENT PAUSE`: TCP up, no replies) when a completion's `IFEQ` is sent:
+/// the completion fails within its deadline, as a script's did, having written nothing;
+/// the claim stays in flight, and once the pause ends its owner completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_fails_the_completion_within_its_deadline() {
+    let valkey = RedisServer::start_valkey(&[]);
+    let s = Store::Redis(
+        RedisStore::new(&valkey.url(), Duration::from_millis(250))
+            .unwrap()
+            .with_record_layout(RecordLayout::String),
+    );
+    let k = StoreKey::from_raw("native:paused");
+    let permit = won(&s, &k, LONG, 41).await;
+    let started = std::time::Instant::now();
+    let _: () = valkey.cmd(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    let done = s
+        .complete(&permit, Bytes::from_static(b"paused"), LONG, None)
+        .await;
+    assert!(done.is_err(), "{done:?}");
+    // Bounded by `store.timeout`, not by the pause (generous for a loaded machine).
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        started.elapsed()
+    );
+    // Once the pause is over (the store's connection may have been replaced meanwhile).
+    tokio::time::sleep(Duration::from_millis(1700).saturating_sub(started.elapsed())).await;
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, dedupe_gateway::store::RecordState::InFlight);
+    assert_eq!(complete(&s, &permit, b"later").await, Completion::Completed);
+}
+
 /// Every command a server runs, as `MONITOR` shows it, from when `start` returns.
 struct Monitor {
     child: std::process::Child,
