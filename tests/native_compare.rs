@@ -344,6 +344,50 @@ async fn another_refusal_is_not_taken_for_a_server_without_ifeq() {
     assert!(!sent.iter().any(|l| l.contains("EVALSHA")), "{sent:#?}");
 }
 
+/// Two claims with one fence number (a fresh record deleted and claimed again within its
+/// millisecond, made here by giving the second claim's record the first one's expiry): the
+/// first owner can neither renew nor complete the second's record, before or after the
+/// second has renewed or completed it; the second's own retry still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_completion_under_a_shared_fence_number_is_fenced() {
+    for server in [RedisServer::start_valkey(&[]), RedisServer::start()] {
+        let s = store_on(&server, RecordLayout::String);
+        let k = StoreKey::from_raw("native:same-ms");
+        let first = won(&s, &k, LONG, 51).await;
+        let mut value: Vec<u8> = server.cmd(&["GET", k.as_str()]);
+        let expires: i64 = server.cmd(&["PEXPIRETIME", k.as_str()]);
+        let _: i64 = server.cmd(&["DEL", k.as_str()]);
+        // The second claim's own value, created at the first's millisecond.
+        value[55..71].copy_from_slice(&52u128.to_be_bytes());
+        let mut c = server.connection().unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(k.as_str())
+            .arg(&value)
+            .arg("PXAT")
+            .arg(expires)
+            .query(&mut c)
+            .unwrap();
+        let second = won(&s, &k, LONG, 52).await;
+        assert_eq!(second.fence(), first.fence(), "one fence number");
+        // Renewed, the second's record carries the shared number in its header.
+        assert!(s.renew(&second, LONG, None).await.unwrap());
+        assert!(!s.renew(&first, LONG, None).await.unwrap());
+        assert_eq!(complete(&s, &first, b"first").await, Completion::Fenced);
+        assert_eq!(
+            complete(&s, &second, b"second").await,
+            Completion::Completed
+        );
+        assert_eq!(complete(&s, &first, b"first").await, Completion::Fenced);
+        // The second's own retry is still a completion.
+        assert_eq!(
+            complete(&s, &second, b"second").await,
+            Completion::Completed
+        );
+        let info = s.inspect(&k).await.unwrap().unwrap();
+        assert_eq!(info.response.as_deref(), Some(&b"second"[..]));
+    }
+}
+
 /// Valkey paused (`CLIENT PAUSE`: TCP up, no replies) when a completion's `IFEQ` is sent:
 /// the completion fails within its deadline, as a script's did, having written nothing;
 /// the claim stays in flight, and once the pause ends its owner completes it.

@@ -138,7 +138,9 @@ end
 /// whose `SET NX` wrote it, and its derived fence moves if its expiry does (a `MIGRATE`
 /// sends the remaining TTL): it is owned by its claimant, and the owner's fence, the one
 /// it was granted, is what gets written (with its claim time) when the record is next
-/// written. Every other record is owned by its stored fence.
+/// written. Every other record is owned by its stored fence, and by its claimant where the
+/// permit names one: two claims can share a fence number (a fresh record deleted and
+/// claimed again within its millisecond), never a claimant.
 const OWNS: &str = r#"
 local function owns(fence, claimant)
   if fresh and claimant ~= '' then
@@ -150,7 +152,7 @@ local function owns(fence, claimant)
     le = ca + ls
     return true
   end
-  return f == tonumber(fence)
+  return f == tonumber(fence) and (claimant == '' or o == claimant)
 end
 "#;
 
