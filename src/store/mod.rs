@@ -30,6 +30,7 @@ pub mod health;
 pub mod listing;
 mod memory;
 pub mod near_cache;
+mod permit;
 mod redis;
 
 use std::time::{Duration, SystemTime};
@@ -39,6 +40,8 @@ use bytes::Bytes;
 use crate::config::{StoreBackend, StoreConfig};
 
 pub use self::memory::{MemoryStore, RECORD_OVERHEAD};
+pub(crate) use self::permit::Owner;
+pub use self::permit::Permit;
 pub use self::redis::{RedisClusterStore, RedisStore};
 pub use crate::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
 
@@ -106,100 +109,6 @@ pub enum Claim {
     /// Ordered route: the version is not greater than the highest completed for its
     /// entity. Nothing was written: the request must not be forwarded.
     Stale,
-}
-
-/// The right to settle one key under one fence, granted by a won claim.
-///
-/// As pingora-cache's `lock()` hands back its `WritePermit`, [`Store::claim`] hands back
-/// this: outside the crate nothing else can complete, release or renew a key (the
-/// protocol's [`crate::dedupe::Lease`] owns it and is consumed by one settle). Operators
-/// resolve a held claim by its fence through [`Store::resolve`], their own door.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Permit {
-    key: StoreKey,
-    fence: Fence,
-    /// The claim that won, where the backend needs it to recognise its owner (a fresh
-    /// string-layout record, whose fence derives from its expiry).
-    claimant: Option<Claimant>,
-    /// The value the claim wrote, where the backend can settle by comparing the whole
-    /// record with it (a string-layout first claim, completed by `SET ... IFEQ`).
-    claimed: Option<Bytes>,
-}
-
-/// Who settles a record, as a backend checks it: the permit's fence, its claimant when
-/// known, and the value its claim wrote when the backend kept it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Owner<'a> {
-    pub(crate) fence: u64,
-    pub(crate) claimant: Option<u128>,
-    pub(crate) claimed: Option<&'a [u8]>,
-}
-
-impl Owner<'_> {
-    /// An owner known by its fence alone (an operator's resolve).
-    pub(crate) fn by_fence(fence: u64) -> Self {
-        Self {
-            fence,
-            claimant: None,
-            claimed: None,
-        }
-    }
-}
-
-impl Permit {
-    /// A permit a backend grants to the claim that won `key` under `fence`.
-    pub(crate) fn new(key: &StoreKey, fence: Fence) -> Self {
-        Self {
-            key: key.clone(),
-            fence,
-            claimant: None,
-            claimed: None,
-        }
-    }
-
-    /// The same, naming the claim that won.
-    pub(crate) fn claimed_by(mut self, claimant: Claimant) -> Self {
-        self.claimant = Some(claimant);
-        self
-    }
-
-    /// The same, with the value the claim wrote.
-    pub(crate) fn wrote(mut self, value: Bytes) -> Self {
-        self.claimed = Some(value);
-        self
-    }
-
-    /// Forgets the value the claim wrote once a renewal may have rewritten the record:
-    /// a completion compared with it would only miss.
-    pub(crate) fn renewed(&mut self) {
-        self.claimed = None;
-    }
-
-    /// What a backend checks ownership by.
-    fn owner(&self) -> Owner<'_> {
-        Owner {
-            fence: self.fence.get(),
-            claimant: self.claimant.map(Claimant::get),
-            claimed: self.claimed.as_deref(),
-        }
-    }
-
-    /// A permit no claim granted: for the store contract suite's zombie owners and forged
-    /// fences, which the store must refuse.
-    #[cfg(feature = "store-contract")]
-    pub fn forged(key: &StoreKey, fence: u64) -> Self {
-        Self::new(key, Fence::new(fence))
-    }
-
-    /// The key it settles.
-    pub fn key(&self) -> &StoreKey {
-        &self.key
-    }
-
-    /// The fencing token, forwarded upstream.
-    pub fn fence(&self) -> Fence {
-        self.fence
-    }
 }
 
 /// The outcome of completing a claim.
@@ -471,7 +380,7 @@ macro_rules! settle_operations {
                 window: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<Completion, StoreError> {
-                let (key, owner) = (permit.key.as_str(), permit.owner());
+                let (key, owner) = (permit.key().as_str(), permit.owner());
                 let owned =
                     dispatch!(self, s => s.complete(key, owner, record, window, false, order))?;
                 Ok(if owned {
@@ -491,7 +400,7 @@ macro_rules! settle_operations {
                 window: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let (key, owner) = (permit.key.as_str(), permit.owner());
+                let (key, owner) = (permit.key().as_str(), permit.owner());
                 dispatch!(self, s => s.release(key, owner, window, false, order))
             }
 
@@ -505,7 +414,7 @@ macro_rules! settle_operations {
                 lease: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let (key, owner) = (permit.key.as_str(), permit.owner());
+                let (key, owner) = (permit.key().as_str(), permit.owner());
                 dispatch!(self, s => s.renew(key, owner, lease, order))
             }
         }
