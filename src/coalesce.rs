@@ -35,6 +35,8 @@ pub(crate) struct Coalesce<S> {
     buf: Vec<u8>,
     /// The flush already gave way once for what `buf` holds.
     yielded: bool,
+    /// Bytes handed to `inner` so far.
+    written: u64,
 }
 
 impl<S> Coalesce<S> {
@@ -43,7 +45,18 @@ impl<S> Coalesce<S> {
             inner,
             buf: Vec::new(),
             yielded: false,
+            written: 0,
         }
+    }
+
+    /// The stream below.
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// How many bytes have been handed to the stream below (not those held).
+    pub(crate) fn written(&self) -> u64 {
+        self.written
     }
 }
 
@@ -67,7 +80,10 @@ impl<S: AsyncWrite + Unpin> Coalesce<S> {
                     self.buf.drain(..sent);
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
-                Poll::Ready(Ok(n)) => sent += n,
+                Poll::Ready(Ok(n)) => {
+                    sent += n;
+                    self.written += n as u64;
+                }
                 Poll::Ready(Err(e)) => {
                     self.buf.drain(..sent);
                     return Poll::Ready(Err(e));
@@ -97,7 +113,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         if self.buf.len() + data.len() > HOLD_MAX {
             // Too much to hold: what is held goes first, then this, straight through.
             std::task::ready!(self.poll_drain(cx))?;
-            return Pin::new(&mut self.inner).poll_write(cx, data);
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, data))?;
+            self.written += n as u64;
+            return Poll::Ready(Ok(n));
         }
         self.buf.extend_from_slice(data);
         Poll::Ready(Ok(data.len()))

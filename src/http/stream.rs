@@ -194,7 +194,7 @@ pub(super) async fn pump(
             }
             Ok(Some(Err(e))) => {
                 let why = e.to_string();
-                let _ = tx.send(Err(Box::new(e))).await;
+                let _ = tx.send(Err(e)).await;
                 return broken(why, tail(tx, Vec::new(), offer, false));
             }
             Ok(Some(Ok(frame))) => frame,

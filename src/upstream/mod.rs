@@ -17,6 +17,7 @@ use crate::{Body, BoxError};
 
 mod body;
 mod pool;
+mod wire;
 
 pub use self::body::UpstreamBody;
 use self::pool::{Limits, Pool};

@@ -4,8 +4,9 @@
 //! goes back to the pool when its response body has been read to the end and it can take
 //! the next request (the body carries it home, see [`UpstreamBody`]); the most recently
 //! used one is taken first, so a quiet pool's spare connections age out. Only a connection
-//! ready for a request is ever lent, so no request waits on another's exchange. Nothing is
-//! spawned per request in the common case.
+//! whose exchange is over is ever lent, so no request waits on another's exchange. Nothing
+//! is spawned, per request or per connection: the exchange runs in the request's task
+//! ([`super::wire`]).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -13,16 +14,13 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, Uri};
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
+use super::wire::{Conn, Failed};
 use super::UpstreamFailure;
 use crate::Body;
-
-/// The sending half of a pooled connection.
-pub(super) type Sender = SendRequest<Body>;
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +35,7 @@ pub(super) struct Limits {
 
 /// One idle connection.
 struct Idle {
-    sender: Sender,
+    conn: Conn,
     since: Instant,
 }
 
@@ -84,73 +82,60 @@ impl Pool {
     }
 
     /// Sends `req` (its URI in origin form, as `Upstream::prepare` leaves it) on a
-    /// kept-alive connection, or on a new one. A request a reused connection refused before writing a byte (the
-    /// upstream closed it as it was taken) is sent again on another; one a new connection
-    /// refused so is a connect error: the upstream never saw it.
+    /// kept-alive connection, or on a new one. A request a reused connection refused before
+    /// a byte of it was written (the upstream closed it as it was taken) is sent again on
+    /// another; one a new connection refused so is a connect error: the upstream never saw
+    /// it.
     pub(super) async fn send(
         self: &Arc<Self>,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         req.headers_mut().insert(header::HOST, self.host.clone());
         loop {
-            let (mut sender, reused) = match self.checkout() {
-                Some(s) => (s, true),
+            let (conn, reused) = match self.checkout() {
+                Some(c) => (c, true),
                 None => (self.connect().await?, false),
             };
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.carry_home(resp, sender)),
-                Err(mut e) => match e.take_message() {
-                    Some(back) if reused => req = back,
-                    Some(_) => {
-                        return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(
-                            e.into_error(),
-                        ))))
-                    }
-                    None => return Err(UpstreamFailure::Broken(e.into_error().into())),
-                },
+            match conn.exchange(req).await {
+                Ok(resp) => {
+                    let home = Arc::downgrade(self);
+                    return Ok(resp.map(|body| UpstreamBody::pooled(body, home)));
+                }
+                Err(Failed::Unsent(back, _)) if reused => req = *back,
+                Err(Failed::Unsent(_, e)) => {
+                    return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
+                }
+                Err(Failed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
             }
         }
     }
 
-    /// The response, with its connection riding on the body back to the pool.
-    fn carry_home(
-        self: &Arc<Self>,
-        resp: Response<hyper::body::Incoming>,
-        sender: Sender,
-    ) -> Response<UpstreamBody> {
-        let home = Arc::downgrade(self);
-        resp.map(|body| UpstreamBody::pooled(body, sender, home))
-    }
-
     /// The most recently returned connection that can take a request now.
-    fn checkout(&self) -> Option<Sender> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), self.limits.idle_timeout);
-        while let Some(Idle { sender, .. }) = idle.pop() {
-            // Only ready ones are checked in; one the upstream closed since is dropped.
-            if sender.is_ready() {
-                return Some(sender);
+        while let Some(Idle { conn, .. }) = idle.pop() {
+            // One the upstream closed since it came back is dropped.
+            if conn.is_usable() {
+                return Some(conn);
             }
         }
         None
     }
 
-    /// Returns a connection whose exchange is over; only one ready for a request is kept.
-    pub(super) fn checkin(&self, sender: Sender) {
-        if !sender.is_ready() {
-            return;
-        }
+    /// Returns a connection whose exchange is over.
+    pub(super) fn checkin(&self, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         expire(&mut idle, now, self.limits.idle_timeout);
         if idle.len() >= self.limits.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { sender, since: now });
+        idle.push(Idle { conn, since: now });
     }
 
-    /// A new connection: TCP within the connect timeout, then the HTTP/1.1 handshake.
-    async fn connect(&self) -> Result<Sender, UpstreamFailure> {
+    /// A new connection: TCP within the connect timeout.
+    async fn connect(&self) -> Result<Conn, UpstreamFailure> {
         let mut dialer = self.dialer.clone();
         let stream = dialer.call(self.target.clone()).await.map_err(|e| {
             UpstreamFailure::Connect(Box::new(Dial {
@@ -158,21 +143,7 @@ impl Pool {
                 source: e.into(),
             }))
         })?;
-        // One buffer, one `write` per request, as towards clients (server.rs).
-        // The requests of one scheduler turn leave together (see [`crate::coalesce`]).
-        let stream =
-            hyper_util::rt::TokioIo::new(crate::coalesce::Coalesce::new(stream.into_inner()));
-        let (sender, conn) = http1::Builder::new()
-            .writev(false)
-            .handshake(stream)
-            .await
-            .map_err(|e| UpstreamFailure::Connect(e.into()))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
-        Ok(sender)
+        Ok(Conn::new(stream.into_inner()))
     }
 
     fn host_str(&self) -> &str {
@@ -192,7 +163,7 @@ struct Dial {
 /// A new connection closed before the request's first byte was written: never sent.
 #[derive(Debug, thiserror::Error)]
 #[error("the new connection closed before the request was sent")]
-struct ClosedUnsent(#[source] hyper::Error);
+struct ClosedUnsent(#[source] super::wire::WireError);
 
 fn expire(idle: &mut Vec<Idle>, now: Instant, timeout: Duration) {
     let stale = idle
@@ -215,7 +186,7 @@ async fn sweep(pool: Weak<Pool>) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), pool.limits.idle_timeout);
-        idle.retain(|i| i.sender.is_ready());
+        idle.retain(|i| i.conn.is_usable());
     }
 }
 
@@ -265,9 +236,8 @@ mod tests {
     /// Dials `n` connections and checks each in, ready and idle.
     async fn park(pool: &Pool, n: usize) {
         for _ in 0..n {
-            let mut sender = pool.connect().await.unwrap();
-            sender.ready().await.unwrap();
-            pool.checkin(sender);
+            let conn = pool.connect().await.unwrap();
+            pool.checkin(conn);
         }
     }
 
@@ -296,18 +266,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_not_ready_for_a_request_is_never_pooled() {
-        let (authority, closed) = counting_listener().await;
-        let pool = Pool::new(&authority, limits(Duration::from_secs(60), 8));
-        let mut busy = pool.connect().await.unwrap();
-        busy.ready().await.unwrap();
-        // Its request is under way (the listener never answers): not ready.
-        let _pending = busy.send_request(Request::new(crate::full("x")));
-        assert!(!busy.is_ready());
-        pool.checkin(busy);
-        assert!(pool.checkout().is_none(), "a busy connection was lent");
-        assert!(pool.idle.lock().unwrap().is_empty());
-        assert_eq!(closed.load(Ordering::SeqCst), 0);
+    async fn a_connection_the_upstream_closed_or_wrote_on_while_idle_is_never_lent() {
+        for stray in [&b""[..], b"HTTP/1.1 200 OK\r\n"] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let (mut s, _) = listener.accept().await.unwrap();
+                s.write_all(stray).await.unwrap();
+                if stray.is_empty() {
+                    drop(s);
+                } else {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            });
+            let pool = Pool::new(&authority, limits(Duration::from_secs(60), 8));
+            park(&pool, 1).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                pool.checkout().is_none(),
+                "{stray:?}: a spoilt connection was lent"
+            );
+            assert!(pool.idle.lock().unwrap().is_empty());
+        }
     }
 
     #[tokio::test]

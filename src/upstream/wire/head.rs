@@ -1,0 +1,449 @@
+//! The message heads of the upstream exchange, as pure functions over bytes: a request
+//! head encoded with its framing chosen, a response head parsed with its body's framing.
+//!
+//! The framing rules are hyper's client's (`proto::h1::role::Client`), which the pool
+//! used before, so an upstream sees the same requests: a header the request already
+//! carries (`Content-Length`, or a `Transfer-Encoding` ending in `chunked`) is kept; a
+//! body of known length gets `Content-Length`; one of unknown length is chunked, except
+//! after `GET`, `HEAD` and `CONNECT`, which send none; an empty body sends no framing
+//! header at all.
+
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{Method, StatusCode, Version};
+
+use super::WireError;
+
+/// The most header fields a response head may have (hyper's default).
+pub(super) const MAX_HEADERS: usize = 100;
+/// The largest response head taken (hyper's default buffer limit).
+pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
+
+/// How a request body goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Send {
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked, ended by a last chunk (and the trailers, if any).
+    Chunked,
+}
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// Exactly this many bytes (zero: no body).
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the upstream closes the connection.
+    UntilClose,
+}
+
+/// Chooses the request body's framing and sets its header, as hyper's client does.
+/// `known` is the body's exact length when it has one; `None` for `empty` is a body
+/// already at its end.
+pub(super) fn frame_request(parts: &mut Parts, empty: bool, known: Option<u64>) -> Send {
+    let headers = &mut parts.headers;
+    if empty {
+        headers.remove(TRANSFER_ENCODING);
+        return Send::Length(0);
+    }
+    let existing = content_length(headers);
+    if headers.contains_key(TRANSFER_ENCODING) {
+        if !is_chunked(headers) {
+            headers.append(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        }
+        if existing.is_some() {
+            headers.remove(CONTENT_LENGTH);
+        }
+        return Send::Chunked;
+    }
+    if let Some(Ok(len)) = existing {
+        return Send::Length(len);
+    }
+    match known {
+        Some(len) => {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+            Send::Length(len)
+        }
+        None if matches!(parts.method, Method::GET | Method::HEAD | Method::CONNECT) => {
+            Send::Length(0)
+        }
+        None => {
+            headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+            Send::Chunked
+        }
+    }
+}
+
+/// The request line and headers, in origin form over HTTP/1.1.
+pub(super) fn encode_request(parts: &Parts) -> Vec<u8> {
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let target = if target.is_empty() { "/" } else { target };
+    let fields: usize = parts
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    let mut out = Vec::with_capacity(parts.method.as_str().len() + target.len() + fields + 16);
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    encode_fields(&parts.headers, &mut out);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// `name: value` lines, as a head or a trailer section carries them.
+pub(super) fn encode_fields(headers: &HeaderMap, out: &mut Vec<u8>) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub(super) struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// The connection may carry another request once this response is read.
+    pub keep_alive: bool,
+}
+
+/// What parsing the start of the read buffer found.
+#[derive(Debug)]
+pub(super) enum Parsed {
+    /// More bytes are needed.
+    Partial,
+    /// An informational (1xx) response, skipped.
+    Interim,
+    /// The final response's head.
+    Final(ResponseHead),
+}
+
+/// Parses the response head at the start of `buf` (the bytes read so far), for a request
+/// made with `method`, and takes it out of `buf`: header values keep its memory.
+pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut fields,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(WireError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+        Err(e) => return Err(WireError::Malformed(e.to_string())),
+    };
+    let code = response.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code)
+        .map_err(|_| WireError::Malformed(format!("status code {code}")))?;
+    match code {
+        101 => return Err(WireError::Malformed("an upgrade nobody asked for".into())),
+        100..=199 => {
+            let _ = buf.split_to(len);
+            return Ok(Parsed::Interim);
+        }
+        _ => {}
+    }
+    let version = if response.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    // Where each field is in `buf`, so the values can share it once it is split off; the
+    // framing fields are read on the way, without looking them up again.
+    let base = buf.as_ptr() as usize;
+    let mut spans = Vec::with_capacity(response.headers.len());
+    let mut framing = FramingFields::default();
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
+        framing.see(&name, field.value);
+        let start = field.value.as_ptr() as usize - base;
+        spans.push((name, start..start + field.value.len()));
+    }
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, span) in spans {
+        let value = HeaderValue::from_maybe_shared(head.slice(span))
+            .map_err(|_| WireError::Malformed(format!("the value of {name}")))?;
+        headers.append(name, value);
+    }
+    let framing_of = response_framing(code, method, version, &framing)?;
+    let keep_alive = framing_of != Framing::UntilClose
+        && if version == Version::HTTP_10 {
+            framing.keep_alive
+        } else {
+            !framing.close
+        };
+    Ok(Parsed::Final(ResponseHead {
+        status,
+        version,
+        headers,
+        framing: framing_of,
+        keep_alive,
+    }))
+}
+
+/// What a response head's framing fields say.
+#[derive(Default)]
+struct FramingFields {
+    /// Every `Content-Length` value: `Err` when one is not a number or two disagree.
+    length: Option<Result<u64, ()>>,
+    /// A `Transfer-Encoding` was there; whether its last coding is `chunked`.
+    coding: Option<bool>,
+    /// `Connection` says `close`; says `keep-alive`.
+    close: bool,
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    fn see(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == CONTENT_LENGTH {
+            self.length = Some(match (self.length, parse_length(value)) {
+                (Some(Err(())), _) | (_, Err(())) => Err(()),
+                (Some(Ok(a)), Ok(b)) if a != b => Err(()),
+                (_, Ok(b)) => Ok(b),
+            });
+        } else if *name == TRANSFER_ENCODING {
+            let last = value.rsplit(|b| *b == b',').next().unwrap_or_default();
+            self.coding = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if *name == header::CONNECTION {
+            for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+}
+
+/// RFC 9112 §6.3, for a response: which body it has.
+fn response_framing(
+    code: u16,
+    method: &Method,
+    version: Version,
+    fields: &FramingFields,
+) -> Result<Framing, WireError> {
+    if matches!(code, 204 | 304) || *method == Method::HEAD {
+        return Ok(Framing::Length(0));
+    }
+    if *method == Method::CONNECT && (200..300).contains(&code) {
+        return Err(WireError::Malformed("a tunnel nobody asked for".into()));
+    }
+    if let Some(chunked) = fields.coding {
+        if version == Version::HTTP_10 {
+            return Err(WireError::Malformed(
+                "Transfer-Encoding in an HTTP/1.0 response".into(),
+            ));
+        }
+        return Ok(if chunked {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        });
+    }
+    match fields.length {
+        Some(Ok(len)) => Ok(Framing::Length(len)),
+        Some(Err(())) => Err(WireError::Malformed("an invalid Content-Length".into())),
+        None => Ok(Framing::UntilClose),
+    }
+}
+
+/// One `Content-Length` field: a number, or a list of the same number.
+fn parse_length(value: &[u8]) -> Result<u64, ()> {
+    let mut found = None;
+    for part in value.split(|b| *b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || part.len() > 19 {
+            return Err(());
+        }
+        let mut len: u64 = 0;
+        for b in part {
+            if !b.is_ascii_digit() {
+                return Err(());
+            }
+            len = len * 10 + u64::from(b - b'0');
+        }
+        match found {
+            Some(seen) if seen != len => return Err(()),
+            _ => found = Some(len),
+        }
+    }
+    found.ok_or(())
+}
+
+/// Whether the last transfer coding is `chunked`.
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// Every `Content-Length` value (lists included): `None` without one, an error when one is
+/// not a number or two disagree.
+fn content_length(headers: &HeaderMap) -> Option<Result<u64, ()>> {
+    let mut fields = FramingFields::default();
+    for value in headers.get_all(CONTENT_LENGTH) {
+        fields.see(&CONTENT_LENGTH, value.as_bytes());
+    }
+    fields.length
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(method: &str, headers: &[(&'static str, &'static str)]) -> Parts {
+        let mut req = http::Request::builder().method(method).uri("/a?b=c");
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_request_is_framed_as_hyper_frames_it() {
+        let mut p = parts("POST", &[]);
+        assert_eq!(frame_request(&mut p, false, Some(5)), Send::Length(5));
+        assert_eq!(p.headers[CONTENT_LENGTH], "5");
+        let mut p = parts("POST", &[("content-length", "7")]);
+        assert_eq!(frame_request(&mut p, false, None), Send::Length(7));
+        let mut p = parts("POST", &[]);
+        assert_eq!(frame_request(&mut p, false, None), Send::Chunked);
+        assert_eq!(p.headers[TRANSFER_ENCODING], "chunked");
+        let mut p = parts("GET", &[]);
+        assert_eq!(frame_request(&mut p, false, None), Send::Length(0));
+        assert!(p.headers.is_empty());
+        let mut p = parts("POST", &[("transfer-encoding", "chunked")]);
+        assert_eq!(frame_request(&mut p, true, Some(0)), Send::Length(0));
+        assert!(
+            p.headers.is_empty(),
+            "an empty body sends no framing header"
+        );
+        let mut p = parts(
+            "POST",
+            &[("transfer-encoding", "gzip"), ("content-length", "3")],
+        );
+        assert_eq!(frame_request(&mut p, false, Some(3)), Send::Chunked);
+        let te: Vec<_> = p.headers.get_all(TRANSFER_ENCODING).iter().collect();
+        assert_eq!(te, ["gzip", "chunked"]);
+        assert!(!p.headers.contains_key(CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn a_request_head_is_origin_form_http_1_1() {
+        let p = parts("PUT", &[("x-a", "1"), ("host", "up:81")]);
+        assert_eq!(
+            encode_request(&p),
+            b"PUT /a?b=c HTTP/1.1\r\nx-a: 1\r\nhost: up:81\r\n\r\n"
+        );
+    }
+
+    fn parse(head: &str, method: Method) -> Result<Parsed, WireError> {
+        parse_response(&mut BytesMut::from(head), &method)
+    }
+
+    fn head(head: &str, method: Method) -> ResponseHead {
+        let mut buf = BytesMut::from(format!("{head}body").as_str());
+        match parse_response(&mut buf, &method) {
+            Ok(Parsed::Final(h)) => {
+                assert_eq!(&buf[..], b"body", "the head is taken, the body left");
+                h
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_response_s_body_is_delimited_by_rfc_9112() {
+        let h = head(
+            "HTTP/1.1 201 Created\r\nContent-Length: 12\r\n\r\n",
+            Method::POST,
+        );
+        assert_eq!(
+            (h.status, h.framing, h.keep_alive),
+            (StatusCode::CREATED, Framing::Length(12), true)
+        );
+        let h = head(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(h.framing, Framing::Chunked);
+        let h = head("HTTP/1.1 200 OK\r\n\r\n", Method::GET);
+        assert_eq!((h.framing, h.keep_alive), (Framing::UntilClose, false));
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", Method::HEAD);
+        assert_eq!(h.framing, Framing::Length(0));
+        let h = head(
+            "HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(h.framing, Framing::Length(0));
+        let h = head(
+            "HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\nconnection: Close\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(4), false));
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 4\r\n\r\n", Method::GET);
+        assert_eq!((h.version, h.keep_alive), (Version::HTTP_10, false));
+        let h = head(
+            "HTTP/1.0 200 OK\r\ncontent-length: 4\r\nConnection: keep-alive\r\n\r\n",
+            Method::GET,
+        );
+        assert!(h.keep_alive);
+        for bad in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: +4\r\n\r\n",
+            "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "HTTP/1.1 2000 OK\r\n\r\n",
+            "HTTX/1.1 200 OK\r\n\r\n",
+        ] {
+            assert!(parse(bad, Method::GET).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn informational_and_partial_heads() {
+        let mut buf = BytesMut::from("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200");
+        assert!(matches!(
+            parse_response(&mut buf, &Method::POST),
+            Ok(Parsed::Interim)
+        ));
+        assert_eq!(&buf[..], b"HTTP/1.1 200");
+        assert!(matches!(
+            parse("HTTP/1.1 200 OK\r\ncontent-le", Method::POST),
+            Ok(Parsed::Partial)
+        ));
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: 1\r\n")).collect();
+        let too_many = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
+        assert!(matches!(
+            parse(&too_many, Method::GET),
+            Err(WireError::HeadTooLarge)
+        ));
+        let endless = format!("HTTP/1.1 200 OK\r\nx-big: {}", "a".repeat(MAX_HEAD));
+        assert!(matches!(
+            parse(&endless, Method::GET),
+            Err(WireError::HeadTooLarge)
+        ));
+    }
+}
