@@ -107,7 +107,7 @@ const HOPS: usize = 7;
 /// Headers that belong to one hop (RFC 9110 §7.6.1) and never cross the proxy. `Trailer`
 /// does: it names the trailer fields the message ends with, which are forwarded, stored
 /// and replayed.
-const HOP_BY_HOP: [HeaderName; HOPS] = [
+static HOP_BY_HOP: [HeaderName; HOPS] = [
     header::CONNECTION,
     crate::headers::KEEP_ALIVE,
     crate::headers::PROXY_CONNECTION,
@@ -218,12 +218,6 @@ impl Upstream {
         let grpc = crate::grpc::is_call(req.version(), req.headers());
         let trailers = grpc || accepts_trailers(req.headers());
         let h2 = self.h2c.as_ref().is_some_and(|h2c| h2c.every_call || grpc);
-        let path_and_query = req
-            .uri()
-            .path_and_query()
-            .map(PathAndQuery::as_str)
-            .unwrap_or("/");
-        let pq = format!("{}{}", self.target.base_path, path_and_query);
         let original_host = req.headers().get(header::HOST).cloned().or_else(|| {
             req.uri()
                 .authority()
@@ -232,9 +226,18 @@ impl Upstream {
         // Origin form, as the pool sends it; the https client is given the absolute form
         // in `send`. The parts are valid on their own (a path hyper accepted under a
         // validated base); should the join still fail, the client's URI stays and the send
-        // fails cleanly.
-        if let Ok(uri) = Uri::try_from(pq) {
-            *req.uri_mut() = uri;
+        // fails cleanly. Already origin form with no base path to add: kept as it is.
+        let origin_form = req.uri().scheme().is_none() && req.uri().path_and_query().is_some();
+        if !(origin_form && self.target.base_path.is_empty()) {
+            let path_and_query = req
+                .uri()
+                .path_and_query()
+                .map(PathAndQuery::as_str)
+                .unwrap_or("/");
+            let pq = format!("{}{}", self.target.base_path, path_and_query);
+            if let Ok(uri) = Uri::try_from(pq) {
+                *req.uri_mut() = uri;
+            }
         }
         *req.version_mut() = if h2 {
             Version::HTTP_2
