@@ -12,7 +12,8 @@ use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What the scripted upstream writes for the `n`th request (from 0) on its `c`th
-/// connection (from 0), given the request head (lowercased); `None` closes the connection.
+/// connection (from 0), given the request head (lowercased); `None` closes the connection,
+/// and so does the answer to a request whose line names `/close`.
 type Script = fn(c: usize, n: usize, head: &str) -> Option<Vec<u8>>;
 
 /// An upstream that answers each request with its script's bytes, and counts connections.
@@ -52,7 +53,8 @@ async fn scripted(script: Script) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
                     let Some(answer) = script(c, n, &head) else {
                         return;
                     };
-                    if s.write_all(&answer).await.is_err() {
+                    let close = head.lines().next().is_some_and(|l| l.contains("/close"));
+                    if s.write_all(&answer).await.is_err() || close {
                         return;
                     }
                 }
@@ -68,7 +70,11 @@ async fn gateway(upstream: std::net::SocketAddr) -> TestGateway {
 }
 
 fn ok(body: &str) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 #[tokio::test]
@@ -90,7 +96,11 @@ async fn informational_heads_are_skipped_and_the_final_answer_forwarded() {
         let r = http.post(&gw.url("/a"), &[], "x").await;
         assert_eq!((r.status, r.text()), (StatusCode::OK, "final".to_owned()));
     }
-    assert_eq!(conns.load(Ordering::SeqCst), 1, "one connection carried all three");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "one connection carried all three"
+    );
 }
 
 #[tokio::test]
@@ -107,9 +117,17 @@ async fn bytes_past_an_answer_never_reach_another_request() {
     assert_eq!(r.text(), "first");
     for _ in 0..3 {
         let r = http.post(&gw.url("/b"), &[], "x").await;
-        assert_eq!(r.text(), "fresh", "an answer was taken from another exchange");
+        assert_eq!(
+            r.text(),
+            "fresh",
+            "an answer was taken from another exchange"
+        );
     }
-    assert_eq!(conns.load(Ordering::SeqCst), 2, "the spoilt connection was reused");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "the spoilt connection was reused"
+    );
 }
 
 #[tokio::test]
@@ -140,12 +158,20 @@ async fn answers_framed_every_way_are_read_whole_and_reused_only_when_they_can_b
     assert_eq!(r.text(), "abcde");
     let r = http.post(&gw.url("/p"), &[], "x").await;
     assert_eq!(r.text(), "plain");
-    assert_eq!(conns.load(Ordering::SeqCst), 1, "HEAD, chunked and plain share one");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "HEAD, chunked and plain share one"
+    );
     let r = http.post(&gw.url("/close"), &[], "x").await;
     assert_eq!(r.text(), "until the end");
     let r = http.post(&gw.url("/p"), &[], "x").await;
     assert_eq!(r.text(), "plain");
-    assert_eq!(conns.load(Ordering::SeqCst), 2, "a close-delimited answer's was reused");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "a close-delimited answer's was reused"
+    );
 }
 
 #[tokio::test]
@@ -171,14 +197,24 @@ async fn a_malformed_answer_is_a_bad_gateway_and_its_connection_is_dropped() {
     // A broken chunked body: the head went out, so the client's answer breaks off.
     let broke = tokio::time::timeout(
         Duration::from_secs(5),
-        raw_exchange(gw.addr, "POST /chunks HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\n\r\n"),
+        raw_exchange(
+            gw.addr,
+            "POST /chunks HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\n\r\n",
+        ),
     )
     .await
     .expect("the broken answer hung");
-    assert!(!broke.ends_with(b"0\r\n\r\n"), "a broken body was ended as if whole");
+    assert!(
+        !broke.ends_with(b"0\r\n\r\n"),
+        "a broken body was ended as if whole"
+    );
     let r = http.post(&gw.url("/p"), &[], "x").await;
     assert_eq!(r.text(), "plain");
-    assert_eq!(conns.load(Ordering::SeqCst), 4, "a connection with a broken answer was reused");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        4,
+        "a connection with a broken answer was reused"
+    );
 }
 
 /// Sends `request` on a raw connection and reads until the gateway closes it or stops.

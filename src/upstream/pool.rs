@@ -128,7 +128,7 @@ impl Pool {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         expire(&mut idle, now, self.limits.idle_timeout);
-        if idle.len() >= self.limits.max_idle {
+        if idle.len() >= self.limits.max_idle && !idle.is_empty() {
             idle.remove(0);
         }
         idle.push(Idle { conn, since: now });

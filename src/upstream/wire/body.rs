@@ -17,6 +17,8 @@ use super::{Conn, WireError};
 const MAX_CHUNK_LINE: usize = 4096;
 /// How long the rest of an upload answered early may make no progress.
 const UPLOAD_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long the rest of an upload answered early may take in all.
+const UPLOAD_REST: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Where the decoder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,10 +142,11 @@ impl WireBody {
                 Ok(Step::Frame(Frame::data(read.split().freeze())))
             }
             Decode::ChunkSize => {
-                let Some(end) = read.windows(2).position(|w| w == b"\r\n") else {
-                    if read.len() > MAX_CHUNK_LINE {
-                        return Err(WireError::Malformed("a chunk-size line too long".into()));
-                    }
+                let end = read.windows(2).position(|w| w == b"\r\n");
+                if end.unwrap_or(read.len()) > MAX_CHUNK_LINE {
+                    return Err(WireError::Malformed("a chunk-size line too long".into()));
+                }
+                let Some(end) = end else {
                     return Ok(Step::More);
                 };
                 let size = chunk_size(&read[..end])?;
@@ -280,32 +283,51 @@ impl std::fmt::Debug for WireBody {
 }
 
 /// Sends the rest of an upload the upstream answered early, then closes the connection.
-/// Given up once nothing has moved for [`UPLOAD_STALL`] (an upstream that no longer reads).
+/// Given up once nothing has moved for [`UPLOAD_STALL`] (an upstream or a client that no
+/// longer sends), or after [`UPLOAD_REST`] in all (a trickle).
 async fn finish_upload(mut conn: Conn, mut upload: Box<Upload>) {
-    loop {
-        let before = conn.io.written();
-        let step = std::future::poll_fn(|cx| match upload.poll_send(&mut conn.io, cx) {
-            Poll::Ready(_) => Poll::Ready(true),
-            Poll::Pending if conn.io.written() != before => Poll::Ready(false),
-            Poll::Pending => Poll::Pending,
-        });
-        match tokio::time::timeout(UPLOAD_STALL, step).await {
-            Ok(false) => continue,
-            Ok(true) | Err(_) => return,
+    let rest = async {
+        loop {
+            let before = conn.io.written();
+            let step = std::future::poll_fn(|cx| match upload.poll_send(&mut conn.io, cx) {
+                Poll::Ready(_) => Poll::Ready(true),
+                Poll::Pending if conn.io.written() != before => Poll::Ready(false),
+                Poll::Pending => Poll::Pending,
+            });
+            match tokio::time::timeout(UPLOAD_STALL, step).await {
+                Ok(false) => continue,
+                Ok(true) | Err(_) => return,
+            }
         }
-    }
+    };
+    let _ = tokio::time::timeout(UPLOAD_REST, rest).await;
 }
 
-/// A chunk-size line's size (hex, before any `;` extension).
+/// A chunk-size line's size: hex digits, then nothing but blanks or `;` extensions (no
+/// control characters in them but HTAB), as strictly as hyper reads it.
 fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
     let bad = || WireError::Malformed("a chunk size".into());
-    let digits = line.split(|b| *b == b';').next().unwrap_or_default();
-    let digits = digits.trim_ascii();
-    if digits.is_empty() || digits.len() > 16 {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
         return Err(bad());
     }
-    let text = std::str::from_utf8(digits).map_err(|_| bad())?;
-    u64::from_str_radix(text, 16).map_err(|_| bad())
+    let rest = &line[digits..];
+    let rest = &rest[rest
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t'))
+        .count()..];
+    let control = |b: &u8| (*b < 0x20 && *b != b'\t') || *b == 0x7f;
+    if !rest.is_empty() && (rest[0] != b';' || rest.iter().any(control)) {
+        return Err(bad());
+    }
+    Ok(line[..digits].iter().fold(0u64, |size, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => b - b'A' + 10,
+        };
+        (size << 4) | u64::from(digit)
+    }))
 }
 
 fn trailer_map(fields: &[httparse::Header<'_>]) -> Result<HeaderMap, WireError> {
@@ -378,11 +400,26 @@ mod tests {
             b"3\r\nabcX\r\n0\r\n\r\n",
             b"11111111111111111\r\n",
             b"3\r\nab",
+            b"+3\r\nabc\r\n0\r\n\r\n",
+            b" 3\r\nabc\r\n0\r\n\r\n",
+            b"0x3\r\nabc\r\n0\r\n\r\n",
+            b"3;a\nb\r\nabc\r\n0\r\n\r\n",
+            b"3 x\r\nabc\r\n0\r\n\r\n",
         ] {
             assert!(decode(Decode::ChunkSize, wire, 64).is_err(), "{wire:?}");
         }
         let endless = vec![b'1'; MAX_CHUNK_LINE + 10];
         assert!(decode(Decode::ChunkSize, &endless, 64).is_err());
+        let mut long = b"3;".to_vec();
+        long.extend(vec![b'x'; MAX_CHUNK_LINE]);
+        long.extend_from_slice(b"\r\nabc\r\n0\r\n\r\n");
+        assert!(
+            decode(Decode::ChunkSize, &long, long.len()).is_err(),
+            "a long line read at once"
+        );
+        let (data, _, _) =
+            decode(Decode::ChunkSize, b"3 \t;x=\"y\"\r\nabc\r\n0\r\n\r\n", 64).unwrap();
+        assert_eq!(data, b"abc");
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub(super) fn frame_request(parts: &mut Parts, empty: bool, known: Option<u64>) 
             Send::Length(0)
         }
         None => {
+            // Never beside a `Content-Length` (one that did not parse): a message framed
+            // two ways is how requests are smuggled.
+            headers.remove(CONTENT_LENGTH);
             headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
             Send::Chunked
         }
@@ -185,12 +188,10 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         headers.append(name, value);
     }
     let framing_of = response_framing(code, method, version, &framing)?;
+    // `close` wins, whatever else `Connection` lists.
     let keep_alive = framing_of != Framing::UntilClose
-        && if version == Version::HTTP_10 {
-            framing.keep_alive
-        } else {
-            !framing.close
-        };
+        && !framing.close
+        && (version != Version::HTTP_10 || framing.keep_alive);
     Ok(Parsed::Final(ResponseHead {
         status,
         version,

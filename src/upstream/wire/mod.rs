@@ -109,10 +109,12 @@ impl Conn {
         let (mut parts, body) = req.into_parts();
         let empty = body.is_end_stream();
         let send = head::frame_request(&mut parts, empty, body.size_hint().exact());
-        let mut upload = Some(Upload::new(head::encode_request(&parts), body, send, empty));
+        let head = head::encode_request(&parts);
+        let mut upload = Some(Upload::new(head, &parts.headers, body, send, empty));
         let before = self.io.written();
         let method = parts.method.clone();
         let answered = std::future::poll_fn(|cx| {
+            let mut write_failed = None;
             if let Some(up) = upload.as_mut() {
                 let sent = up.poll_send(&mut self.io, cx);
                 if self.io.written() != before {
@@ -120,11 +122,30 @@ impl Conn {
                 }
                 match sent {
                     Poll::Ready(Ok(())) => upload = None,
+                    Poll::Ready(Err(e @ WireError::Io(_))) => write_failed = Some(e),
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => {}
                 }
             }
-            self.poll_head(cx, &method)
+            match self.poll_head(cx, &method) {
+                // Nothing of the request has left: no answer can be to it (a late or
+                // unasked-for one on a kept-alive connection). Never taken as this one's.
+                Poll::Ready(Ok(_)) if self.io.written() == before => Poll::Ready(Err(
+                    WireError::Malformed("an answer before the request".into()),
+                )),
+                // An answer the upstream sent before it stopped reading the upload (a 413,
+                // say) still counts; the connection is not kept after it.
+                Poll::Ready(Ok(mut head)) if write_failed.is_some() => {
+                    upload = None;
+                    head.keep_alive = false;
+                    Poll::Ready(Ok(head))
+                }
+                Poll::Pending => match write_failed {
+                    Some(e) => Poll::Ready(Err(e)),
+                    None => Poll::Pending,
+                },
+                answered => answered,
+            }
         })
         .await;
         match answered {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
-use http::HeaderMap;
+use http::header::{self, HeaderMap, HeaderName, TRAILER};
 
 use hyper::body::{Body as HttpBody, Frame};
 use tokio::io::AsyncWrite;
@@ -27,6 +27,8 @@ pub(super) struct Upload {
     /// What was taken from the body while nothing had left yet, to give the request back
     /// whole if the connection turns out closed (`None` once a byte has left).
     kept: Option<Vec<Kept>>,
+    /// The trailer fields the request's `Trailer` header announced: only those are sent.
+    announced: Vec<HeaderName>,
 }
 
 /// A frame taken from the body before the first byte left.
@@ -37,15 +39,33 @@ enum Kept {
 
 impl Upload {
     /// `head` and then `body`, framed by `send`; `empty` is a body already at its end.
-    pub(super) fn new(head: Vec<u8>, body: Body, send: Send, empty: bool) -> Self {
+    /// `headers` are the request's, for the trailer fields its `Trailer` announces.
+    pub(super) fn new(
+        head: Vec<u8>,
+        headers: &HeaderMap,
+        body: Body,
+        send: Send,
+        empty: bool,
+    ) -> Self {
         let mut queue = VecDeque::with_capacity(4);
         queue.push_back(Bytes::from(head));
+        let announced = match headers.contains_key(TRAILER) {
+            false => Vec::new(),
+            true => headers
+                .get_all(TRAILER)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+                .collect(),
+        };
         Self {
             body,
             send,
             queue,
             ended: empty || send == Send::Length(0),
             kept: Some(Vec::new()),
+            announced,
         }
     }
 
@@ -153,13 +173,45 @@ impl Upload {
             Send::Chunked => {
                 let mut last = b"0\r\n".to_vec();
                 if let Some(trailers) = trailers {
-                    encode_fields(trailers, &mut last);
+                    encode_fields(&self.sendable(trailers), &mut last);
                 }
                 last.extend_from_slice(b"\r\n");
                 self.queue.push_back(Bytes::from(last));
                 Ok(())
             }
         }
+    }
+}
+
+impl Upload {
+    /// The trailer fields that may go (as hyper's client sends them): those the request's
+    /// `Trailer` announced, none that frames, routes or authorises a message, and never the
+    /// gateway's own `Idempotency-Fence` or `Idempotency-Scope`, which a client must not
+    /// forge.
+    fn sendable(&self, trailers: &HeaderMap) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        for (name, value) in trailers {
+            let forbidden = matches!(
+                *name,
+                header::AUTHORIZATION
+                    | header::CACHE_CONTROL
+                    | header::CONTENT_ENCODING
+                    | header::CONTENT_LENGTH
+                    | header::CONTENT_RANGE
+                    | header::CONTENT_TYPE
+                    | header::HOST
+                    | header::MAX_FORWARDS
+                    | header::SET_COOKIE
+                    | header::TRAILER
+                    | header::TRANSFER_ENCODING
+                    | header::TE
+            ) || *name == crate::headers::IDEMPOTENCY_FENCE
+                || *name == crate::headers::IDEMPOTENCY_SCOPE;
+            if !forbidden && self.announced.contains(name) {
+                out.append(name, value.clone());
+            }
+        }
+        out
     }
 }
 
