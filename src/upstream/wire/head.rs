@@ -51,17 +51,17 @@ pub(super) fn frame_request(parts: &mut Parts, empty: bool, known: Option<u64>) 
         headers.remove(TRANSFER_ENCODING);
         return Send::Length(0);
     }
-    let existing = content_length(headers);
-    if headers.contains_key(TRANSFER_ENCODING) {
-        if !is_chunked(headers) {
+    let fields = FramingFields::of(headers);
+    if let Some(chunked) = fields.coding {
+        if !chunked {
             headers.append(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
-        if existing.is_some() {
+        if fields.length.is_some() {
             headers.remove(CONTENT_LENGTH);
         }
         return Send::Chunked;
     }
-    if let Some(Ok(len)) = existing {
+    if let Some(Ok(len)) = fields.length {
         return Send::Length(len);
     }
     match known {
@@ -288,25 +288,17 @@ fn parse_length(value: &[u8]) -> Result<u64, ()> {
     found.ok_or(())
 }
 
-/// Whether the last transfer coding is `chunked`.
-fn is_chunked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
-}
-
-/// Every `Content-Length` value (lists included): `None` without one, an error when one is
-/// not a number or two disagree.
-fn content_length(headers: &HeaderMap) -> Option<Result<u64, ()>> {
-    let mut fields = FramingFields::default();
-    for value in headers.get_all(CONTENT_LENGTH) {
-        fields.see(&CONTENT_LENGTH, value.as_bytes());
+impl FramingFields {
+    /// What a request's own framing fields say.
+    fn of(headers: &HeaderMap) -> Self {
+        let mut fields = Self::default();
+        for name in [CONTENT_LENGTH, TRANSFER_ENCODING] {
+            for value in headers.get_all(&name) {
+                fields.see(&name, value.as_bytes());
+            }
+        }
+        fields
     }
-    fields.length
 }
 
 #[cfg(test)]
