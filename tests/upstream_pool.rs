@@ -392,11 +392,14 @@ async fn an_upload_answered_early_reaches_the_upstream_whole_and_the_client_its_
 #[tokio::test]
 async fn an_upload_goes_on_while_its_client_does_not_yet_read_the_answer() {
     // Full duplex: the upstream streams 32 MiB back while it reads 32 MiB; the client
-    // sends everything before it reads.
+    // sends everything before it reads, and takes little of the answer into its socket
+    // (so the gateway cannot write the answer ahead while it sends the upload).
     let (upstream, got) = answering_while_reading(32 << 20).await;
     let gw = streaming_gateway(upstream).await;
     const LEN: usize = 32 << 20;
-    let mut raw = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut raw = socket.connect(gw.addr).await.unwrap();
     upload(&mut raw, LEN).await;
     assert!(
         eventually(Duration::from_secs(10), || async {

@@ -59,6 +59,9 @@ pub struct WireBody {
     keep_alive: bool,
     /// The body has ended and `conn` can take the next request.
     idle: bool,
+    /// Where the frames come from instead, when a task of its own reads them
+    /// ([`duplex`](super::duplex)).
+    relay: Option<super::duplex::Frames>,
 }
 
 impl WireBody {
@@ -79,11 +82,45 @@ impl WireBody {
             upload: upload.map(Box::new),
             keep_alive,
             idle: false,
+            relay: None,
         };
         if decode == Decode::Length(0) {
             body.finish();
         }
+        if body.upload.is_some() {
+            // The rest of the upload must not wait for whoever reads the answer.
+            return Self::relayed(super::duplex::spawn(body));
+        }
         body
+    }
+
+    /// A body whose frames a task of its own reads.
+    fn relayed(frames: super::duplex::Frames) -> Self {
+        Self {
+            conn: None,
+            decode: Decode::UntilClose,
+            upload: None,
+            keep_alive: false,
+            idle: false,
+            relay: Some(frames),
+        }
+    }
+
+    /// Sends more of an upload the upstream answered early, if there is one; its end or
+    /// its failure (the upstream may have stopped reading: its answer still counts) ends
+    /// it. Registers for a wake-up while more is to go.
+    pub(super) fn poll_upload(&mut self, cx: &mut Context<'_>) {
+        let (Some(upload), Some(conn)) = (self.upload.as_mut(), self.conn.as_mut()) else {
+            return;
+        };
+        match upload.poll_send(&mut conn.io, cx) {
+            Poll::Ready(Ok(())) => self.upload = None,
+            Poll::Ready(Err(_)) => {
+                self.upload = None;
+                self.keep_alive = false;
+            }
+            Poll::Pending => {}
+        }
     }
 
     /// The connection, once the body has ended on a connection that can take another
@@ -204,6 +241,9 @@ impl HttpBody for WireBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
         let this = &mut *self;
+        if let Some(frames) = this.relay.as_mut() {
+            return frames.poll_recv(cx);
+        }
         loop {
             if this.decode == Decode::Done {
                 if !this.idle {
@@ -211,20 +251,11 @@ impl HttpBody for WireBody {
                 }
                 return Poll::Ready(None);
             }
-            let Some(conn) = this.conn.as_mut() else {
+            if this.conn.is_none() {
                 return Poll::Ready(None);
-            };
-            if let Some(upload) = this.upload.as_mut() {
-                match upload.poll_send(&mut conn.io, cx) {
-                    Poll::Ready(Ok(())) => this.upload = None,
-                    // The upstream may have stopped reading: its answer still counts.
-                    Poll::Ready(Err(_)) => {
-                        this.upload = None;
-                        this.keep_alive = false;
-                    }
-                    Poll::Pending => {}
-                }
             }
+            this.poll_upload(cx);
+            let conn = this.conn.as_mut().expect("still here");
             let mut read = std::mem::take(&mut conn.read);
             let step = this.step(&mut read);
             let conn = this.conn.as_mut().expect("still here");
@@ -252,10 +283,13 @@ impl HttpBody for WireBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.decode == Decode::Done
+        self.relay.is_none() && self.decode == Decode::Done
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.relay.is_some() {
+            return SizeHint::default();
+        }
         match self.decode {
             Decode::Length(n) => SizeHint::with_exact(n),
             Decode::Done => SizeHint::with_exact(0),
@@ -358,6 +392,7 @@ mod tests {
             upload: None,
             keep_alive: true,
             idle: false,
+            relay: None,
         };
         let mut read = BytesMut::new();
         let (mut data, mut trailers) = (Vec::new(), None);

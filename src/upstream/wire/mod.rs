@@ -23,6 +23,7 @@ use crate::coalesce::Coalesce;
 use crate::Body;
 
 mod body;
+mod duplex;
 mod head;
 mod upload;
 

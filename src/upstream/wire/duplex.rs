@@ -1,0 +1,151 @@
+//! An answer that came before its request was all sent: the rest of the upload and the
+//! reading of the answer go on in a task of their own, so that neither waits for the
+//! other.
+//!
+//! A body is read when its reader asks (hyper's server asks only while it can write to
+//! the client); an upload driven only from there would stop whenever the client stops
+//! reading, and a client that sends its whole request before it reads the answer (many
+//! do) would wait on the gateway, which waits on it. The task keeps sending while the
+//! answer waits in a small channel for its reader.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body as HttpBody, Frame};
+use tokio::sync::mpsc;
+use tokio_util::sync::PollSender;
+
+use super::body::WireBody;
+use super::WireError;
+
+/// How many frames of the answer wait for their reader.
+const WAITING: usize = 4;
+
+/// The answer's frames, as the task reads them.
+pub(super) struct Frames(mpsc::Receiver<Result<Frame<Bytes>, WireError>>);
+
+impl Frames {
+    pub(super) fn poll_recv(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Starts the task that sends the rest of `body`'s upload and reads its frames. It ends
+/// with the body (the upload, if any is left, then goes on as
+/// [`WireBody`]'s end sends it) or when the reader is gone (the connection is then
+/// closed, as when a body is dropped).
+pub(super) fn spawn(body: WireBody) -> Frames {
+    let (tx, rx) = mpsc::channel(WAITING);
+    tokio::spawn(relay(body, tx));
+    Frames(rx)
+}
+
+async fn relay(mut body: WireBody, tx: mpsc::Sender<Result<Frame<Bytes>, WireError>>) {
+    let gone = tx.clone();
+    let mut tx = PollSender::new(tx);
+    let relayed = poll_fn(|cx| loop {
+        body.poll_upload(cx);
+        match tx.poll_reserve(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
+        }
+        match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(Some(frame)) => {
+                let failed = frame.is_err();
+                if tx.send_item(frame).is_err() || failed {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Ready(None) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
+        }
+    });
+    // A reader gone while the task waits on the upstream ends it too.
+    tokio::select! {
+        () = relayed => {}
+        () = gone.closed() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::Request;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::super::Conn;
+    use super::*;
+    use crate::BoxError;
+
+    /// A request body that gives one frame and then never ends.
+    struct Endless(bool);
+
+    impl HttpBody for Endless {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            if self.0 {
+                return Poll::Pending;
+            }
+            self.0 = true;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"part")))))
+        }
+    }
+
+    /// An upstream that answers half a body as soon as it has the head, then reads until
+    /// the connection closes; ends then.
+    async fn answering_early() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let upstream = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                got.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nearly")
+                .await
+                .unwrap();
+            while s.read(&mut buf).await.unwrap_or(0) > 0 {}
+        });
+        (addr, upstream)
+    }
+
+    #[tokio::test]
+    async fn an_answer_dropped_while_its_upload_waits_closes_the_connection() {
+        let (addr, upstream) = answering_early().await;
+        let conn = Conn::new(TcpStream::connect(addr).await.unwrap());
+        let req = Request::post("/up")
+            .header("host", "up")
+            .body(Endless(false).boxed())
+            .unwrap();
+        let Ok(resp) = conn.exchange(req).await else {
+            panic!("no answer");
+        };
+        let mut body = resp.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "early");
+        // Neither the upload nor the answer can go on; the reader leaves.
+        drop(body);
+        tokio::time::timeout(Duration::from_secs(5), upstream)
+            .await
+            .expect("the connection outlived its answer's reader")
+            .unwrap();
+    }
+}
