@@ -25,7 +25,7 @@ use crate::record::{StoredBody, StoredResponse};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
 use crate::telemetry;
-use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
+use crate::upstream::{UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
@@ -178,8 +178,7 @@ impl OwnedCall<'_> {
             }
             StatusMeaning::Final => {}
         }
-        let (mut head, body) = resp.into_parts();
-        strip_hop_by_hop(&mut head.headers);
+        let (head, body) = resp.into_parts();
         let limit = route.max_cached_body;
         let ready = if route.grpc {
             // gRPC's status comes in the trailers: the answer is read before the claim is

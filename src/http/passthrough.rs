@@ -15,7 +15,7 @@ use super::Live;
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::telemetry;
-use crate::upstream::{strip_hop_by_hop, UpstreamBody, UpstreamFailure};
+use crate::upstream::{UpstreamBody, UpstreamFailure};
 use crate::{Body, BoxError};
 
 /// An upstream call's result and how long its head took.
@@ -106,7 +106,5 @@ impl ClientBodyFailed {
 
 /// The upstream's response, streamed, without its hop-by-hop headers.
 pub(super) fn stream_response(resp: Response<UpstreamBody>) -> Response<Body> {
-    let (mut head, body) = resp.into_parts();
-    strip_hop_by_hop(&mut head.headers);
-    Response::from_parts(head, body.map_err(BoxError::from).boxed())
+    resp.map(|body| body.map_err(BoxError::from).boxed())
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -117,6 +118,26 @@ static HOP_BY_HOP: [HeaderName; HOPS] = [
     header::TRANSFER_ENCODING,
 ];
 
+/// Where a field name (in any case) is among the hop-by-hop names: its index in
+/// [`HOP_BY_HOP`], or [`HOPS`] for `Upgrade`. By length first: a name is compared with
+/// at most two of them.
+pub(crate) fn hop_by_hop(name: &[u8]) -> Option<usize> {
+    let candidates: &[usize] = match name.len() {
+        2 => &[5],
+        7 => &[HOPS],
+        10 => &[0, 1],
+        16 => &[2],
+        17 => &[6],
+        18 => &[3],
+        19 => &[4],
+        _ => &[],
+    };
+    candidates.iter().copied().find(|&i| {
+        let known = HOP_BY_HOP.get(i).unwrap_or(&header::UPGRADE);
+        name.eq_ignore_ascii_case(known.as_str().as_bytes())
+    })
+}
+
 /// Whether the client's `TE` lists `trailers`.
 fn accepts_trailers(headers: &HeaderMap) -> bool {
     headers
@@ -140,10 +161,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // name whether or not the map has it (5.5% of a streamed request's instructions).
     let mut present = [false; HOPS + 1];
     for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+        if let Some(i) = hop_by_hop(name.as_str().as_bytes()) {
             present[i] = true;
-        } else if name == header::UPGRADE {
-            present[HOPS] = true;
         }
     }
     // `HOP_BY_HOP[0]` is `Connection`: the names it lists go too.
@@ -287,9 +306,10 @@ impl Upstream {
         req
     }
 
-    /// The one upstream call: sends a prepared request and returns the response head with
-    /// a streaming body, or why there is none, by `deadline` (`server.upstream_timeout`
-    /// from the call's start; the body is bounded by its reader).
+    /// The one upstream call: sends a prepared request and returns the response head
+    /// (without its hop-by-hop fields) with a streaming body, or why there is none, by
+    /// `deadline` (`server.upstream_timeout` from the call's start; the body is bounded by
+    /// its reader).
     pub async fn call(
         &self,
         req: Request<Body>,
@@ -302,7 +322,7 @@ impl Upstream {
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         if let (Some(h2c), Version::HTTP_2) = (&self.h2c, req.version()) {
             return match h2c.client.request(self.absolute(req)).await {
-                Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
+                Ok(resp) => Ok(from_hyper(resp)),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
             };
@@ -310,12 +330,20 @@ impl Upstream {
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
             Transport::Tls(client) => match client.request(self.absolute(req)).await {
-                Ok(resp) => Ok(resp.map(UpstreamBody::plain)),
+                Ok(resp) => Ok(from_hyper(resp)),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
             },
         }
     }
+}
+
+/// A response from hyper's client, its hop-by-hop fields stripped (the pool's own
+/// connections drop them as they parse the head).
+fn from_hyper(resp: Response<Incoming>) -> Response<UpstreamBody> {
+    let (mut head, body) = resp.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    Response::from_parts(head, UpstreamBody::plain(body))
 }
 
 impl Upstream {

@@ -169,7 +169,10 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         Version::HTTP_11
     };
     // Where each field is in `buf`, so the values can share it once it is split off; the
-    // framing fields are read on the way, without looking them up again.
+    // framing fields are read on the way, without looking them up again. Hop-by-hop
+    // fields are read for the framing and go no further (RFC 9110 §7.6.1): the map never
+    // holds them, so no one strips them from it. `Connection` stays only when it names
+    // other fields, which then go with it.
     let base = buf.as_ptr() as usize;
     let mut spans = Vec::with_capacity(response.headers.len());
     let mut framing = FramingFields::default();
@@ -177,15 +180,25 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
         framing.see(&name, field.value);
+        let hop = crate::upstream::hop_by_hop(field.name.as_bytes());
+        if hop.is_some_and(|i| i != 0) {
+            continue;
+        }
         let start = field.value.as_ptr() as usize - base;
-        spans.push((name, start..start + field.value.len()));
+        spans.push((name, start..start + field.value.len(), hop.is_some()));
     }
     let head = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
-    for (name, span) in spans {
+    for (name, span, connection) in spans {
+        if connection && !framing.names_fields {
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(head.slice(span))
             .map_err(|_| WireError::Malformed(format!("the value of {name}")))?;
         headers.append(name, value);
+    }
+    if framing.names_fields {
+        crate::upstream::strip_hop_by_hop(&mut headers);
     }
     let framing_of = response_framing(code, method, version, &framing)?;
     // `close` wins, whatever else `Connection` lists.
@@ -208,9 +221,12 @@ struct FramingFields {
     length: Option<Result<u64, ()>>,
     /// A `Transfer-Encoding` was there; whether its last coding is `chunked`.
     coding: Option<bool>,
-    /// `Connection` says `close`; says `keep-alive`.
+    /// `Connection` says `close`; says `keep-alive`; names anything but `keep-alive`
+    /// (those fields are hop-by-hop then too; `close` is read as a name as well, as
+    /// [`strip_hop_by_hop`](crate::upstream::strip_hop_by_hop) reads it).
     close: bool,
     keep_alive: bool,
+    names_fields: bool,
 }
 
 impl FramingFields {
@@ -226,8 +242,11 @@ impl FramingFields {
             self.coding = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if *name == header::CONNECTION {
             for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                self.close |= token.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                let close = token.eq_ignore_ascii_case(b"close");
+                let keep_alive = token.eq_ignore_ascii_case(b"keep-alive");
+                self.close |= close;
+                self.keep_alive |= keep_alive;
+                self.names_fields |= !(keep_alive || token.is_empty());
             }
         }
     }
@@ -413,6 +432,50 @@ mod tests {
         ] {
             assert!(parse(bad, Method::GET).is_err(), "{bad}");
         }
+    }
+
+    /// The fields a head of `fields` keeps, by name, sorted.
+    fn kept(fields: &str) -> Vec<String> {
+        let wire = format!("HTTP/1.1 200 OK\r\n{fields}content-length: 0\r\n\r\n");
+        let Ok(Parsed::Final(head)) = parse_response(&mut BytesMut::from(&wire[..]), &Method::GET)
+        else {
+            panic!("{wire}")
+        };
+        let mut names: Vec<String> = head.headers.keys().map(|n| n.as_str().to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_response_s_hop_by_hop_fields_go_no_further() {
+        let hops = "Connection: keep-alive\r\nKeep-Alive: timeout=5\r\nProxy-Connection: x\r\n\
+            Proxy-Authenticate: Basic\r\nProxy-Authorization: x\r\nTE: trailers\r\n\
+            Upgrade: h2c\r\nTrailer: x-sum\r\nX-Kept: 1\r\n";
+        assert_eq!(kept(hops), ["content-length", "trailer", "x-kept"]);
+        // What `Connection` names goes too, wherever it stands.
+        let named = "X-Before: 1\r\nConnection: Keep-Alive, x-before , X-After\r\nX-After: 1\r\nX-Kept: 1\r\n";
+        assert_eq!(kept(named), ["content-length", "x-kept"]);
+        assert_eq!(
+            kept("Connection: close\r\nClose: 1\r\nX-Kept: 1\r\n"),
+            ["content-length", "x-kept"]
+        );
+        // Every hop-by-hop name is found whatever its case, and no other name of its length.
+        for name in super::super::super::HOP_BY_HOP
+            .iter()
+            .chain([&header::UPGRADE])
+        {
+            let upper = name.as_str().to_ascii_uppercase();
+            assert!(
+                crate::upstream::hop_by_hop(upper.as_bytes()).is_some(),
+                "{name}"
+            );
+            let other = "x".repeat(name.as_str().len());
+            assert!(
+                crate::upstream::hop_by_hop(other.as_bytes()).is_none(),
+                "{name}"
+            );
+        }
+        assert!(crate::upstream::hop_by_hop(b"trailer").is_none());
     }
 
     #[test]
