@@ -4,6 +4,8 @@
 //! `deploy/grafana/` and the alerts in `deploy/prometheus/` query them, and a test holds
 //! both to what a running gateway exports.
 
+mod handles;
+
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,6 +159,10 @@ pub struct Metrics {
     upstream_responses: Family<RouteClass, Counter>,
     upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
     store_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
+    /// The per-request route metrics above, found by address ([`handles`]).
+    outcome_handles: handles::ByRoute<Counter>,
+    response_handles: handles::ByRoute<Counter>,
+    latency_handles: handles::ByRoute<Histogram>,
     inflight: Gauge<i64, AtomicI64>,
     near_cache: Family<NearLabel, Counter>,
     near_cache_bytes: Gauge<i64, AtomicI64>,
@@ -282,6 +288,9 @@ impl Metrics {
             upstream_responses,
             upstream_latency,
             store_latency,
+            outcome_handles: handles::ByRoute::default(),
+            response_handles: handles::ByRoute::default(),
+            latency_handles: handles::ByRoute::default(),
             inflight,
         }
     }
@@ -290,12 +299,16 @@ impl Metrics {
     /// route). The labels are the names of [`crate::dedupe::Outcome`] and
     /// [`crate::dedupe::Finish`].
     pub fn outcome(&self, route: &Arc<str>, outcome: &'static str) {
-        self.outcomes
-            .get_or_create(&RouteOutcome {
+        let find = || {
+            let label = RouteOutcome {
                 route: route.clone(),
                 outcome,
-            })
-            .inc();
+            };
+            self.outcomes.get_or_create(&label).clone()
+        };
+        self.outcome_handles.with(route, outcome, find, |c| {
+            c.inc();
+        });
     }
 
     /// Counts a request a shadow route forwarded, by what enforcement would have done (the
@@ -354,17 +367,24 @@ impl Metrics {
             400..=499 => "4xx",
             _ => "5xx",
         };
-        self.upstream_responses
-            .get_or_create(&RouteClass {
+        let responses = || {
+            let label = RouteClass {
                 route: route.clone(),
                 class,
-            })
-            .inc();
-        self.upstream_latency
-            .get_or_create(&RouteLabel {
+            };
+            self.upstream_responses.get_or_create(&label).clone()
+        };
+        self.response_handles.with(route, class, responses, |c| {
+            c.inc();
+        });
+        let latency = || {
+            let label = RouteLabel {
                 route: route.clone(),
-            })
-            .observe(took.as_secs_f64());
+            };
+            self.upstream_latency.get_or_create(&label).clone()
+        };
+        self.latency_handles
+            .with(route, "", latency, |h| h.observe(took.as_secs_f64()));
     }
 
     /// A claim is now held by this process.
