@@ -131,6 +131,9 @@ pub enum StoreOp {
     Release,
 }
 
+/// How many [`StoreOp`]s there are.
+const STORE_OPS: usize = <StoreOp as strum::VariantArray>::VARIANTS.len();
+
 impl StoreOp {
     /// The label text.
     pub fn as_str(self) -> &'static str {
@@ -163,6 +166,8 @@ pub struct Metrics {
     outcome_handles: handles::ByRoute<Counter>,
     response_handles: handles::ByRoute<Counter>,
     latency_handles: handles::ByRoute<Histogram>,
+    /// `store_latency`'s histograms by [`StoreOp`], each looked up once.
+    op_latency: [std::sync::OnceLock<Histogram>; STORE_OPS],
     inflight: Gauge<i64, AtomicI64>,
     near_cache: Family<NearLabel, Counter>,
     near_cache_bytes: Gauge<i64, AtomicI64>,
@@ -291,6 +296,7 @@ impl Metrics {
             outcome_handles: handles::ByRoute::default(),
             response_handles: handles::ByRoute::default(),
             latency_handles: handles::ByRoute::default(),
+            op_latency: Default::default(),
             inflight,
         }
     }
@@ -335,10 +341,12 @@ impl Metrics {
 
     /// Records a store operation's latency, and counts it when it failed.
     pub fn store_op(&self, op: StoreOp, took: Duration, ok: bool) {
+        let latency = self.op_latency[op as usize].get_or_init(|| {
+            let label = OpLabel { op: op.as_str() };
+            self.store_latency.get_or_create(&label).clone()
+        });
+        latency.observe(took.as_secs_f64());
         let op = op.as_str();
-        self.store_latency
-            .get_or_create(&OpLabel { op })
-            .observe(took.as_secs_f64());
         if !ok {
             self.store_errors.get_or_create(&OpLabel { op }).inc();
         }

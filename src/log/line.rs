@@ -78,7 +78,7 @@ impl AccessLine<'_> {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b"\":");
             match value {
-                Value::Str(s) => json(out, s),
+                Value::Str(s) => json_str(out, s),
                 Value::Int(n) => json(out, &n),
                 Value::Float(f) => json(out, &f),
             }
@@ -86,9 +86,9 @@ impl AccessLine<'_> {
         out.extend_from_slice(b",\"target\":\"");
         out.extend_from_slice(TARGET.as_bytes());
         out.extend_from_slice(b"\",\"span\":{\"method\":");
-        json(out, self.method);
+        json_str(out, self.method);
         out.extend_from_slice(b",\"path\":");
-        json(out, self.path);
+        json_str(out, self.path);
         out.extend_from_slice(b",\"name\":\"request\"}}\n");
     }
 
@@ -155,6 +155,20 @@ fn push_shown(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Appends `value` as JSON (strings escaped as serde_json escapes them).
+/// A string as JSON, as `serde_json` writes it; one with nothing to escape (no `"`, `\\`
+/// or control character: nearly every route, outcome, method, path and key) is copied
+/// as it is.
+fn json_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        json(out, text);
+    }
+}
+
 fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Strings and numbers always serialise, and a Vec takes every byte.
     let _ = serde_json::to_writer(out, value);
@@ -268,6 +282,17 @@ mod tests {
         // Captured from the gateway when the line went through tracing's JSON layer.
         let before = r#"{"timestamp":"2026-11-30T18:36:27.509289Z","level":"INFO","message":"request","route":"orders","outcome":"won","finish":"completed","status":201,"fence":1796063787507808,"upstream_ms":1.362,"total_ms":1.616,"key":"a1","scope":"-","target":"dedupe_gateway::access","span":{"method":"POST","path":"/orders","name":"request"}}"#;
         assert_eq!(ours(&line(), true), format!("{before}\n"));
+    }
+
+    #[test]
+    fn a_string_is_written_as_serde_json_writes_it() {
+        let mut texts: Vec<String> = (0u8..128).map(|b| format!("a{}b", b as char)).collect();
+        texts.extend(["", "/orders/é\u{7f}", "\u{2028}", "-", "k\"", "\\"].map(String::from));
+        for text in texts {
+            let mut ours = Vec::new();
+            json_str(&mut ours, &text);
+            assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "{text:?}");
+        }
     }
 
     #[test]
