@@ -20,9 +20,12 @@ const MOST: usize = 4096;
 /// The addresses and length that name an entry: the route's name, the label's text.
 type Key = (usize, usize, usize);
 
+/// Each entry's metric, with the route name whose address its key holds.
+type Entries<M> = HashMap<Key, (Arc<str>, M), BuildHasherDefault<AddressHasher>>;
+
 /// One family's metrics by route and static label.
 pub(super) struct ByRoute<M> {
-    map: RwLock<HashMap<Key, (Arc<str>, M), BuildHasherDefault<AddressHasher>>>,
+    map: RwLock<Entries<M>>,
 }
 
 impl<M> Default for ByRoute<M> {
