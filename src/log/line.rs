@@ -159,7 +159,7 @@ fn push_shown(out: &mut Vec<u8>, text: &str) {
 /// or control character: nearly every route, outcome, method, path and key) is copied
 /// as it is.
 fn json_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if !needs_escape(text.as_bytes()) {
         out.reserve(text.len() + 2);
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
@@ -167,6 +167,29 @@ fn json_str(out: &mut Vec<u8>, text: &str) {
     } else {
         json(out, text);
     }
+}
+
+/// Whether `bytes` hold a `"`, a `\\` or a control character (below 0x20): eight bytes
+/// at a time (the "has a zero byte" and "has a byte less than" word tests, exact for
+/// whether any byte matches).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES * 0x80;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(word);
+        let v = u64::from_le_bytes(v);
+        let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
+        if control | zero(v ^ (ONES * u64::from(b'"'))) | zero(v ^ (ONES * u64::from(b'\\'))) != 0 {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
@@ -287,6 +310,14 @@ mod tests {
     #[test]
     fn a_string_is_written_as_serde_json_writes_it() {
         let mut texts: Vec<String> = (0u8..128).map(|b| format!("a{}b", b as char)).collect();
+        // Each byte at every place of a string longer than a word, and beside non-ASCII.
+        for b in 0u8..128 {
+            for at in 0..20 {
+                let mut text: Vec<char> = "é/orders/0123456789".chars().collect();
+                text.insert(at, b as char);
+                texts.push(text.into_iter().collect());
+            }
+        }
         texts.extend(["", "/orders/é\u{7f}", "\u{2028}", "-", "k\"", "\\"].map(String::from));
         for text in texts {
             let mut ours = Vec::new();

@@ -119,23 +119,22 @@ static HOP_BY_HOP: [HeaderName; HOPS] = [
 ];
 
 /// Where a field name (in any case) is among the hop-by-hop names: its index in
-/// [`HOP_BY_HOP`], or [`HOPS`] for `Upgrade`. By length first: a name is compared with
-/// at most two of them.
+/// [`HOP_BY_HOP`], or [`HOPS`] for `Upgrade`. By length first: most names are no
+/// candidate's length, and the rest are compared with one name.
+#[inline]
 pub(crate) fn hop_by_hop(name: &[u8]) -> Option<usize> {
-    let candidates: &[usize] = match name.len() {
-        2 => &[5],
-        7 => &[HOPS],
-        10 => &[0, 1],
-        16 => &[2],
-        17 => &[6],
-        18 => &[3],
-        19 => &[4],
-        _ => &[],
+    let (i, known): (usize, &[u8]) = match name.len() {
+        2 => (5, b"te"),
+        7 => (HOPS, b"upgrade"),
+        10 if name[0].eq_ignore_ascii_case(&b'c') => (0, b"connection"),
+        10 => (1, b"keep-alive"),
+        16 => (2, b"proxy-connection"),
+        17 => (6, b"transfer-encoding"),
+        18 => (3, b"proxy-authenticate"),
+        19 => (4, b"proxy-authorization"),
+        _ => return None,
     };
-    candidates.iter().copied().find(|&i| {
-        let known = HOP_BY_HOP.get(i).unwrap_or(&header::UPGRADE);
-        name.eq_ignore_ascii_case(known.as_str().as_bytes())
-    })
+    name.eq_ignore_ascii_case(known).then_some(i)
 }
 
 /// Whether the client's `TE` lists `trailers`.
