@@ -211,7 +211,10 @@ async fn main() {
     let redis_pid = redis
         .as_ref()
         .and_then(|r| Some((cpu::redis_pid(r.port)?, r.port)));
-    let mut stores = vec![("memory", StoreCfg::memory())];
+    // Every new key stays a record for the window (an hour): the default 256 MiB holds
+    // about three rounds of them on this machine, and a fourth would be refused as a full
+    // store (503), which is the bound working, not the figure wanted here.
+    let mut stores = vec![("memory", StoreCfg::memory().max_bytes("4GiB"))];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
         // The same Redis with `store.record_layout = "string"`: claims and replays as
