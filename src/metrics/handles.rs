@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, PoisonError, RwLock};
 
-/// The most entries kept before the cache starts over.
-const MOST: usize = 4096;
+/// The most entries kept before the cache starts over: every label of a few thousand
+/// routes (about 20 outcome labels a route), a few MiB.
+const MOST: usize = 1 << 16;
 
 /// The addresses and length that name an entry: the route's name, the label's text.
 type Key = (usize, usize, usize);

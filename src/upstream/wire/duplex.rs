@@ -10,6 +10,8 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -24,14 +26,35 @@ use super::WireError;
 const WAITING: usize = 4;
 
 /// The answer's frames, as the task reads them.
-pub(super) struct Frames(mpsc::Receiver<Result<Frame<Bytes>, WireError>>);
+pub(super) struct Frames {
+    rx: mpsc::Receiver<Result<Frame<Bytes>, WireError>>,
+    /// Set by the task when the body ended as its framing says.
+    whole: Arc<AtomicBool>,
+    /// An error was given: nothing more to say.
+    over: bool,
+}
 
 impl Frames {
+    /// The next frame; the channel closing before the task saw the body's end (the task
+    /// panicked or was dropped) is a truncated body, never a clean end.
     pub(super) fn poll_recv(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
-        self.0.poll_recv(cx)
+        if self.over {
+            return Poll::Ready(None);
+        }
+        match std::task::ready!(self.rx.poll_recv(cx)) {
+            Some(Err(e)) => {
+                self.over = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            None if !self.whole.load(Ordering::Acquire) => {
+                self.over = true;
+                Poll::Ready(Some(Err(WireError::Truncated)))
+            }
+            next => Poll::Ready(next),
+        }
     }
 }
 
@@ -41,11 +64,20 @@ impl Frames {
 /// closed, as when a body is dropped).
 pub(super) fn spawn(body: WireBody) -> Frames {
     let (tx, rx) = mpsc::channel(WAITING);
-    tokio::spawn(relay(body, tx));
-    Frames(rx)
+    let whole = Arc::new(AtomicBool::new(false));
+    tokio::spawn(relay(body, tx, whole.clone()));
+    Frames {
+        rx,
+        whole,
+        over: false,
+    }
 }
 
-async fn relay(mut body: WireBody, tx: mpsc::Sender<Result<Frame<Bytes>, WireError>>) {
+async fn relay(
+    mut body: WireBody,
+    tx: mpsc::Sender<Result<Frame<Bytes>, WireError>>,
+    whole: Arc<AtomicBool>,
+) {
     let gone = tx.clone();
     let mut tx = PollSender::new(tx);
     let relayed = poll_fn(|cx| loop {
@@ -62,7 +94,10 @@ async fn relay(mut body: WireBody, tx: mpsc::Sender<Result<Frame<Bytes>, WireErr
                     return Poll::Ready(());
                 }
             }
-            Poll::Ready(None) => return Poll::Ready(()),
+            Poll::Ready(None) => {
+                whole.store(true, Ordering::Release);
+                return Poll::Ready(());
+            }
             Poll::Pending => return Poll::Pending,
         }
     });
@@ -125,6 +160,26 @@ mod tests {
             while s.read(&mut buf).await.unwrap_or(0) > 0 {}
         });
         (addr, upstream)
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_ends_before_the_body_does_gives_an_error_not_an_end() {
+        let (tx, rx) = mpsc::channel(WAITING);
+        let mut frames = Frames {
+            rx,
+            whole: Arc::new(AtomicBool::new(false)),
+            over: false,
+        };
+        tx.send(Ok(Frame::data(Bytes::from_static(b"half"))))
+            .await
+            .unwrap();
+        // The task gone (a panic, a runtime shutting down) without seeing the body's end.
+        drop(tx);
+        let first = poll_fn(|cx| frames.poll_recv(cx)).await;
+        assert!(first.unwrap().is_ok());
+        let second = poll_fn(|cx| frames.poll_recv(cx)).await;
+        assert!(matches!(second, Some(Err(WireError::Truncated))));
+        assert!(poll_fn(|cx| frames.poll_recv(cx)).await.is_none());
     }
 
     #[tokio::test]
