@@ -162,12 +162,8 @@ pub struct Metrics {
     upstream_responses: Family<RouteClass, Counter>,
     upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
     store_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
-    /// The per-request route metrics above, found by address ([`handles`]).
-    outcome_handles: handles::ByRoute<Counter>,
-    response_handles: handles::ByRoute<Counter>,
-    latency_handles: handles::ByRoute<Histogram>,
-    /// `store_latency`'s histograms by [`StoreOp`], each looked up once.
-    op_latency: [std::sync::OnceLock<Histogram>; STORE_OPS],
+    /// The metrics above that every request touches, each looked up once.
+    kept: handles::Kept,
     inflight: Gauge<i64, AtomicI64>,
     near_cache: Family<NearLabel, Counter>,
     near_cache_bytes: Gauge<i64, AtomicI64>,
@@ -293,10 +289,7 @@ impl Metrics {
             upstream_responses,
             upstream_latency,
             store_latency,
-            outcome_handles: handles::ByRoute::default(),
-            response_handles: handles::ByRoute::default(),
-            latency_handles: handles::ByRoute::default(),
-            op_latency: Default::default(),
+            kept: handles::Kept::default(),
             inflight,
         }
     }
@@ -312,7 +305,7 @@ impl Metrics {
             };
             self.outcomes.get_or_create(&label).clone()
         };
-        self.outcome_handles.with(route, outcome, find, |c| {
+        self.kept.outcomes.with(route, outcome, find, |c| {
             c.inc();
         });
     }
@@ -341,7 +334,7 @@ impl Metrics {
 
     /// Records a store operation's latency, and counts it when it failed.
     pub fn store_op(&self, op: StoreOp, took: Duration, ok: bool) {
-        let latency = self.op_latency[op as usize].get_or_init(|| {
+        let latency = self.kept.op_latency[op as usize].get_or_init(|| {
             let label = OpLabel { op: op.as_str() };
             self.store_latency.get_or_create(&label).clone()
         });
@@ -382,7 +375,7 @@ impl Metrics {
             };
             self.upstream_responses.get_or_create(&label).clone()
         };
-        self.response_handles.with(route, class, responses, |c| {
+        self.kept.responses.with(route, class, responses, |c| {
             c.inc();
         });
         let latency = || {
@@ -391,7 +384,8 @@ impl Metrics {
             };
             self.upstream_latency.get_or_create(&label).clone()
         };
-        self.latency_handles
+        self.kept
+            .latency
             .with(route, "", latency, |h| h.observe(took.as_secs_f64()));
     }
 

@@ -12,7 +12,12 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::STORE_OPS;
 
 /// The most entries kept before the cache starts over: every label of a few thousand
 /// routes (about 20 outcome labels a route), a few MiB.
@@ -23,6 +28,19 @@ type Key = (usize, usize, usize);
 
 /// Each entry's metric, with the route name whose address its key holds.
 type Entries<M> = HashMap<Key, (Arc<str>, M), BuildHasherDefault<AddressHasher>>;
+
+/// The metrics every request touches, each found in its family once.
+#[derive(Default)]
+pub(super) struct Kept {
+    /// `requests` by route and outcome.
+    pub outcomes: ByRoute<Counter>,
+    /// `upstream_responses` by route and status class.
+    pub responses: ByRoute<Counter>,
+    /// `upstream_latency_seconds` by route (the label is empty).
+    pub latency: ByRoute<Histogram>,
+    /// `store_latency_seconds` by [`super::StoreOp`] (its discriminant).
+    pub op_latency: [OnceLock<Histogram>; STORE_OPS],
+}
 
 /// One family's metrics by route and static label.
 pub(super) struct ByRoute<M> {
@@ -97,7 +115,6 @@ impl Hasher for AddressHasher {
 
 #[cfg(test)]
 mod tests {
-    use prometheus_client::metrics::counter::Counter;
     use prometheus_client::metrics::family::Family;
 
     use super::*;
