@@ -56,12 +56,38 @@ pub(super) fn respond(
 
 /// Sets `Idempotency-Expires` to `expires` as an HTTP-date, when it is known.
 pub(super) fn advertise(headers: &mut HeaderMap, expires: Option<SystemTime>) {
-    if let Some(at) = expires {
-        // An HTTP-date is plain ASCII.
-        if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
-            headers.insert(IDEMPOTENCY_EXPIRES.clone(), v);
-        }
+    if let Some(v) = expires.and_then(http_date) {
+        headers.insert(IDEMPOTENCY_EXPIRES.clone(), v);
     }
+}
+
+/// `at` as an HTTP-date header value. The last one made on this thread is kept: answers
+/// in the same second share it, and formatting a date cost more than the rest of the
+/// header (measured in callgrind).
+fn http_date(at: SystemTime) -> Option<HeaderValue> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    // `httpdate` panics outside 1970 to 9999: such a time is not advertised.
+    const YEAR_10000: u64 = 253_402_300_800;
+    let second = at.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+    if second >= YEAR_10000 {
+        return None;
+    }
+    // An HTTP-date is plain ASCII.
+    let format = || HeaderValue::from_str(&httpdate::fmt_http_date(at)).ok();
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((s, v)) = &*last {
+            if *s == second {
+                return Some(v.clone());
+            }
+        }
+        let v = format()?;
+        *last = Some((second, v.clone()));
+        Some(v)
+    })
 }
 
 /// A whole body followed by a trailer section (a gRPC answer's messages and its
@@ -109,5 +135,33 @@ impl hyper::body::Body for WithTrailers {
 
     fn is_end_stream(&self) -> bool {
         self.data.is_none() && self.trailers.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::http_date;
+
+    #[test]
+    fn a_kept_date_is_the_date_of_its_own_second() {
+        let base = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        for (secs, millis) in [(0, 0), (0, 999), (1, 0), (0, 500), (86_400, 1), (1, 999)] {
+            let at = base + Duration::from_secs(secs) + Duration::from_millis(millis);
+            assert_eq!(
+                http_date(at).unwrap().to_str().unwrap(),
+                httpdate::fmt_http_date(at),
+                "{secs} s {millis} ms after the base"
+            );
+        }
+        let last = SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+        assert_eq!(
+            http_date(last).unwrap().to_str().unwrap(),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+        // Where `httpdate` would panic, no header.
+        assert!(http_date(last + Duration::from_secs(1)).is_none());
+        assert!(http_date(SystemTime::UNIX_EPOCH - Duration::from_secs(1)).is_none());
     }
 }

@@ -353,3 +353,21 @@ fn a_quoted_key_is_forwarded_as_an_sf_string_of_itself() {
     assert_eq!(quoted, r#""\"a\\b\"""#);
     assert_eq!(sf_string(quoted.as_bytes()).unwrap(), b"\"a\\b\"");
 }
+
+#[test]
+fn a_store_key_is_spelt_as_before() {
+    // The spelling records already stored under: `prefix:{tag}:route:scope:key`, the tag
+    // the first six bytes of the slot hash in lower-case hex.
+    let mut h = Sha256::new();
+    h.update(b"dedupe-gateway/slot/v1");
+    for part in ["payments", "-", "order-7"] {
+        h.update([1u8]);
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let tag = hex::encode(&h.finalize()[..6]);
+    assert_eq!(
+        store_key("dedupe", "payments", "-", "order-7").as_str(),
+        format!("dedupe:{{{tag}}}:payments:-:order-7")
+    );
+}

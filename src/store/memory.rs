@@ -12,9 +12,6 @@
 //! its window would let a retry execute the write again. A completion is always stored,
 //! so the bytes can pass the bound by the responses of the claims in flight at the time.
 
-use std::collections::hash_map::DefaultHasher;
-
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,6 +35,28 @@ use self::entities::Entities;
 use self::shard::{footprint, Shard, Usage};
 
 const SHARDS: usize = 32;
+
+/// The shard a key's record lives in. The shard only spreads the lock: a key's record is
+/// found by the shard's own map (keyed SipHash, so flooding one map is no cheaper for a
+/// client), and a client that picks keys to meet in one shard only waits on one lock.
+/// So a multiply-and-rotate over eight bytes at a time instead of a second SipHash.
+fn shard_of(key: &str) -> usize {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h: u64 = key.len() as u64;
+    let mut chunks = key.as_bytes().chunks_exact(8);
+    for c in &mut chunks {
+        let word = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        h = (h.rotate_left(5) ^ word).wrapping_mul(K);
+    }
+    let mut last = [0u8; 8];
+    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(last)).wrapping_mul(K);
+    // Murmur3's finaliser: every input bit reaches the bits kept.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    (h >> 32) as usize % SHARDS
+}
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
 const MIN_SWEEP: usize = 256;
 /// Bytes a record costs besides its key and response: the record itself, the map entry
@@ -174,9 +193,7 @@ impl MemoryStore {
     }
 
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        Self::lock(&self.inner.shards[(h.finish() as usize) % SHARDS])
+        Self::lock(&self.inner.shards[shard_of(key)])
     }
 
     /// A full store sweeps the shards that have something due, one lock at a time.

@@ -120,3 +120,25 @@ async fn swept_and_reclaimed_records_give_their_bytes_back() {
     store.sweep();
     assert_eq!((store.len(), store.bytes()), (0, 0));
 }
+
+#[test]
+fn keys_spread_over_every_shard() {
+    // Store keys as the gateway spells them, differing only in the client's key, and keys
+    // that differ in one byte: each shard gets its share within a quarter.
+    for spell in [
+        |i: usize| format!("dedupe:{{0a1b2c3d4e5f}}:payments:-:order-{i}"),
+        |i: usize| format!("k{i:07}"),
+    ] {
+        let mut counts = [0usize; SHARDS];
+        let n = SHARDS * 1_000;
+        for i in 0..n {
+            counts[shard_of(&spell(i))] += 1;
+        }
+        for (shard, c) in counts.iter().enumerate() {
+            assert!(
+                (750..=1_250).contains(c),
+                "shard {shard} got {c} of {n}: {counts:?}"
+            );
+        }
+    }
+}

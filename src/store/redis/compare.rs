@@ -80,8 +80,11 @@ pub(super) fn completion(
 ) -> Option<redis::Cmd> {
     let window = millis(window);
     let header = completed_header(claimed, fence, window)?;
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(key)
+    // Sized once: growing the command's buffer arg by arg cost more than encoding it.
+    let data = 3 + key.len() + header.len() + response.len() + 4 + claimed.len() + 2 + 20;
+    let mut cmd = redis::Cmd::with_capacity(7, data);
+    cmd.arg("SET")
+        .arg(key)
         .arg(CompletedValue { header, response })
         .arg("IFEQ")
         .arg(claimed)

@@ -187,20 +187,25 @@ pub(super) fn claim_pipeline(
 ) -> redis::Pipeline {
     let ttl = claim_ttl(req);
     let key = req.key.as_str();
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .ignore_errors()
-        .cmd("SET")
+    // Each command sized once: growing their buffers arg by arg cost more than encoding.
+    let mut set = redis::Cmd::with_capacity(7, 3 + key.len() + value.len() + 2 + 2 + 20 + 3);
+    set.arg("SET")
         .arg(key)
         .arg(value)
         .arg("NX")
         .arg("PX")
         .arg(ttl)
-        .arg("GET")
-        .cmd("PEXPIRETIME")
-        .arg(key);
+        .arg("GET");
+    let mut expiry = redis::Cmd::with_capacity(2, 11 + key.len());
+    expiry.arg("PEXPIRETIME").arg(key);
+    let mut pipe = redis::Pipeline::with_capacity(3);
+    pipe.atomic()
+        .ignore_errors()
+        .add_command(set)
+        .add_command(expiry);
     if with_time {
-        pipe.cmd("TIME");
+        pipe.add_command(redis::Cmd::with_capacity(1, 4))
+            .arg("TIME");
     }
     pipe
 }
