@@ -83,6 +83,7 @@ pub mod problem;
 pub mod record;
 pub mod reload;
 pub mod route;
+pub mod runtime;
 pub mod seal;
 pub mod server;
 pub mod store;

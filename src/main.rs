@@ -250,7 +250,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match runtime() {
+    let runtime = match runtime(config.server.idle_poll) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -352,15 +352,13 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "dedupe-gateway: {message}");
 }
 
-/// The multi-threaded runtime `run` and `drill` work on; a failure already reported.
-fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            report(&format!("cannot start the async runtime: {e}"));
-            ExitCode::from(EXIT_RUNTIME)
-        })
+/// The multi-threaded runtime `run` and `drill` work on (see `server.idle_poll`); a
+/// failure already reported.
+fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, ExitCode> {
+    dedupe_gateway::runtime::multi_thread(idle_poll).map_err(|e| {
+        report(&format!("cannot start the async runtime: {e}"));
+        ExitCode::from(EXIT_RUNTIME)
+    })
 }
 
 /// Exit status when a drill or a store check failed.
@@ -372,7 +370,8 @@ fn drill(args: DrillArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match runtime() {
+    // A drill is a client: its workers sleep when idle.
+    let runtime = match runtime(std::time::Duration::ZERO) {
         Ok(r) => r,
         Err(code) => return code,
     };

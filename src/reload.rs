@@ -39,6 +39,10 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");
     }
+    // The runtime's worker threads are set up once, at start.
+    if o.idle_poll != n.idle_poll {
+        restart.push("server.idle_poll");
+    }
     // The exporter and the tracing layer are set up once, at start.
     if old.telemetry != new.telemetry {
         restart.push("telemetry");

@@ -371,3 +371,54 @@ async fn a_container_sets_listen_upstream_and_admin_through_the_environment() {
         .await;
     assert_eq!(m.status, StatusCode::OK);
 }
+
+/// `server.idle_poll`: with the workers polling before they sleep (the longest allowed) or
+/// sleeping at once, the gateway process answers the same: each key runs once whatever
+/// the concurrency, and one client's requests one after another (a worker idle between
+/// each) are all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_that_poll_before_they_sleep_serve_as_those_that_do_not() {
+    for idle_poll in ["0s", "1ms"] {
+        let up = Upstream::start().await;
+        let gw = GatewayProcess::start(
+            &GatewayConfig::new(up.url())
+                .idle_poll(idle_poll)
+                .store(StoreCfg::memory())
+                .route(RouteCfg::header("orders", "/orders")),
+        );
+        let http = Http::new();
+        let calls: Vec<_> = (0..40)
+            .flat_map(|k| (0..3).map(move |_| k))
+            .map(|k| {
+                let (h, url) = (http.clone(), gw.url("/orders"));
+                tokio::spawn(async move {
+                    h.post(&url, &[("Idempotency-Key", &format!("k{k}"))], "{}")
+                        .await
+                        .status
+                })
+            })
+            .collect();
+        for c in calls {
+            let status = c.await.unwrap();
+            assert!(
+                [StatusCode::CREATED, StatusCode::CONFLICT].contains(&status),
+                "idle_poll {idle_poll}: {status}"
+            );
+        }
+        for i in 0..100 {
+            let answer = http
+                .post(
+                    &gw.url("/orders"),
+                    &[("Idempotency-Key", &format!("s{i}"))],
+                    "{}",
+                )
+                .await;
+            assert_eq!(answer.status, StatusCode::CREATED, "idle_poll {idle_poll}");
+        }
+        assert_eq!(
+            up.effects(),
+            140,
+            "idle_poll {idle_poll}: one effect per key"
+        );
+    }
+}

@@ -30,6 +30,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// `server.write_timeout`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// `server.idle_poll`.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(15);
 /// `server.shutdown_grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// `server.max_connections`.
@@ -129,6 +131,8 @@ pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of `store.timeout`: one store operation.
 pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest `server.idle_poll`: past this, polling costs more CPU than a sleep and wake-up.
+pub const MAX_IDLE_POLL: Duration = Duration::from_millis(1);
 /// Upper bound of `lease`.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of `window`.
@@ -268,6 +272,7 @@ mod tests {
             "server.body_read_timeout" => d(DEFAULT_BODY_READ_TIMEOUT),
             "server.shutdown_grace" => d(DEFAULT_SHUTDOWN_GRACE),
             "server.write_timeout" => d(DEFAULT_WRITE_TIMEOUT),
+            "server.idle_poll" => d(DEFAULT_IDLE_POLL),
             "store.max_bytes" => s(DEFAULT_MAX_BYTES),
             "store.near_cache" => s(DEFAULT_NEAR_CACHE),
             "admin.max_connections" => n(DEFAULT_ADMIN_MAX_CONNECTIONS as u64),
@@ -345,6 +350,7 @@ mod tests {
             | "server.write_timeout"
             | "defaults.conflict_wait" => d(MAX_TIMEOUT),
             "store.timeout" => d(MAX_STORE_TIMEOUT),
+            "server.idle_poll" => d(MAX_IDLE_POLL),
             "defaults.lease" => d(MAX_LEASE),
             "defaults.window" => d(MAX_WINDOW),
             "routes[].verify.tolerance" => d(MAX_VERIFY_TOLERANCE),
@@ -411,7 +417,7 @@ mod tests {
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
         assert_eq!(
-            bounds, 21,
+            bounds, 22,
             "every bounded field has its bound in docs/configuration.md"
         );
     }

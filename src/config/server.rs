@@ -7,10 +7,10 @@ use http::uri::{Authority, Scheme};
 
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_IDLE_POLL, DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_HTTP2,
     DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS,
-    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MIN_HEADER_BYTES,
+    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
+    /// How long a worker thread that runs out of work keeps polling before it sleeps.
+    pub idle_poll: Duration,
     /// A client that accepts no response bytes for this long is disconnected.
     pub write_timeout: Duration,
     /// Most client connections served at once.
@@ -135,6 +137,10 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
+    let idle_poll = match s.idle_poll.as_deref() {
+        Some(v) => parse::duration_allow_zero("server.idle_poll", v, MAX_IDLE_POLL)?,
+        None => DEFAULT_IDLE_POLL,
+    };
     let write_timeout = timeout(
         "server.write_timeout",
         &s.write_timeout,
@@ -165,6 +171,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         header_read_timeout,
         body_read_timeout,
         shutdown_grace,
+        idle_poll,
         write_timeout,
     })
 }

@@ -1,0 +1,69 @@
+//! The multi-threaded runtime the gateway serves on, and `server.idle_poll`: a worker
+//! thread that runs out of work keeps its CPU for a moment before it sleeps.
+//!
+//! A sleeping worker is woken by the kernel when its next event comes, and on a virtual
+//! machine whose idle CPUs halt that wake-up is dear: on two shared cores a streamed
+//! request cost the whole machine the same CPU with the gateway's threads sleeping as
+//! soon as idle, while 8-10% of the CPU went unused (nginx's workers left 3%), and at one
+//! connection each request waited for a wake-up (see docs/benchmarks.md, run 10). So
+//! before it sleeps a worker yields its CPU to any other thread that can run there, again
+//! and again, until `idle_poll` has passed; an event that comes meanwhile is served at
+//! once, as tokio's sleep then returns without sleeping. Work seen by nothing but the
+//! sleep itself (a socket's readiness) is picked up at the latest `idle_poll` late.
+
+use std::time::{Duration, Instant};
+
+/// The runtime `run` serves on, its workers polling for `idle_poll` before they sleep
+/// (`Duration::ZERO`: they sleep at once, as tokio's do).
+pub fn multi_thread(idle_poll: Duration) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if !idle_poll.is_zero() {
+        builder.on_thread_park(move || poll_for(idle_poll));
+    }
+    builder.build()
+}
+
+/// Yields the CPU to whatever else can run on it until `idle_poll` has passed. A yield
+/// with nothing else to run returns at once, so this keeps the CPU from halting without
+/// keeping any other thread from it.
+fn poll_for(idle_poll: Duration) {
+    let until = Instant::now() + idle_poll;
+    while Instant::now() < until {
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::multi_thread;
+
+    #[test]
+    fn a_polling_runtime_runs_tasks_and_timers_as_a_sleeping_one() {
+        for idle_poll in [
+            Duration::ZERO,
+            Duration::from_micros(15),
+            Duration::from_millis(1),
+        ] {
+            let runtime = multi_thread(idle_poll).unwrap();
+            let sum = runtime.block_on(async {
+                let tasks: Vec<_> = (0..64u64)
+                    .map(|i| {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(i % 4)).await;
+                            i
+                        })
+                    })
+                    .collect();
+                let mut sum = 0;
+                for t in tasks {
+                    sum += t.await.unwrap();
+                }
+                sum
+            });
+            assert_eq!(sum, (0..64).sum::<u64>(), "idle_poll {idle_poll:?}");
+        }
+    }
+}
