@@ -57,6 +57,8 @@
 //!   forwarder's upstream call, replays, the access record.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
+//! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`
+//!   before they sleep.
 //! - [`drill`]: `dedupe-gateway drill`: five drills per route and the store checks, against
 //!   an in-process gateway or a live one.
 

@@ -1,15 +1,14 @@
 //! The multi-threaded runtime the gateway serves on, and `server.idle_poll`: a worker
 //! thread that runs out of work keeps its CPU for a moment before it sleeps.
 //!
-//! A sleeping worker is woken by the kernel when its next event comes, and on a virtual
-//! machine whose idle CPUs halt that wake-up is dear: on two shared cores a streamed
-//! request cost the whole machine the same CPU with the gateway's threads sleeping as
-//! soon as idle, while 8-10% of the CPU went unused (nginx's workers left 3%), and at one
-//! connection each request waited for a wake-up (see docs/benchmarks.md, run 10). So
-//! before it sleeps a worker yields its CPU to any other thread that can run there, again
-//! and again, until `idle_poll` has passed; an event that comes meanwhile is served at
-//! once, as tokio's sleep then returns without sleeping. Work seen by nothing but the
-//! sleep itself (a socket's readiness) is picked up at the latest `idle_poll` late.
+//! A sleeping worker is woken by the kernel when its next event comes, and where idle CPUs
+//! halt (virtual machines) that wake-up is dear: on two shared cores, with tokio's workers
+//! sleeping as soon as they ran out of work, the cores stood idle 8-12% of the time under
+//! load against nginx's 3-4%, and at one connection a streamed request cost the gateway ten
+//! times its CPU under load (docs/benchmarks.md, run 10). So before it sleeps a worker
+//! yields its CPU to any other thread that can run there, again and again, until
+//! `idle_poll` has passed; an event that comes meanwhile finds tokio's sleep returning at
+//! once, without a halt or a wake-up.
 
 use std::time::{Duration, Instant};
 
