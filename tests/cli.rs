@@ -276,7 +276,7 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
     ));
     cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
     // A worker that polls longer than a sleep and wake-up cost is refused, as is a guess.
-    for v in ["\"1001us\"", "\"15\"", "\"-1us\"", "15"] {
+    for v in ["\"101us\"", "\"1ms\"", "\"15\"", "\"-1us\"", "15"] {
         cases.push((server("idle_poll", v), "server.idle_poll".into()));
     }
     // Units the configuration reference does not document are refused, never guessed at.
@@ -312,7 +312,7 @@ fn check_accepts_the_largest_values_in_bounds() {
     let text = payments_route("lease = \"1day\"\nwindow = \"365d\"\nconflict_wait = \"1h\"\n")
         .replace(
         "[server]\n",
-        "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\nidle_poll = \"1ms\"\n",
+        "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\nidle_poll = \"100us\"\n",
     ) + "[store]\nprefix = \""
         + &"p".repeat(256)
         + "\"\ntimeout = \"1min\"\n";

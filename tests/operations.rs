@@ -378,7 +378,7 @@ async fn a_container_sets_listen_upstream_and_admin_through_the_environment() {
 /// each) are all answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_that_poll_before_they_sleep_serve_as_those_that_do_not() {
-    for idle_poll in ["0s", "1ms"] {
+    for idle_poll in ["0s", "100us"] {
         let up = Upstream::start().await;
         let gw = GatewayProcess::start(
             &GatewayConfig::new(up.url())

@@ -131,8 +131,10 @@ pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of `store.timeout`: one store operation.
 pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest `server.idle_poll`: past this, polling costs more CPU than a sleep and wake-up.
-pub const MAX_IDLE_POLL: Duration = Duration::from_millis(1);
+/// Longest `server.idle_poll`: an event that comes while a worker polls waits for the poll
+/// to end (tokio looks for events only as it sleeps), so a long poll adds its length to
+/// the latency of what it catches.
+pub const MAX_IDLE_POLL: Duration = Duration::from_micros(100);
 /// Upper bound of `lease`.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of `window`.
