@@ -12,6 +12,7 @@
 //! its window would let a retry execute the write again. A completion is always stored,
 //! so the bytes can pass the bound by the responses of the claims in flight at the time.
 
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,13 +37,13 @@ use self::shard::{footprint, Shard, Usage};
 
 const SHARDS: usize = 32;
 
-/// The shard a key's record lives in. The shard only spreads the lock: a key's record is
-/// found by the shard's own map (keyed SipHash, so flooding one map is no cheaper for a
-/// client), and a client that picks keys to meet in one shard only waits on one lock.
-/// So a multiply-and-rotate over eight bytes at a time instead of a second SipHash.
+/// The shard a key's record lives in. The shard spreads the lock and the sweeps; a key's
+/// record is then found by the shard's own map, under its keyed SipHash. So a
+/// multiply-and-rotate over eight bytes at a time instead of a second SipHash, seeded per
+/// process so that which keys share a shard cannot be worked out ahead of time.
 fn shard_of(key: &str) -> usize {
     const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h: u64 = key.len() as u64;
+    let mut h: u64 = shard_seed() ^ key.len() as u64;
     let mut chunks = key.as_bytes().chunks_exact(8);
     for c in &mut chunks {
         let word = u64::from_le_bytes(c.try_into().unwrap_or_default());
@@ -57,6 +58,12 @@ fn shard_of(key: &str) -> usize {
     h ^= h >> 33;
     (h >> 32) as usize % SHARDS
 }
+/// This process's seed of [`shard_of`].
+fn shard_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(SHARDS))
+}
+
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
 const MIN_SWEEP: usize = 256;
 /// Bytes a record costs besides its key and response: the record itself, the map entry
