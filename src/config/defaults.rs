@@ -30,8 +30,9 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// `server.write_timeout`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// `server.idle_poll`.
-pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(15);
+/// `server.idle_poll`: off, as tokio's workers behave. Where the kernel already polls before
+/// an idle CPU halts (most virtual machines), a poll here would only repeat it.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::ZERO;
 /// `server.shutdown_grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// `server.max_connections`.
