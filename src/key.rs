@@ -339,10 +339,10 @@ fn compose(prefix: &str, route: &str, scope: &str, tagged_by: &str, name: &str) 
     let mut key = String::with_capacity(prefix.len() + route.len() + scope.len() + name.len() + 18);
     key.push_str(prefix);
     key.push_str(":{");
-    for b in &digest[..6] {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        key.push(char::from(HEX[usize::from(b >> 4)]));
-        key.push(char::from(HEX[usize::from(b & 0xf)]));
+    let mut tag = [0u8; 12];
+    if hex::encode_to_slice(&digest[..6], &mut tag).is_ok() {
+        // Lower-case hex digits: ASCII.
+        key.push_str(std::str::from_utf8(&tag).unwrap_or_default());
     }
     for part in ["}:", route, ":", scope, ":", name] {
         key.push_str(part);

@@ -137,10 +137,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
-    let idle_poll = match s.idle_poll.as_deref() {
-        Some(v) => parse::duration_allow_zero("server.idle_poll", v, MAX_IDLE_POLL)?,
-        None => DEFAULT_IDLE_POLL,
-    };
+    let idle_poll = idle_poll(s)?;
     let write_timeout = timeout(
         "server.write_timeout",
         &s.write_timeout,
@@ -174,6 +171,14 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         idle_poll,
         write_timeout,
     })
+}
+
+/// `server.idle_poll`: zero (sleep at once) allowed, at most [`MAX_IDLE_POLL`].
+fn idle_poll(s: &FileServer) -> Result<Duration, ConfigError> {
+    match s.idle_poll.as_deref() {
+        Some(v) => parse::duration_allow_zero("server.idle_poll", v, MAX_IDLE_POLL),
+        None => Ok(DEFAULT_IDLE_POLL),
+    }
 }
 
 /// `server.upstream_ca_file`: only for an `https` upstream, holding a usable trust anchor.
