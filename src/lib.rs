@@ -22,6 +22,7 @@
 //!
 //! # The modules, lowest first (no module imports one listed after it; tests aside)
 //!
+//! - [`boxed`]: large values (futures above all) boxed where they are built, not copied in.
 //! - [`files`]: reading the files the gateway is given within a size limit each.
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
@@ -66,6 +67,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod boxed;
 pub(crate) mod coalesce;
 pub mod config;
 pub mod dedupe;

@@ -42,6 +42,7 @@ use tracing::{debug, error, warn, Instrument};
 
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome, Would};
+use crate::boxed;
 use crate::metrics::{ClaimEvent, Metrics};
 use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
@@ -192,12 +193,14 @@ where
     F: FnOnce(Forward) -> Fut,
     Fut: Future<Output = Attempt<R>>,
 {
-    // The claim and the forwarder's call are boxed: each is a large future (a store round
-    // trip; an upstream call with its body capture), and held inline they made every
-    // request's task several KiB, copied whole on each move and on spawn. Boxed before a
-    // span wraps them, or the wrapper copies them once more on their way into the box.
-    let claiming = claim::claim(env, key, request_hash, policy, order);
-    let claimed = Box::pin(claiming).instrument(telemetry::claim()).await;
+    // The claim, the forwarder's call and the lease's end are boxed: each is a large
+    // future (a store round trip; an upstream call with its body capture), and held
+    // inline they made every request's task several KiB, copied whole on each move and
+    // on spawn. Built in their boxes (see `boxed`), before a span wraps them, or the
+    // wrapper copies them once more on their way in.
+    let claimed = boxed::pinned(|| claim::claim(env, key, request_hash, policy, order))
+        .instrument(telemetry::claim())
+        .await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
             Ok(Claim::Replay(_)) => Some(Would::Replay),
@@ -254,17 +257,19 @@ where
     let _held = env.metrics.claim_held();
     let lease = Lease::new(env.store, env.metrics, permit, policy, order);
     let (finish, response) = match lease
-        .renewing(Box::pin(forward(Forward::Owned(fence))))
+        .renewing(boxed::pinned(|| forward(Forward::Owned(fence))))
         .await
     {
         Attempt::Final { record, response } => {
-            let completing = lease.complete(env.keyring.seal(key, record));
+            let sealed = env.keyring.seal(key, record);
+            let completing = boxed::pinned(|| lease.complete(sealed));
             let span = telemetry::completion();
-            (Box::pin(completing).instrument(span).await, response)
+            (completing.instrument(span).await, response)
         }
         Attempt::NotExecuted(response) => {
             let span = telemetry::completion();
-            (Box::pin(lease.release()).instrument(span).await, response)
+            let releasing = boxed::pinned(|| lease.release());
+            (releasing.instrument(span).await, response)
         }
         Attempt::Unknown(response) => (lease.keep(), response),
     };
@@ -289,7 +294,9 @@ where
     Fut: Future<Output = Attempt<R>>,
 {
     debug!(store_key = %key, would = would.as_str(), "shadow mode: forwarding a request enforcement would have answered");
-    let response = Box::pin(forward(Forward::Unguarded)).await.into_response();
+    let response = boxed::pinned(|| forward(Forward::Unguarded))
+        .await
+        .into_response();
     let mut settled = Settled::answered(Answer::Forwarded(response), Outcome::Shadowed);
     settled.would = Some(would);
     settled
@@ -323,7 +330,9 @@ where
         OnError::FailOpen => {
             warn!(error = %e, store_key = %key,
                 "{what}; failing open: forwarding without dedupe");
-            let response = Box::pin(forward(Forward::Unguarded)).await.into_response();
+            let response = boxed::pinned(|| forward(Forward::Unguarded))
+                .await
+                .into_response();
             Settled::answered(Answer::Forwarded(response), Outcome::FailOpen)
         }
     }

@@ -16,6 +16,7 @@ use super::recent::RecentLatency;
 use super::request::Handled;
 use super::stream::Delivery;
 use super::{replay, Gateway};
+use crate::boxed;
 use crate::dedupe::{self, Answer, Finish, Outcome, Policy};
 use crate::problem::GatewayError;
 use crate::route::{Dialect, Keyed, Mode, OnConflict};
@@ -40,13 +41,24 @@ impl KeyedRequest {
     /// (several KiB) was kept in the request future too and copied with it on every move.
     /// The response goes to `delivery`: early, by the forwarder, when the winner's answer
     /// streams; at the task's end otherwise.
-    pub(super) fn spawn(self, gateway: &Arc<Gateway>, tether: Tether, delivery: Delivery) {
+    pub(super) fn spawn(
+        self: Box<Self>,
+        gateway: &Arc<Gateway>,
+        tether: Tether,
+        delivery: Delivery,
+    ) {
         let this = self;
         // In the request's spans, as `Gateway::handle` runs it (see `Origin::run_in`).
         let (span, trace) = (this.origin.span.clone(), this.origin.trace.clone());
         let gateway = gateway.clone();
         let tasks = gateway.tasks.clone();
-        let task = async move {
+        // Built in its box (see `boxed`): spawning moved the 5 KiB future into its task's
+        // cell three times, and the task moved its stage three times more by the end; a
+        // box makes each move a pointer's. Boxed before the spans wrap it, or each
+        // wrapper copies it once more on its way in.
+        let task = boxed::pinned(move || async move {
+            // Unboxed in the task, where it stays: the forwarder's call takes it by value.
+            let this = *this;
             let _task = TaskSide(tether);
             let env = gateway.env();
             let keyed = &this.keyed;
@@ -111,13 +123,8 @@ impl KeyedRequest {
                 errors: errors.clone(),
             };
             delivery.deliver(gateway.conclude(handled, &this.origin));
-        };
-        // Boxed: spawning moved the 3.4 KiB future into its task's cell three times, and
-        // the task moved its stage three times more by the end; a box makes each move a
-        // pointer's. A new key on the memory store went from 59.6 to 31.2 KB copied by
-        // `memmove` per request (a uprobe on it, copies of 256 bytes and more). Boxed
-        // before the spans wrap it, or each wrapper copies it once more on its way in.
-        tasks.spawn(Box::pin(task).instrument(span).instrument(trace));
+        });
+        tasks.spawn(task.instrument(span).instrument(trace));
     }
 }
 
