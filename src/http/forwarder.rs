@@ -92,8 +92,7 @@ impl Forwarder {
         telemetry::inject(&span, req.headers_mut());
         let deadline = live.upstream.deadline();
         let started = Instant::now();
-        let called = live.upstream.call(req, deadline);
-        let resp = match called.instrument(span.clone()).await {
+        let resp = match live.upstream.call(req, deadline, span.clone()).await {
             Ok(resp) => resp,
             Err(e) => return call.failed(e),
         };

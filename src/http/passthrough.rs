@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use tracing::{warn, Instrument};
+use tracing::warn;
 
 use super::stream::Tail;
 use super::Live;
@@ -52,8 +52,8 @@ pub(super) async fn forward(
     let span = telemetry::upstream();
     telemetry::inject(&span, req.headers_mut());
     let started = Instant::now();
-    let called = live.upstream.call(req, live.upstream.deadline());
-    match called.instrument(span.clone()).await {
+    let deadline = live.upstream.deadline();
+    match live.upstream.call(req, deadline, span.clone()).await {
         Err(e) => {
             warn!(route = &**route, error = %e.chain(), "upstream request failed");
             Forwarded::failed(e.into())

@@ -240,13 +240,16 @@ impl Upstream {
     /// The one upstream call: sends a prepared request and returns the response head
     /// (without its hop-by-hop fields) with a streaming body, or why there is none, by
     /// `deadline` (`server.upstream_timeout` from the call's start; the body is bounded by
-    /// its reader).
+    /// its reader). It runs in `span`: wrapped in it by the caller, this future (2.3 KiB)
+    /// was copied whole into the wrapper and again into the caller's state.
     pub async fn call(
         &self,
         req: Request<Body>,
         deadline: tokio::time::Instant,
+        span: tracing::Span,
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
-        let sent = tokio::time::timeout_at(deadline, self.send(req)).await;
+        let sending = tracing::Instrument::instrument(self.send(req), span);
+        let sent = tokio::time::timeout_at(deadline, sending).await;
         sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
     }
 
