@@ -216,25 +216,28 @@ macro_rules! redis_backend {
                         }
                     }
                 }
-                let hash = finish_invocation(&self.scripts, key, fence, record, window, strict, order);
+                // Each layout's call is built only if it is sent: both carry the response.
+                let hash = || finish_invocation(&self.scripts, key, fence, record, window, strict, order);
                 if order.is_some() {
-                    return match self.call(&hash).await? {
+                    return match self.call(&hash()).await? {
                         Typed::Reply(v) => parse_finish(v),
                         Typed::OtherLayout => Err(ordered_not_hash()),
                     };
                 }
-                let string = strings::finish_invocation(
-                    &self.scripts.string,
-                    key,
-                    fence,
-                    claimant,
-                    record,
-                    window,
-                    strict,
-                );
+                let string = || {
+                    strings::finish_invocation(
+                        &self.scripts.string,
+                        key,
+                        fence,
+                        claimant,
+                        record,
+                        window,
+                        strict,
+                    )
+                };
                 let v = layered!(self.string_first(),
-                    hash => self.call(&hash),
-                    string => self.call(&string))?;
+                    hash => self.call(&hash()),
+                    string => self.call(&string()))?;
                 parse_finish(v)
             }
 

@@ -238,56 +238,63 @@ impl Script {
 
     /// A call of this script on `key` (`KEYS[1]`).
     pub(super) fn key(&self, key: &str) -> Call<'_> {
-        Call {
-            script: self,
-            keys: vec![key.as_bytes().to_vec()],
-            args: Vec::new(),
+        self.call(key, None, 0)
+    }
+
+    /// A call of this script on `key` and, on ordered routes, the entity's record
+    /// (`KEYS[2]`), its arguments (about `arg_bytes` long) to follow.
+    pub(super) fn call(&self, key: &str, second: Option<&str>, arg_bytes: usize) -> Call<'_> {
+        let keys = 1 + usize::from(second.is_some());
+        let key_bytes = key.len() + second.map_or(0, str::len);
+        // Sized once: growing the command's buffers arg by arg cost more than encoding.
+        let mut cmd = Cmd::with_capacity(
+            3 + keys + 12,
+            self.sha.len() + 8 + key_bytes + arg_bytes + 64,
+        );
+        cmd.arg("EVALSHA").arg(&self.sha).arg(keys).arg(key);
+        if let Some(second) = second {
+            cmd.arg(second);
         }
+        Call { script: self, cmd }
     }
 }
 
-/// One call of a script: its keys and arguments, sent by [`Call::invoke`].
+/// One call of a script: `EVALSHA`, its keys and its arguments, built once and sent by
+/// [`Call::invoke`] (each argument copied into the command once, the response included).
 pub(super) struct Call<'a> {
     script: &'a Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// `EVALSHA sha numkeys keys... args...`.
+    cmd: Cmd,
 }
 
 impl Call<'_> {
-    fn key(&mut self, key: &str) -> &mut Self {
-        self.keys.push(key.as_bytes().to_vec());
-        self
-    }
-
     pub(super) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
+        self.cmd.arg(arg);
         self
     }
 
     /// `EVALSHA`, or `EVAL` where the node lacks the script (see the module's comment).
     /// Either way the script runs at most once: `NOSCRIPT` means it did not run.
     pub(super) async fn invoke(&self, con: &mut impl ConnectionLike) -> RedisResult<Value> {
-        match self
-            .command("EVALSHA", &self.script.sha)
-            .query_async(con)
-            .await
-        {
+        match self.cmd.query_async(con).await {
             Err(e) if no_script(&e) => {
                 tracing::debug!("a Redis node lacks the script; sending it with EVAL");
-                self.command("EVAL", &self.script.body)
-                    .query_async(con)
-                    .await
+                self.eval().query_async(con).await
             }
             reply => reply,
         }
     }
 
-    fn command(&self, verb: &str, script: &str) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(script)
-            .arg(self.keys.len())
-            .arg(&self.keys[..])
-            .arg(&self.args[..]);
+    /// The same call as `EVAL` with the script's body: its keys and arguments are the
+    /// `EVALSHA`'s after the verb and the hash.
+    fn eval(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(&self.script.body);
+        for arg in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
         cmd
     }
 }
@@ -320,14 +327,15 @@ impl Scripts {
 }
 
 pub(super) fn claim_invocation<'a>(scripts: &'a Scripts, req: ClaimRequest<'_>) -> Call<'a> {
-    let mut inv = scripts.claim.key(req.key.as_str());
+    let entity = req.order.map(|order| order.entity.as_str());
+    let mut inv = scripts.claim.call(req.key.as_str(), entity, 128);
     inv.arg(&req.request_hash.as_bytes()[..])
         .arg(millis(req.lease))
         .arg(millis(req.window))
         .arg(req.claimant.get().to_string())
         .arg(if req.hold { "1" } else { "0" });
     if let Some(order) = req.order {
-        inv.key(order.entity.as_str()).arg(order.version);
+        inv.arg(order.version);
     }
     inv
 }
@@ -339,11 +347,9 @@ pub(super) fn renew_invocation<'a>(
     lease: Duration,
     order: Option<Order<'_>>,
 ) -> Call<'a> {
-    let mut inv = scripts.renew.key(key);
+    let entity = order.map(|order| order.entity.as_str());
+    let mut inv = scripts.renew.call(key, entity, 40);
     inv.arg(fence).arg(millis(lease));
-    if let Some(order) = order {
-        inv.key(order.entity.as_str());
-    }
     inv
 }
 
@@ -356,9 +362,18 @@ pub(super) fn finish_invocation<'a>(
     strict: bool,
     order: Option<Order<'_>>,
 ) -> Call<'a> {
-    let mut inv = finish_call(&scripts.finish, key, fence, response, window, strict);
+    let entity = order.map(|order| order.entity.as_str());
+    let mut inv = finish_call(
+        &scripts.finish,
+        key,
+        entity,
+        fence,
+        response,
+        window,
+        strict,
+    );
     if let Some(order) = order {
-        inv.key(order.entity.as_str()).arg(order.version);
+        inv.arg(order.version);
     }
     inv
 }
@@ -368,16 +383,58 @@ pub(super) fn finish_invocation<'a>(
 pub(super) fn finish_call<'a>(
     script: &'a Script,
     key: &str,
+    entity: Option<&str>,
     fence: u64,
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
-    let mut inv = script.key(key);
+    let response_bytes = response.map_or(0, <[u8]>::len);
+    let mut inv = script.call(key, entity, response_bytes + 96);
     inv.arg(fence)
         .arg(if response.is_some() { "c" } else { "r" })
         .arg(millis(window))
         .arg(if strict { "1" } else { "0" })
         .arg(response.unwrap_or_default());
     inv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => b"<cursor>".to_vec(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_sends_its_keys_before_its_arguments_and_eval_sends_the_same() {
+        let script = Script::new("return 1".to_owned());
+        let mut call = script.call("rec", Some("entity"), 8);
+        call.arg(7u64).arg(&b""[..]).arg(&b"body"[..]);
+        let sha = args(&call.cmd);
+        assert_eq!(
+            sha,
+            [
+                &b"EVALSHA"[..],
+                script.sha.as_bytes(),
+                b"2",
+                b"rec",
+                b"entity",
+                b"7",
+                b"",
+                b"body"
+            ]
+        );
+        let eval = args(&call.eval());
+        assert_eq!(eval[..2], [b"EVAL".to_vec(), b"return 1".to_vec()]);
+        assert_eq!(eval[2..], sha[2..]);
+        let one = args(&script.key("k").cmd);
+        assert_eq!(one[2..], [b"1".to_vec(), b"k".to_vec()]);
+    }
 }

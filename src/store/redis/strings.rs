@@ -355,7 +355,7 @@ pub(super) fn finish_invocation<'a>(
     strict: bool,
 ) -> Call<'a> {
     let mut inv =
-        super::scripts::finish_call(&scripts.finish, key, fence, response, window, strict);
+        super::scripts::finish_call(&scripts.finish, key, None, fence, response, window, strict);
     inv.arg(claimant_arg(claimant));
     if response.is_some() && claimant.is_some() {
         inv.arg(&fence.to_be_bytes()[..])
