@@ -56,79 +56,83 @@ impl KeyedRequest {
         // cell three times, and the task moved its stage three times more by the end; a
         // box makes each move a pointer's. Boxed before the spans wrap it, or each
         // wrapper copies it once more on its way in.
-        let task = boxed::pinned(move || async move {
-            // Unboxed in the task, where it stays: the forwarder's call takes it by value.
-            let this = *this;
-            let _task = TaskSide(tether);
-            let env = gateway.env();
-            let keyed = &this.keyed;
-            // The forwarder goes into the protocol; the route's latencies stay for a 409.
-            let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
-            if let Some(response) = this.joined(&gateway) {
-                return delivery.deliver(response);
-            }
-            let order = keyed.order.as_ref().map(|(entity, o)| Order {
-                entity,
-                version: &o.version,
-            });
-            let (key, scope, route_name): (&str, &str, &str) =
-                (&keyed.key, &keyed.scope, &this.route_name);
-            let mut settled = dedupe::run(
-                &env,
-                &keyed.store_key,
-                &keyed.request_hash,
-                &this.policy,
-                order,
-                |forward| {
-                    this.forwarder
-                        .execute(&gateway.metrics, &keyed.store_key, forward)
-                },
-            )
-            .await;
-            // The record is stored (or refused): a streamed answer may end now.
-            if let Answer::Forwarded(f) = &mut settled.answer {
-                if let Some(tail) = f.tail.take() {
-                    tail.finish().await;
-                }
-            }
-            if settled.outcome == Outcome::Stale {
-                if let Some((_, o)) = &keyed.order {
-                    warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
-                        "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
-                }
-            }
-            let errors = &live.config.routes[route].errors;
-            let answered = Answered {
-                keyed: &this.keyed,
-                recent: &live.recent[route],
-                route_name: &this.route_name,
-                advertise_expiry: this.advertise_expiry,
-                errors,
-            };
-            let (response, upstream) = answered.respond(settled.answer, settled.finish);
-            let access = Access {
-                started: this.started,
-                route: this.route_name,
-                outcome: settled.outcome,
-                finish: settled.finish,
-                fence: settled.fence,
-                upstream,
-                key: Some((this.keyed.key, this.keyed.scope)),
-                would: settled.would,
-            };
-            let handled = Handled {
-                response,
-                access,
-                close: false,
-                errors: errors.clone(),
-            };
-            delivery.deliver(gateway.conclude(handled, &this.origin));
-        });
+        let task = boxed::pinned(move || Self::run(this, gateway, tether, delivery));
         tasks.spawn(task.instrument(span).instrument(trace));
     }
 }
 
 impl KeyedRequest {
+    /// The task: the protocol, then the response and the request's account. Its future
+    /// starts as its four arguments, built in the box `spawn` gives it.
+    async fn run(this: Box<Self>, gateway: Arc<Gateway>, tether: Tether, delivery: Delivery) {
+        // Unboxed in the task, where it stays: the forwarder's call takes it by value.
+        let this = *this;
+        let _task = TaskSide(tether);
+        let env = gateway.env();
+        let keyed = &this.keyed;
+        // The forwarder goes into the protocol; the route's latencies stay for a 409.
+        let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
+        if let Some(response) = this.joined(&gateway) {
+            return delivery.deliver(response);
+        }
+        let order = keyed.order.as_ref().map(|(entity, o)| Order {
+            entity,
+            version: &o.version,
+        });
+        let (key, scope, route_name): (&str, &str, &str) =
+            (&keyed.key, &keyed.scope, &this.route_name);
+        let mut settled = dedupe::run(
+            &env,
+            &keyed.store_key,
+            &keyed.request_hash,
+            &this.policy,
+            order,
+            |forward| {
+                this.forwarder
+                    .execute(&gateway.metrics, &keyed.store_key, forward)
+            },
+        )
+        .await;
+        // The record is stored (or refused): a streamed answer may end now.
+        if let Answer::Forwarded(f) = &mut settled.answer {
+            if let Some(tail) = f.tail.take() {
+                tail.finish().await;
+            }
+        }
+        if settled.outcome == Outcome::Stale {
+            if let Some((_, o)) = &keyed.order {
+                warn!(route = route_name, key = %key, scope = %scope, version = %o.shown,
+                    "stale version: a newer version of this entity was already written; answered 200 Dedupe-Stale, not forwarded");
+            }
+        }
+        let errors = &live.config.routes[route].errors;
+        let answered = Answered {
+            keyed: &this.keyed,
+            recent: &live.recent[route],
+            route_name: &this.route_name,
+            advertise_expiry: this.advertise_expiry,
+            errors,
+        };
+        let (response, upstream) = answered.respond(settled.answer, settled.finish);
+        let access = Access {
+            started: this.started,
+            route: this.route_name,
+            outcome: settled.outcome,
+            finish: settled.finish,
+            fence: settled.fence,
+            upstream,
+            key: Some((this.keyed.key, this.keyed.scope)),
+            would: settled.would,
+        };
+        let handled = Handled {
+            response,
+            access,
+            close: false,
+            errors: errors.clone(),
+        };
+        delivery.deliver(gateway.conclude(handled, &this.origin));
+    }
+
     /// On an `on_conflict = "join"` route, the first request's answer streaming on this
     /// gateway for the same request, followed from where it is (accounted as `joined`):
     /// no claim is made, the winner's one upstream call serves both.
