@@ -55,9 +55,9 @@ impl NativeCompare {
 
 /// The completed record as one argument: the header, then the response, written into
 /// the command's buffer without joining them first.
-struct CompletedValue<'a> {
-    header: [u8; HEADER_LEN],
-    response: &'a [u8],
+pub(super) struct CompletedValue<'a> {
+    pub(super) header: [u8; HEADER_LEN],
+    pub(super) response: &'a [u8],
 }
 
 impl ToRedisArgs for CompletedValue<'_> {

@@ -202,7 +202,7 @@ macro_rules! redis_backend {
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let Owner { fence, claimant, claimed } = owner;
+                let Owner { fence, claimed, .. } = owner;
                 if let (Some(response), Some(claimed), None) = (record, claimed, order) {
                     if self.compare.worth_trying() {
                         if let Some(cmd) = compare::completion(key, claimed, fence, response, window) {
@@ -228,8 +228,7 @@ macro_rules! redis_backend {
                     strings::finish_invocation(
                         &self.scripts.string,
                         key,
-                        fence,
-                        claimant,
+                        owner,
                         record,
                         window,
                         strict,

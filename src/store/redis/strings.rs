@@ -11,10 +11,16 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use std::time::{Duration, UNIX_EPOCH};
 
+use super::compare::CompletedValue;
 use super::scripts::{Call, Script};
-use super::string_record::{decode, encode_claim, judge, State, StringRecord, Verdict, LUA_FORMAT};
+use super::string_record::{
+    completed_header, decode, encode_claim, judge, State, StringRecord, Verdict, HEADER_LEN,
+    LUA_FORMAT,
+};
 use super::{int, millis, protocol};
-use crate::store::{Claim, ClaimRequest, Fence, Permit, RecordInfo, RecordState, StoreError};
+use crate::store::{
+    Claim, ClaimRequest, Fence, Owner, Permit, RecordInfo, RecordState, StoreError,
+};
 
 /// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and lease end derive from the key's expiry.
 const READ: &str = r#"
@@ -95,42 +101,49 @@ redis.call('SET', KEYS[1], struct.pack(F, 1, s, fl, f, now + lease, ca, da, ls, 
 return 1
 "#;
 
-/// ARGV: fence, new state (`c` or `r`), window ms, strict, response: as the hash layout's;
-/// then the claimant (empty: by fence alone; see [`OWNS`]).
+/// The finish script's arguments, in either of two forms. The full form (a release, a
+/// completion of a record this gateway did not write with its claim's `SET`): fence, new
+/// state (`c` or `r`), window ms, strict, response, as the hash layout's; then the claimant
+/// (empty: by fence alone; see [`OWNS`]). The compare form (a completion whose claim's
+/// `SET` wrote the record): the value that `SET` wrote, the completed record whole, window
+/// ms, fence, strict, claimant. Its second argument is a record, never one byte long, which
+/// tells the forms apart.
+///
+/// The compare form is the common case (a call that ended within its first lease): the key
+/// then holds the value its claim wrote, and the completed record is a plain `SET`, with no
+/// record unpacked and no string built in Lua, as `SET ... IFEQ` does natively (see
+/// [`super::compare`]). Anything else falls through to [`FINISH`], which decides as for
+/// the full form.
+const FINISH_ARGS: &str = r#"
+local fence_arg, state_arg, window_arg, strict_arg, response_arg, claimant_arg =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if #ARGV[2] > 1 then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
+  end
+  fence_arg, state_arg, strict_arg, response_arg =
+    ARGV[4], 'c', ARGV[5], string.sub(ARGV[2], {H} + 1)
+end
+"#;
+
+/// Completes or releases (see [`FINISH_ARGS`] for its arguments): `1` written (or, not
+/// strict, already in that state), `0` not this permit's record.
 const FINISH: &str = r#"
-if not owns(ARGV[1], ARGV[6]) then
+if not owns(fence_arg, claimant_arg) then
   return 0
 end
 if s ~= 105 then
-  if ARGV[4] ~= '1' and s == string.byte(ARGV[2]) then
+  if strict_arg ~= '1' and s == string.byte(state_arg) then
     return 1
   end
   return 0
 end
 -- No TIME: the record's TTL field becomes the window, so its completion time is its
 -- expiry less the window, set by Redis's clock in this SET.
-redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(ARGV[2]), fl, f, 0, ca, 0, ls,
-  tonumber(ARGV[3]), a, o, h, 0) .. ARGV[5], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], struct.pack(F, 1, string.byte(state_arg), fl, f, 0, ca, 0, ls,
+  tonumber(window_arg), a, o, h, 0) .. response_arg, 'PX', window_arg)
 return 1
-"#;
-
-/// The completion of a record its claimant wrote and nothing has touched since (the
-/// common case: a call that ended within its first lease): the record is then exactly
-/// the claim's header, and the completed one is written from it without unpacking it,
-/// byte for byte what [`FINISH`] writes. ARGV 7 to 10 (only on a completion with a
-/// claimant): the fence, the claim time (fence / 1000), eight zero bytes, the window, each
-/// as 8 big-endian bytes.
-const FINISH_FRESH: &str = r#"
-if ARGV[7] then
-  local v = redis.call('GET', KEYS[1])
-  if v and #v == 105 and string.byte(v, 1) == 1 and string.byte(v, 2) == 105
-      and string.sub(v, 4, 11) == ARGV[9] and string.sub(v, 56, 71) == ARGV[6] then
-    redis.call('SET', KEYS[1], string.sub(v, 1, 1) .. ARGV[2] .. string.sub(v, 3, 3) .. ARGV[7]
-      .. ARGV[9] .. ARGV[8] .. ARGV[9] .. string.sub(v, 36, 43) .. ARGV[10]
-      .. string.sub(v, 52, 105) .. ARGV[5], 'PX', ARGV[3])
-    return 1
-  end
-end
 "#;
 
 /// Whether the permit (`fence`, and the `claimant` of the claim that won, empty for an
@@ -170,7 +183,9 @@ impl StringScripts {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
             finish: Script::new(
-                format!("{FINISH_FRESH}{READ}{OWNS}{FINISH}").replace("{F}", LUA_FORMAT),
+                format!("{FINISH_ARGS}{READ}{OWNS}{FINISH}")
+                    .replace("{F}", LUA_FORMAT)
+                    .replace("{H}", &HEADER_LEN.to_string()),
             ),
         }
     }
@@ -345,24 +360,38 @@ fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
     claimant.map_or_else(Vec::new, |c| c.to_be_bytes().to_vec())
 }
 
+/// A completion (`response`) or release (`None`) by `owner`. A completion whose claim's
+/// `SET` wrote the record (the owner knows the value it wrote) is sent in the compare form
+/// (see [`FINISH_ARGS`]), every other finish in the full form.
 pub(super) fn finish_invocation<'a>(
     scripts: &'a StringScripts,
     key: &str,
-    fence: u64,
-    claimant: Option<u128>,
+    Owner {
+        fence,
+        claimant,
+        claimed,
+    }: Owner<'_>,
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
+    let fresh = response.zip(claimed).and_then(|(response, claimed)| {
+        completed_header(claimed, fence, millis(window)).map(|h| (h, response, claimed))
+    });
+    if let Some((header, response, claimed)) = fresh {
+        let size = claimed.len() + header.len() + response.len() + 20 + 20 + 1 + 16;
+        let mut inv = scripts.finish.call(key, None, size);
+        inv.arg(claimed)
+            .arg(CompletedValue { header, response })
+            .arg(millis(window))
+            .arg(fence)
+            .arg(if strict { "1" } else { "0" })
+            .arg(claimant_arg(claimant));
+        return inv;
+    }
     let mut inv =
         super::scripts::finish_call(&scripts.finish, key, None, fence, response, window, strict);
     inv.arg(claimant_arg(claimant));
-    if response.is_some() && claimant.is_some() {
-        inv.arg(&fence.to_be_bytes()[..])
-            .arg(&(fence / 1000).to_be_bytes()[..])
-            .arg(&[0u8; 8][..])
-            .arg(&millis(window).to_be_bytes()[..]);
-    }
     inv
 }
 

@@ -34,6 +34,7 @@ macro_rules! store_contract {
             a_retried_claim_wins_again,
             renew_extends_only_the_owners_lease,
             a_held_claim_is_never_taken_over_and_resolves_once,
+            a_held_claims_late_answer_is_stored_and_replayed,
             inspect_counts_attempts_and_shows_when_claimed_and_completed,
             versions_of_one_entity_complete_in_order,
         );
@@ -490,6 +491,40 @@ pub async fn a_held_claim_is_never_taken_over_and_resolves_once(store: &Store) {
         .await
         .unwrap());
     assert_eq!(store.claim(held(&k)).await.unwrap(), Claim::Replay(record));
+}
+
+/// A held claim's own call may still answer after its lease: its completion is stored
+/// and replayed whole, though the record was rewritten as held since the claim wrote it
+/// (the string layout compares the claim's value first, then decides by the fence).
+pub async fn a_held_claims_late_answer_is_stored_and_replayed(store: &Store) {
+    let short = Duration::from_millis(100);
+    let k = fresh_key("held-late");
+    let held = || {
+        let mut r = req(&k, &H1, short, LONG);
+        r.hold = true;
+        r
+    };
+    let f = won(store.claim(held()).await.unwrap(), false);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        store.claim(held()).await.unwrap(),
+        Claim::Held {
+            fence: f.fence(),
+            first: true
+        }
+    );
+    let record = Bytes::from(b"late \x00answer ".repeat(20));
+    assert_eq!(
+        store
+            .complete(&f, record.clone(), LONG, None)
+            .await
+            .unwrap(),
+        Completion::Completed
+    );
+    assert_eq!(store.claim(held()).await.unwrap(), Claim::Replay(record));
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Completed);
+    assert_eq!(info.fence, f.fence());
 }
 
 /// A record counts the claims that won it (the first, each takeover, each reclaim after a
