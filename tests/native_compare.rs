@@ -147,6 +147,11 @@ async fn complete_fresh_and_renewed(redis: &RedisServer, who: u128) -> [(Vec<u8>
             permit.fence().get(),
             "{name}: the permit's fence"
         );
+        assert_eq!(
+            u64::from_be_bytes(v[19..27].try_into().unwrap()),
+            permit.fence().get() / 1000,
+            "{name}: the claim time, the fence's milliseconds"
+        );
         assert_eq!(&v[105..], b"the answer", "{name}");
         out.push((masked(&v), scripts));
     }
@@ -155,7 +160,9 @@ async fn complete_fresh_and_renewed(redis: &RedisServer, who: u128) -> [(Vec<u8>
 
 /// On Valkey a fresh claim completes with one `SET ... IFEQ` and no script; a renewed
 /// one (its record rewritten) through the script. Both records are byte for byte what
-/// Redis 7.0's script writes for the same claims.
+/// Redis 7.0 writes for the same claims, and the record the gateway builds for a fresh
+/// claim (sent with `IFEQ`, or to the script's compare-and-set) is the one the script
+/// packs itself for a renewed claim, fence and claim time checked against each permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_claim_completes_natively_with_the_scripts_record() {
     let valkey = RedisServer::start_valkey(&[]);
@@ -168,9 +175,15 @@ async fn a_fresh_claim_completes_natively_with_the_scripts_record() {
         "a renewed claim's completion is the script's"
     );
     let [(lua_fresh, _), (lua_renewed, _)] = complete_fresh_and_renewed(&redis, 7).await;
-    assert_eq!(fresh, lua_fresh, "IFEQ and Redis 7.0's script differ");
+    assert_eq!(
+        fresh, lua_fresh,
+        "IFEQ and Redis 7.0's compare-and-set differ"
+    );
     assert_eq!(renewed, lua_renewed);
-    assert_eq!(fresh, renewed);
+    assert_eq!(
+        fresh, renewed,
+        "the record the gateway builds and the one the script packs differ"
+    );
     let stats = commandstats(&valkey);
     assert_eq!(stats.get("set").map(|s| s.1), Some(0), "{stats:?}");
 }

@@ -365,6 +365,34 @@ async fn a_flushed_script_cache_costs_one_eval_and_no_request() {
     assert_eq!(up.effects(), 2, "one execution per key");
 }
 
+/// The same on the string layout, where a claim runs no script and a completion does (in
+/// the form that carries the completed record whole): after `SCRIPT FLUSH` the completion
+/// meets `NOSCRIPT`, is sent again as `EVAL`, and its record replays byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_costs_a_string_layout_completion_one_eval() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let store = StoreCfg::redis(redis.url())
+        .timeout(&format!("{}ms", TIMEOUT.as_millis()))
+        .record_layout("string");
+    let gw = TestGateway::start(&config(&up, &redis.url(), "5s", "10s").store(store)).await;
+    let http = Http::new();
+    let evals = || redis.command_calls().get("eval").copied().unwrap_or(0);
+    assert_eq!(
+        post(&http, &gw, "/orders/s", "warm").await.status,
+        StatusCode::CREATED
+    );
+    let _: () = redis.cmd(&["SCRIPT", "FLUSH"]);
+    let before = evals();
+    let first = post(&http, &gw, "/orders/s", "after-flush").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    assert_eq!(evals(), before + 1, "the completion never met NOSCRIPT");
+    let again = post(&http, &gw, "/orders/s", "after-flush").await;
+    assert!(again.replayed(), "{}", again.text());
+    assert_eq!(again.body, first.body);
+    assert_eq!(up.effects(), 2, "one execution per key");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_is_reported_at_start_up_and_the_gateway_starts_anyway() {
     let mut redis = RedisServer::start();

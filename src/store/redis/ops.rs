@@ -202,20 +202,25 @@ macro_rules! redis_backend {
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let Owner { fence, claimed, .. } = owner;
-                if let (Some(response), Some(claimed), None) = (record, claimed, order) {
+                let mut owner = owner;
+                if let (Some(response), Some(claimed), None) = (record, owner.claimed, order) {
                     if self.compare.worth_trying() {
-                        if let Some(cmd) = compare::completion(key, claimed, fence, response, window) {
+                        if let Some(cmd) = compare::completion(key, claimed, owner.fence, response, window) {
                             let (cmd, compare) = (&cmd, &*self.compare);
                             let compared = self
                                 .query(move |mut con| async move { compare::send(cmd, compare, &mut con).await })
                                 .await?;
-                            if compared == compare::Compared::Written {
-                                return Ok(true);
+                            match compared {
+                                compare::Compared::Written => return Ok(true),
+                                // The key no longer holds the claim's value: the script's
+                                // own comparison with it would miss too.
+                                compare::Compared::Differs => owner.claimed = None,
+                                compare::Compared::NotNative => {}
                             }
                         }
                     }
                 }
+                let fence = owner.fence;
                 // Each layout's call is built only if it is sent: both carry the response.
                 let hash = || finish_invocation(&self.scripts, key, fence, record, window, strict, order);
                 if order.is_some() {
