@@ -39,6 +39,9 @@ use crate::store::{Claimant, Fence, RequestHash};
 /// The header's length without the version.
 pub(super) const HEADER_LEN: usize = 105;
 
+/// Where the claimant's 16 bytes start.
+pub(super) const CLAIMANT_AT: usize = 55;
+
 /// The header in Lua's `struct` notation, up to the version's length.
 pub(super) const LUA_FORMAT: &str = ">BBBI8I8I8I8I8I8I4c16c32H";
 
@@ -195,7 +198,11 @@ pub(super) fn decode(value: Bytes) -> Result<StringRecord, NotARecord> {
         lease: u64_at(35),
         ttl: u64_at(43),
         attempts: u32::from_be_bytes(value[51..55].try_into().expect("4 bytes")),
-        claimant: u128::from_be_bytes(value[55..71].try_into().expect("16 bytes")),
+        claimant: u128::from_be_bytes(
+            value[CLAIMANT_AT..CLAIMANT_AT + 16]
+                .try_into()
+                .expect("16 bytes"),
+        ),
         hash: value[71..103].try_into().expect("32 bytes"),
         version: value.slice(HEADER_LEN..HEADER_LEN + n),
         response: value.slice(HEADER_LEN + n..),

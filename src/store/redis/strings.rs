@@ -14,8 +14,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::compare::CompletedValue;
 use super::scripts::{Call, Script};
 use super::string_record::{
-    completed_header, decode, encode_claim, judge, State, StringRecord, Verdict, HEADER_LEN,
-    LUA_FORMAT,
+    completed_header, decode, encode_claim, judge, State, StringRecord, Verdict, CLAIMANT_AT,
+    HEADER_LEN, LUA_FORMAT,
 };
 use super::{int, millis, protocol};
 use crate::store::{
@@ -102,18 +102,20 @@ return 1
 "#;
 
 /// The finish script's arguments, in either of two forms. The full form (a release, a
-/// completion of a record this gateway did not write with its claim's `SET`): fence, new
-/// state (`c` or `r`), window ms, strict, response, as the hash layout's; then the claimant
-/// (empty: by fence alone; see [`OWNS`]). The compare form (a completion whose claim's
-/// `SET` wrote the record): the value that `SET` wrote, the completed record whole, window
-/// ms, fence, strict, claimant. Its second argument is a record, never one byte long, which
-/// tells the forms apart.
+/// strict or fence-only finish, a completion of a record this gateway did not write with
+/// its claim's `SET`): fence, new state (`c` or `r`), window ms, strict, response, as the
+/// hash layout's; then the claimant (empty: by fence alone; see [`OWNS`]). The compare form
+/// (a completion, not strict, whose claim's `SET` wrote the record): the value that `SET`
+/// wrote, the completed record whole, window ms. Its second argument is a record, never one
+/// byte long, which tells the forms apart.
 ///
 /// The compare form is the common case (a call that ended within its first lease): the key
 /// then holds the value its claim wrote, and the completed record is a plain `SET`, with no
 /// record unpacked and no string built in Lua, as `SET ... IFEQ` does natively (see
 /// [`super::compare`]). Anything else falls through to [`FINISH`], which decides as for
-/// the full form.
+/// the full form, its fence read from the completed record, its claimant from the claim's
+/// value and its response cut from the completed record: each argument Redis turns into a
+/// Lua string costs the call, so the compare form carries no other.
 const FINISH_ARGS: &str = r#"
 local fence_arg, state_arg, window_arg, strict_arg, response_arg, claimant_arg =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -122,8 +124,9 @@ if #ARGV[2] > 1 then
     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
     return 1
   end
-  fence_arg, state_arg, strict_arg, response_arg =
-    ARGV[4], 'c', ARGV[5], string.sub(ARGV[2], {H} + 1)
+  fence_arg, state_arg, strict_arg, response_arg, claimant_arg =
+    struct.unpack('>I8', ARGV[2], 4), 'c', '0', string.sub(ARGV[2], {H} + 1),
+    string.sub(ARGV[1], {C} + 1, {C} + 16)
 end
 "#;
 
@@ -185,7 +188,8 @@ impl StringScripts {
             finish: Script::new(
                 format!("{FINISH_ARGS}{READ}{OWNS}{FINISH}")
                     .replace("{F}", LUA_FORMAT)
-                    .replace("{H}", &HEADER_LEN.to_string()),
+                    .replace("{H}", &HEADER_LEN.to_string())
+                    .replace("{C}", &CLAIMANT_AT.to_string()),
             ),
         }
     }
@@ -375,18 +379,23 @@ pub(super) fn finish_invocation<'a>(
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
-    let fresh = response.zip(claimed).and_then(|(response, claimed)| {
-        completed_header(claimed, fence, millis(window)).map(|h| (h, response, claimed))
-    });
+    // The compare form's fall-through reads the fence from the completed record and the
+    // claimant from the claim's value: sent only where that claimant is the permit's.
+    let fresh = response
+        .zip(claimed)
+        .filter(|_| !strict)
+        .and_then(|(response, claimed)| {
+            let header = completed_header(claimed, fence, millis(window))?;
+            let claimant = claimant?.to_be_bytes();
+            (header[CLAIMANT_AT..CLAIMANT_AT + claimant.len()] == claimant)
+                .then_some((header, response, claimed))
+        });
     if let Some((header, response, claimed)) = fresh {
-        let size = claimed.len() + header.len() + response.len() + 20 + 20 + 1 + 16;
+        let size = claimed.len() + header.len() + response.len() + 20;
         let mut inv = scripts.finish.call(key, None, size);
         inv.arg(claimed)
             .arg(CompletedValue { header, response })
-            .arg(millis(window))
-            .arg(fence)
-            .arg(if strict { "1" } else { "0" })
-            .arg(claimant_arg(claimant));
+            .arg(millis(window));
         return inv;
     }
     let mut inv =
