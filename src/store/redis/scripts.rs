@@ -285,6 +285,18 @@ impl Call<'_> {
         }
     }
 
+    /// The command's words, for tests.
+    #[cfg(test)]
+    pub(super) fn args(&self) -> Vec<Vec<u8>> {
+        self.cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The same call as `EVAL` with the script's body: its keys and arguments are the
     /// `EVALSHA`'s after the verb and the hash.
     fn eval(&self) -> Cmd {

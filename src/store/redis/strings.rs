@@ -364,9 +364,10 @@ fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
     claimant.map_or_else(Vec::new, |c| c.to_be_bytes().to_vec())
 }
 
-/// A completion (`response`) or release (`None`) by `owner`. A completion whose claim's
-/// `SET` wrote the record (the owner knows the value it wrote) is sent in the compare form
-/// (see [`FINISH_ARGS`]), every other finish in the full form.
+/// A completion (`response`) or release (`None`) by `owner`. A completion, not strict,
+/// whose claim's `SET` wrote the record (the owner knows the value it wrote, and is the
+/// claimant named in it) is sent in the compare form (see [`FINISH_ARGS`]), every other
+/// finish in the full form.
 pub(super) fn finish_invocation<'a>(
     scripts: &'a StringScripts,
     key: &str,
@@ -485,4 +486,93 @@ pub(super) async fn send(
         }
     }
     Ok(Typed::Reply(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Claimant, RequestHash};
+
+    const CLAIMANT: u128 = 0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10;
+
+    fn claim_value() -> Vec<u8> {
+        encode_claim(
+            &RequestHash::new([7; 32]),
+            Claimant::new(CLAIMANT),
+            1_000,
+            61_000,
+            false,
+        )
+    }
+
+    /// The arguments after `EVALSHA sha numkeys key`.
+    fn args(call: &Call<'_>) -> Vec<Vec<u8>> {
+        call.args().into_iter().skip(4).collect()
+    }
+
+    fn owner(claimant: u128, claimed: &[u8]) -> Owner<'_> {
+        Owner {
+            fence: 1_780_000_000_123_999,
+            claimant: Some(claimant),
+            claimed: Some(claimed),
+        }
+    }
+
+    #[test]
+    fn a_completion_of_its_own_claim_sends_the_claim_and_the_completed_record_only() {
+        let scripts = StringScripts::new();
+        let claimed = claim_value();
+        let window = Duration::from_secs(60);
+        let own = owner(CLAIMANT, &claimed);
+        let call = finish_invocation(&scripts, "k", own, Some(b"body"), window, false);
+        let header = completed_header(&claimed, own.fence, 60_000).unwrap();
+        assert_eq!(
+            args(&call),
+            [
+                claimed.clone(),
+                [&header[..], b"body"].concat(),
+                b"60000".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn strict_foreign_and_release_finishes_send_the_full_form() {
+        let scripts = StringScripts::new();
+        let claimed = claim_value();
+        let window = Duration::from_secs(60);
+        let full = |call: Call<'_>| {
+            let a = args(&call);
+            assert_eq!(a.len(), 6, "{a:?}");
+            assert!(a[1] == b"c" || a[1] == b"r", "{a:?}");
+        };
+        let own = owner(CLAIMANT, &claimed);
+        full(finish_invocation(
+            &scripts,
+            "k",
+            own,
+            Some(b"b"),
+            window,
+            true,
+        ));
+        full(finish_invocation(&scripts, "k", own, None, window, false));
+        let other = owner(CLAIMANT + 1, &claimed);
+        full(finish_invocation(
+            &scripts,
+            "k",
+            other,
+            Some(b"b"),
+            window,
+            false,
+        ));
+        let by_fence = Owner::by_fence(own.fence);
+        full(finish_invocation(
+            &scripts,
+            "k",
+            by_fence,
+            Some(b"b"),
+            window,
+            false,
+        ));
+    }
 }
