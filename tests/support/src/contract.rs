@@ -89,6 +89,11 @@ fn req<'a>(
     }
 }
 
+/// Completes under `permit` with the contract's window.
+async fn complete(store: &Store, permit: &Permit, record: Bytes) -> Completion {
+    store.complete(permit, record, LONG, None).await.unwrap()
+}
+
 /// The permit of a won claim, checking whether it was a takeover.
 fn won(claim: Claim, takeover: bool) -> Permit {
     match claim {
@@ -111,10 +116,7 @@ pub async fn a_retried_claim_wins_again(store: &Store) {
         store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(),
         Claim::Conflict { .. }
     ));
-    store
-        .complete(&f, Bytes::from_static(b"once"), LONG, None)
-        .await
-        .unwrap();
+    complete(store, &f, Bytes::from_static(b"once")).await;
     assert_eq!(
         store.claim(first).await.unwrap(),
         Claim::Replay(Bytes::from_static(b"once"))
@@ -147,10 +149,7 @@ pub async fn complete_then_replay(store: &Store) {
     let f = won(store.claim(req(&k, &H1, LONG, LONG)).await.unwrap(), false);
     let record = Bytes::from_static(b"\x00binary\xffrecord");
     assert_eq!(
-        store
-            .complete(&f, record.clone(), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f, record.clone()).await,
         Completion::Completed
     );
     assert_eq!(
@@ -164,10 +163,7 @@ pub async fn complete_then_replay(store: &Store) {
     // Completing again under the same fence (a retried store call) is idempotent and
     // rewrites nothing; a release of a completed record is refused.
     assert_eq!(
-        store
-            .complete(&f, Bytes::from_static(b"other"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f, Bytes::from_static(b"other")).await,
         Completion::Completed
     );
     assert!(!store.release(&f, LONG, None).await.unwrap());
@@ -195,18 +191,12 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
     ));
     // The zombie can neither complete nor release.
     assert_eq!(
-        store
-            .complete(&f1, Bytes::from_static(b"zombie"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f1, Bytes::from_static(b"zombie")).await,
         Completion::Fenced
     );
     assert!(!store.release(&f1, LONG, None).await.unwrap());
     assert_eq!(
-        store
-            .complete(&f2, Bytes::from_static(b"owner"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f2, Bytes::from_static(b"owner")).await,
         Completion::Completed
     );
     assert_eq!(
@@ -214,10 +204,7 @@ pub async fn takeover_raises_the_fence_and_fences_out_the_zombie(store: &Store) 
         Claim::Replay(Bytes::from_static(b"owner"))
     );
     assert_eq!(
-        store
-            .complete(&f1, Bytes::from_static(b"zombie"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f1, Bytes::from_static(b"zombie")).await,
         Completion::Fenced,
         "not even after the owner completed"
     );
@@ -241,10 +228,7 @@ pub async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) 
         "releasing twice is idempotent"
     );
     assert_eq!(
-        store
-            .complete(&f1, Bytes::from_static(b"late"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f1, Bytes::from_static(b"late")).await,
         Completion::Fenced,
         "a released claim cannot complete"
     );
@@ -254,17 +238,11 @@ pub async fn release_lets_the_next_claim_win_with_a_higher_fence(store: &Store) 
     let f2 = won(store.claim(req(&k, &H2, LONG, LONG)).await.unwrap(), false);
     assert!(f2.fence() > f1.fence());
     assert_eq!(
-        store
-            .complete(&f1, Bytes::from_static(b"stale"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f1, Bytes::from_static(b"stale")).await,
         Completion::Fenced
     );
     assert_eq!(
-        store
-            .complete(&f2, Bytes::from_static(b"new"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f2, Bytes::from_static(b"new")).await,
         Completion::Completed
     );
 }
@@ -321,10 +299,7 @@ pub async fn inspect_and_forget(store: &Store) {
     );
     assert!(info.lease_left.unwrap() > Duration::from_secs(50));
     assert!(info.response.is_none());
-    store
-        .complete(&f1, Bytes::from_static(b"done"), LONG, None)
-        .await
-        .unwrap();
+    complete(store, &f1, Bytes::from_static(b"done")).await;
     let info = store.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.state, RecordState::Completed);
     assert_eq!(info.lease_left, None);
@@ -337,10 +312,7 @@ pub async fn inspect_and_forget(store: &Store) {
         "an operator's delete does not let an old owner match the new one"
     );
     assert_eq!(
-        store
-            .complete(&f1, Bytes::from_static(b"old owner"), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f1, Bytes::from_static(b"old owner")).await,
         Completion::Fenced
     );
 }
@@ -393,10 +365,7 @@ pub async fn renew_extends_only_the_owners_lease(store: &Store) {
         )
         .await
         .unwrap());
-    store
-        .complete(&f, Bytes::from_static(b"done"), LONG, None)
-        .await
-        .unwrap();
+    complete(store, &f, Bytes::from_static(b"done")).await;
     assert!(
         !store.renew(&f, LONG, None).await.unwrap(),
         "renewed a completed record"
@@ -515,10 +484,7 @@ pub async fn a_held_claims_late_answer_is_stored_and_replayed(store: &Store) {
     );
     let record = Bytes::from(b"late \x00answer ".repeat(20));
     assert_eq!(
-        store
-            .complete(&f, record.clone(), LONG, None)
-            .await
-            .unwrap(),
+        complete(store, &f, record.clone()).await,
         Completion::Completed
     );
     assert_eq!(store.claim(held()).await.unwrap(), Claim::Replay(record));
@@ -567,10 +533,7 @@ pub async fn inspect_counts_attempts_and_shows_when_claimed_and_completed(store:
     assert_eq!(info.completed_at, None);
 
     let before_completion = SystemTime::now();
-    store
-        .complete(&f3, Bytes::from_static(b"done"), LONG, None)
-        .await
-        .unwrap();
+    complete(store, &f3, Bytes::from_static(b"done")).await;
     let info = store.inspect(&k).await.unwrap().unwrap();
     assert_eq!(info.attempts, 3);
     let done = around(info.completed_at, before_completion);
