@@ -34,6 +34,7 @@ mod reply;
 mod scan;
 mod scripts;
 mod string_record;
+mod string_scripts;
 mod strings;
 mod topology;
 mod tracking;

@@ -323,7 +323,7 @@ pub(super) struct Scripts {
     pub(super) finish: Script,
     pub(super) inspect: Script,
     /// The string layout's.
-    pub(super) string: super::strings::StringScripts,
+    pub(super) string: super::string_scripts::StringScripts,
 }
 
 impl Scripts {
@@ -333,7 +333,7 @@ impl Scripts {
             renew: Script::new(format!("{ORDER_LIB}{RENEW}")),
             finish: Script::new(format!("{ORDER_LIB}{FINISH}")),
             inspect: Script::new(INSPECT.to_owned()),
-            string: super::strings::StringScripts::new(),
+            string: super::string_scripts::StringScripts::new(),
         }
     }
 }
