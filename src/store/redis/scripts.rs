@@ -288,13 +288,7 @@ impl Call<'_> {
     /// The command's words, for tests.
     #[cfg(test)]
     pub(super) fn args(&self) -> Vec<Vec<u8>> {
-        self.cmd
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
-                _ => None,
-            })
-            .collect()
+        tests::words(&self.cmd)
     }
 
     /// The same call as `EVAL` with the script's body: its keys and arguments are the
@@ -415,7 +409,8 @@ pub(super) fn finish_call<'a>(
 mod tests {
     use super::*;
 
-    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+    /// A command's words, as sent.
+    pub(in crate::store::redis) fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
         cmd.args_iter()
             .map(|a| match a {
                 redis::Arg::Simple(b) => b.to_vec(),
@@ -429,7 +424,7 @@ mod tests {
         let script = Script::new("return 1".to_owned());
         let mut call = script.call("rec", Some("entity"), 8);
         call.arg(7u64).arg(&b""[..]).arg(&b"body"[..]);
-        let sha = args(&call.cmd);
+        let sha = words(&call.cmd);
         assert_eq!(
             sha,
             [
@@ -443,10 +438,10 @@ mod tests {
                 b"body"
             ]
         );
-        let eval = args(&call.eval());
+        let eval = words(&call.eval());
         assert_eq!(eval[..2], [b"EVAL".to_vec(), b"return 1".to_vec()]);
         assert_eq!(eval[2..], sha[2..]);
-        let one = args(&script.key("k").cmd);
+        let one = words(&script.key("k").cmd);
         assert_eq!(one[2..], [b"1".to_vec(), b"k".to_vec()]);
     }
 }
