@@ -17,7 +17,9 @@
 //! `32,1000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
 //! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
 //! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
-//! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_WRK`
+//! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_FLOOR`
+//! (the path of a built `examples/floor_proxy`, measured beside nginx in the wrk rounds:
+//! the `floor` row), `BENCH_WRK`
 //! (`off`: no wrk rounds; `only`: wrk rounds alone), `BENCH_STORE_SERVER` (`valkey`: the
 //! Redis scenarios on the `valkey-server` that `DEDUPE_TEST_VALKEY` names, which
 //! `scripts/test` builds). Run with `cargo bench --bench throughput`.

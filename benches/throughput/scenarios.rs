@@ -61,6 +61,19 @@ pub struct Setup<'a> {
 }
 
 impl Scenario {
+    /// A server with no deduplication in front of it (nginx, the floor, the upstream).
+    pub fn plain(name: &str, addr: SocketAddr, pid: Option<u32>) -> Self {
+        Self {
+            name: name.into(),
+            addr,
+            path: DEDUPED,
+            kind: Kind::Plain,
+            gateway: None,
+            pid,
+            store_pid: None,
+        }
+    }
+
     fn on(gw: &GatewayChild, name: String, path: &'static str, kind: Kind, idx: usize) -> Self {
         Self {
             name,
@@ -84,15 +97,7 @@ pub fn build(
 ) -> (Vec<GatewayChild>, Vec<Scenario>) {
     let mut gateways: Vec<GatewayChild> = Vec::new();
     let mut scenarios = Vec::new();
-    let plain = |name: &str, addr, pid| Scenario {
-        name: name.into(),
-        addr,
-        path: DEDUPED,
-        kind: Kind::Plain,
-        gateway: None,
-        pid,
-        store_pid: None,
-    };
+    let plain = Scenario::plain;
     if let Some(n) = nginx {
         scenarios.push(plain("nginx", n.addr, Some(n.pid())));
     }

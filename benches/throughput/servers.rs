@@ -171,6 +171,48 @@ impl Drop for Nginx {
     }
 }
 
+/// `examples/floor_proxy.rs` as a child process (`BENCH_FLOOR`): the floor a tokio proxy
+/// reaches on this machine, measured in the same rounds as nginx and the gateway.
+pub struct FloorChild {
+    pub addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl FloorChild {
+    /// Starts `binary` in front of `upstream`.
+    pub fn start(binary: &Path, upstream: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = free_addr();
+        let log = dir.path().join("floor.log");
+        let mut child = Command::new(binary)
+            .arg(addr.to_string())
+            .arg(upstream.to_string())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("BENCH_FLOOR={}: {e}", binary.display()));
+        wait_listening(addr, &mut child, &log);
+        Self {
+            addr,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for FloorChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The gateway's release binary as a child process: its own process, so its memory can be
 /// read and it shares the cores with the load generator as nginx does. Logs go to a file.
 pub struct GatewayChild {

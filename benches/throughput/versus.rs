@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::cpu::{self, RedisWork};
 use crate::load::{Keys, Load};
 use crate::scenarios::{self, Kind, Scenario, Setup};
-use crate::servers::Nginx;
+use crate::servers::{FloorChild, Nginx};
 use crate::wrk::{self, WrkKeys};
 use crate::{plot, versus_table, Settings};
 
@@ -47,7 +47,13 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
         return;
     };
     let nginx = Nginx::proxy(origin.addr, 1024, true).expect("nginx starts");
-    let (_gateways, scenarios) = scenarios::build(origin.addr, Some(&nginx), false, setup);
+    let (_gateways, mut scenarios) = scenarios::build(origin.addr, Some(&nginx), false, setup);
+    // `BENCH_FLOOR`: the floor proxy beside nginx, in every round and at every count.
+    let floor = std::env::var_os("BENCH_FLOOR")
+        .map(|bin| FloorChild::start(std::path::Path::new(&bin), origin.addr));
+    if let Some(f) = &floor {
+        scenarios.insert(1, Scenario::plain("floor", f.addr, Some(f.pid())));
+    }
     // Keys never sent before in any run: the process id and the time start every one.
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let run_id = format!("{}-{}", std::process::id(), since.as_millis());
@@ -56,7 +62,7 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
     for &conns in &set.connections {
         for round in 0..set.rounds {
             for (i, s) in scenarios.iter().enumerate() {
-                if conns > 100 && i > 0 && !s.name.starts_with("passthrough") {
+                if conns > 100 && i > 0 && !s.name.starts_with("passthrough") && s.name != "floor" {
                     continue;
                 }
                 let tag = format!("{run_id}-{}-{conns}-{round}", s.name);
