@@ -56,6 +56,8 @@
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
 //!   forwarder's upstream call, replays, the access record.
+//! - [`lane`]: the HTTP/1 lane: plain requests that need no dedupe, read once and proxied
+//!   in bytes; anything else, and the rest of its connection, goes to hyper.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`
@@ -80,6 +82,7 @@ pub mod headers;
 pub mod http;
 pub mod key;
 pub mod keys;
+pub mod lane;
 pub mod log;
 pub mod metrics;
 pub mod path;

@@ -24,6 +24,7 @@ mod accept;
 mod connection;
 mod evict;
 mod greeting;
+mod lane;
 mod write_deadline;
 
 use self::accept::Listener;

@@ -56,7 +56,7 @@ fn host_is_valid(v: &HeaderValue) -> bool {
 
 /// A name or IPv4 address of letters, digits, `.` and `-`, and a port of one to five
 /// digits: what nearly every `Host` is, and valid as an authority without parsing one.
-fn is_plain_host(v: &[u8]) -> bool {
+pub fn is_plain_host(v: &[u8]) -> bool {
     let (host, port) = match v.iter().position(|&b| b == b':') {
         Some(i) => (&v[..i], Some(&v[i + 1..])),
         None => (v, None),

@@ -43,11 +43,11 @@ const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct Serving {
     builder: auto::Builder<TokioExecutor>,
     /// From accept to the first request's head: handshake, protocol, head.
-    header_read_timeout: Duration,
-    write_timeout: Duration,
-    max_head: usize,
+    pub(super) header_read_timeout: Duration,
+    pub(super) write_timeout: Duration,
+    pub(super) max_head: usize,
     /// Cancelled when the drain begins: connections still in their greeting close.
-    stopping: CancellationToken,
+    pub(super) stopping: CancellationToken,
 }
 
 impl Serving {
@@ -91,12 +91,43 @@ impl Serving {
         let Some(stream) = self.greet(stream, tls, deadline, remote).await else {
             return;
         };
+        let stream = match stream {
+            Either::Left(tcp) if super::lane::open(&gateway) => {
+                return self.lane(tcp, remote, gateway, watcher, deadline).await;
+            }
+            stream => stream,
+        };
+        let over_tls = tls.is_some();
+        let first = FirstRequest::default();
+        self.full(
+            stream,
+            over_tls,
+            (gateway, watcher),
+            remote,
+            deadline,
+            first,
+        )
+        .await;
+    }
+
+    /// Serves a public connection (or the rest of one) with hyper and the gateway's whole
+    /// pipeline, behind the request-smuggling guard.
+    pub(super) async fn full<S>(
+        &self,
+        stream: S,
+        over_tls: bool,
+        (gateway, watcher): (Arc<Gateway>, Watcher),
+        remote: SocketAddr,
+        deadline: Instant,
+        first: FirstRequest,
+    ) where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let framing = AmbiguousFraming::default();
         let conn_info = ConnInfo {
             client_ip: crate::upstream::client_ip(remote),
             framing: framing.clone(),
         };
-        let over_tls = tls.is_some();
         let svc = service_fn(move |mut req: Request<Incoming>| {
             let gw = gateway.clone();
             let conn_info = conn_info.clone();
@@ -115,7 +146,6 @@ impl Serving {
             self.max_head,
             framing,
         );
-        let first = FirstRequest::default();
         self.http(io, svc, deadline, watcher, remote, first).await;
     }
 

@@ -32,6 +32,11 @@ impl<S> WriteDeadline<S> {
         }
     }
 
+    /// The stream below.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
     fn check<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         if r.is_ready() {
             self.stalled = None;

@@ -25,6 +25,7 @@ pub use self::body::UpstreamBody;
 pub(crate) use self::hops::hop_by_hop;
 pub use self::hops::strip_hop_by_hop;
 use self::pool::{Limits, Pool};
+pub use self::wire::{Framing, RawHead};
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -270,6 +271,50 @@ impl Upstream {
             },
         }
     }
+}
+
+impl Upstream {
+    /// What the HTTP/1 lane ([`crate::lane`]) writes requests for: a plain-`http`
+    /// upstream that every call reaches over HTTP/1.1 from the pool, its `Host` and base
+    /// path. `None` when calls go over TLS or h2c, which only the full path takes.
+    pub fn lane(&self) -> Option<LaneTarget<'_>> {
+        match &self.transport {
+            Transport::Plain(pool) if !self.h2c.as_ref().is_some_and(|h| h.every_call) => {
+                Some(LaneTarget {
+                    host: pool.host().as_bytes(),
+                    base_path: self.target.base_path.as_bytes(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends a request the lane encoded (for the [`Upstream::lane`] target) and reads the
+    /// response head, written for the client into `out`, by `deadline`.
+    pub async fn relay(
+        &self,
+        request: bytes::Bytes,
+        method: &http::Method,
+        out: &mut Vec<u8>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
+        let Transport::Plain(pool) = &self.transport else {
+            return Err(UpstreamFailure::Connect(
+                "the upstream is not plain HTTP".into(),
+            ));
+        };
+        let sent = tokio::time::timeout_at(deadline, pool.relay(request, method, out)).await;
+        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+    }
+}
+
+/// Where the lane's requests go: the `Host` they carry and the path they go under.
+#[derive(Debug, Clone, Copy)]
+pub struct LaneTarget<'a> {
+    /// The `Host` field's value.
+    pub host: &'a [u8],
+    /// `server.upstream`'s path, put before every request's.
+    pub base_path: &'a [u8],
 }
 
 /// A response from hyper's client, its hop-by-hop fields stripped (the pool's own

@@ -11,14 +11,15 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::Authority;
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
-use super::wire::{Conn, Failed};
+use super::wire::{Conn, Failed, RawFailed, RawHead};
 use super::UpstreamFailure;
 use crate::Body;
 
@@ -108,6 +109,38 @@ impl Pool {
                 Err(Failed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
             }
         }
+    }
+
+    /// As [`Pool::send`], for a request already encoded (its `Host` this pool's, see
+    /// [`Pool::host`]): the response head comes written for the client into `out`.
+    pub(super) async fn relay(
+        self: &Arc<Self>,
+        request: Bytes,
+        method: &Method,
+        out: &mut Vec<u8>,
+    ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
+        loop {
+            let (conn, reused) = match self.checkout() {
+                Some(c) => (c, true),
+                None => (self.connect().await?, false),
+            };
+            match conn.relay(request.clone(), method, out).await {
+                Ok((head, body)) => {
+                    let home = Arc::downgrade(self);
+                    return Ok((head, UpstreamBody::pooled(body, home)));
+                }
+                Err(RawFailed::Unsent(_)) if reused => {}
+                Err(RawFailed::Unsent(e)) => {
+                    return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
+                }
+                Err(RawFailed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
+            }
+        }
+    }
+
+    /// The `Host` every request to this upstream carries.
+    pub(super) fn host(&self) -> &HeaderValue {
+        &self.host
     }
 
     /// The most recently returned connection that can take a request now.

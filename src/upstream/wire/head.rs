@@ -11,7 +11,7 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Method, StatusCode, Version};
 
@@ -33,7 +33,7 @@ pub(super) enum Send {
 
 /// How a response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub enum Framing {
     /// Exactly this many bytes (zero: no body).
     Length(u64),
     /// Chunked transfer coding.
@@ -124,13 +124,13 @@ pub(super) struct ResponseHead {
 
 /// What parsing the start of the read buffer found.
 #[derive(Debug)]
-pub(super) enum Parsed {
+pub(super) enum Parsed<H = ResponseHead> {
     /// More bytes are needed.
     Partial,
     /// An informational (1xx) response, skipped.
     Interim,
     /// The final response's head.
-    Final(ResponseHead),
+    Final(H),
 }
 
 /// Parses the response head at the start of `buf` (the bytes read so far), for a request
@@ -179,7 +179,7 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
-        framing.see(&name, field.value);
+        framing.see(name.as_str().as_bytes(), field.value);
         let hop = crate::upstream::hop_by_hop(field.name.as_bytes());
         if hop.is_some_and(|i| i != 0) {
             continue;
@@ -216,31 +216,32 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
 
 /// What a response head's framing fields say.
 #[derive(Default)]
-struct FramingFields {
+pub(super) struct FramingFields {
     /// Every `Content-Length` value: `Err` when one is not a number or two disagree.
     length: Option<Result<u64, ()>>,
     /// A `Transfer-Encoding` was there; whether its last coding is `chunked`.
-    coding: Option<bool>,
+    pub(super) coding: Option<bool>,
     /// `Connection` says `close`; says `keep-alive`; names anything but `keep-alive`
     /// (those fields are hop-by-hop then too; `close` is read as a name as well, as
     /// [`strip_hop_by_hop`](crate::upstream::strip_hop_by_hop) reads it).
-    close: bool,
-    keep_alive: bool,
-    names_fields: bool,
+    pub(super) close: bool,
+    pub(super) keep_alive: bool,
+    pub(super) names_fields: bool,
 }
 
 impl FramingFields {
-    fn see(&mut self, name: &HeaderName, value: &[u8]) {
-        if *name == CONTENT_LENGTH {
+    /// Reads one field (`name` in any case).
+    pub(super) fn see(&mut self, name: &[u8], value: &[u8]) {
+        if name.eq_ignore_ascii_case(b"content-length") {
             self.length = Some(match (self.length, parse_length(value)) {
                 (Some(Err(())), _) | (_, Err(())) => Err(()),
                 (Some(Ok(a)), Ok(b)) if a != b => Err(()),
                 (_, Ok(b)) => Ok(b),
             });
-        } else if *name == TRANSFER_ENCODING {
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             let last = value.rsplit(|b| *b == b',').next().unwrap_or_default();
             self.coding = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if *name == header::CONNECTION {
+        } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
                 let close = token.eq_ignore_ascii_case(b"close");
                 let keep_alive = token.eq_ignore_ascii_case(b"keep-alive");
@@ -253,7 +254,7 @@ impl FramingFields {
 }
 
 /// RFC 9112 §6.3, for a response: which body it has.
-fn response_framing(
+pub(super) fn response_framing(
     code: u16,
     method: &Method,
     version: Version,
@@ -313,7 +314,7 @@ impl FramingFields {
         let mut fields = Self::default();
         for name in [CONTENT_LENGTH, TRANSFER_ENCODING] {
             for value in headers.get_all(&name) {
-                fields.see(&name, value.as_bytes());
+                fields.see(name.as_str().as_bytes(), value.as_bytes());
             }
         }
         fields

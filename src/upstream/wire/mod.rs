@@ -25,10 +25,13 @@ use crate::Body;
 mod body;
 mod duplex;
 mod head;
+mod raw;
 mod upload;
 
 pub use self::body::WireBody;
+pub use self::head::Framing;
 use self::head::Parsed;
+pub use self::raw::{RawFailed, RawHead};
 use self::upload::Upload;
 
 /// The connection's socket, its writes coalesced.
@@ -112,43 +115,10 @@ impl Conn {
         let send = head::frame_request(&mut parts, empty, body.size_hint().exact());
         let head = head::encode_request(&parts);
         let mut upload = Some(Upload::new(head, &parts.headers, body, send, empty));
-        let before = self.io.written();
         let method = parts.method.clone();
-        let answered = std::future::poll_fn(|cx| {
-            let mut write_failed = None;
-            if let Some(up) = upload.as_mut() {
-                let sent = up.poll_send(&mut self.io, cx);
-                if self.io.written() != before {
-                    up.sent();
-                }
-                match sent {
-                    Poll::Ready(Ok(())) => upload = None,
-                    Poll::Ready(Err(e @ WireError::Io(_))) => write_failed = Some(e),
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {}
-                }
-            }
-            match self.poll_head(cx, &method) {
-                // Nothing of the request has left: no answer can be to it (a late or
-                // unasked-for one on a kept-alive connection). Never taken as this one's.
-                Poll::Ready(Ok(_)) if self.io.written() == before => Poll::Ready(Err(
-                    WireError::Malformed("an answer before the request".into()),
-                )),
-                // An answer the upstream sent before it stopped reading the upload (a 413,
-                // say) still counts; the connection is not kept after it.
-                Poll::Ready(Ok(mut head)) if write_failed.is_some() => {
-                    upload = None;
-                    head.keep_alive = false;
-                    Poll::Ready(Ok(head))
-                }
-                Poll::Pending => match write_failed {
-                    Some(e) => Poll::Ready(Err(e)),
-                    None => Poll::Pending,
-                },
-                answered => answered,
-            }
-        })
-        .await;
+        let answered = self
+            .answer(&mut upload, |read| head::parse_response(read, &method))
+            .await;
         match answered {
             Ok(head) => {
                 let mut response =
@@ -170,15 +140,61 @@ impl Conn {
         }
     }
 
-    /// Reads until the final response head is in (informational ones skipped).
-    fn poll_head(
+    /// Sends `upload` while reading the final response head with `parse`: the head, or why
+    /// there is none. `upload` is left `Some` while the request is not all sent (an answer
+    /// the upstream gave early), `None` once it is or once writing it failed.
+    async fn answer<H: Answer>(
+        &mut self,
+        upload: &mut Option<Upload>,
+        mut parse: impl FnMut(&mut BytesMut) -> Result<Parsed<H>, WireError>,
+    ) -> Result<H, WireError> {
+        let before = self.io.written();
+        std::future::poll_fn(|cx| {
+            let mut write_failed = None;
+            if let Some(up) = upload.as_mut() {
+                let sent = up.poll_send(&mut self.io, cx);
+                if self.io.written() != before {
+                    up.sent();
+                }
+                match sent {
+                    Poll::Ready(Ok(())) => *upload = None,
+                    Poll::Ready(Err(e @ WireError::Io(_))) => write_failed = Some(e),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            match self.poll_head(cx, &mut parse) {
+                // Nothing of the request has left: no answer can be to it (a late or
+                // unasked-for one on a kept-alive connection). Never taken as this one's.
+                Poll::Ready(Ok(_)) if self.io.written() == before => Poll::Ready(Err(
+                    WireError::Malformed("an answer before the request".into()),
+                )),
+                // An answer the upstream sent before it stopped reading the upload (a 413,
+                // say) still counts; the connection is not kept after it.
+                Poll::Ready(Ok(mut head)) if write_failed.is_some() => {
+                    *upload = None;
+                    head.close();
+                    Poll::Ready(Ok(head))
+                }
+                Poll::Pending => match write_failed {
+                    Some(e) => Poll::Ready(Err(e)),
+                    None => Poll::Pending,
+                },
+                answered => answered,
+            }
+        })
+        .await
+    }
+
+    /// Reads until `parse` finds the final response head (informational ones skipped).
+    fn poll_head<H>(
         &mut self,
         cx: &mut Context<'_>,
-        method: &http::Method,
-    ) -> Poll<Result<head::ResponseHead, WireError>> {
+        parse: &mut impl FnMut(&mut BytesMut) -> Result<Parsed<H>, WireError>,
+    ) -> Poll<Result<H, WireError>> {
         loop {
             if !self.read.is_empty() {
-                match head::parse_response(&mut self.read, method)? {
+                match parse(&mut self.read)? {
                     Parsed::Final(head) => return Poll::Ready(Ok(head)),
                     Parsed::Interim => continue,
                     Parsed::Partial => {}
@@ -195,5 +211,17 @@ impl Conn {
                 Err(e) => return Poll::Ready(Err(WireError::Io(e))),
             }
         }
+    }
+}
+
+/// A parsed final response head, as [`Conn::answer`] reads it.
+trait Answer {
+    /// The connection is not kept after this answer.
+    fn close(&mut self);
+}
+
+impl Answer for head::ResponseHead {
+    fn close(&mut self) {
+        self.keep_alive = false;
     }
 }

@@ -69,6 +69,25 @@ impl Upload {
         }
     }
 
+    /// A whole message already encoded, head and body.
+    pub(super) fn bytes(message: Bytes) -> Self {
+        let mut queue = VecDeque::with_capacity(1);
+        queue.push_back(message);
+        Self {
+            body: crate::full(Bytes::new()),
+            send: Send::Length(0),
+            queue,
+            ended: true,
+            kept: Some(Vec::new()),
+            announced: Vec::new(),
+        }
+    }
+
+    /// Whether no byte has left yet.
+    pub(super) fn unsent(&self) -> bool {
+        self.kept.is_some()
+    }
+
     /// Writes what it can. Ready once the whole request is written and flushed.
     pub(super) fn poll_send(
         &mut self,

@@ -1,6 +1,7 @@
 //! Request framing, request heads and response heads, against hyper's rules.
 
 use super::*;
+use http::header;
 
 fn parts(method: &str, headers: &[(&'static str, &'static str)]) -> Parts {
     let mut req = http::Request::builder().method(method).uri("/a?b=c");

@@ -1,0 +1,161 @@
+//! Writing an answer to the client as an HTTP/1.1 server does: the upstream's head as the
+//! relay wrote it, ended here, then its body (chunked when the upstream's had no length);
+//! or a response the gateway made itself (a problem), whole.
+
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, DATE};
+use http::Response;
+use http_body_util::BodyExt;
+use hyper::body::Body as HttpBody;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::upstream::{Framing, RawHead, UpstreamBody};
+use crate::Body;
+
+/// The most bytes of a body gathered behind the head for one write.
+const GATHER_MAX: usize = 64 * 1024;
+
+/// Why an answer did not reach the client whole: the connection cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// Writing to the client failed (or stalled past `server.write_timeout`).
+    #[error("writing to the client failed")]
+    Write(#[from] std::io::Error),
+    /// The upstream's body broke off.
+    #[error("the upstream body broke off")]
+    Body(#[source] crate::BoxError),
+}
+
+/// Ends the head the relay wrote into `out` and writes it with the body: the head and what
+/// the body already holds in one write, the rest as it comes. Chunked to the client when
+/// the upstream's body had no length (trailers are not sent: the client did not ask for
+/// them). `close` adds `Connection: close`.
+pub async fn relayed<W: AsyncWrite + Unpin>(
+    client: &mut W,
+    mut out: Vec<u8>,
+    head: &RawHead,
+    mut body: UpstreamBody,
+    close: bool,
+) -> Result<(), AnswerError> {
+    if !head.dated {
+        date(&mut out);
+    }
+    let chunked = !matches!(head.framing, Framing::Length(_));
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut ended = false;
+    // What the body holds already goes with the head.
+    while out.len() < GATHER_MAX {
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
+        match polled {
+            Poll::Pending => break,
+            Poll::Ready(None) => {
+                ended = true;
+                break;
+            }
+            Poll::Ready(Some(Err(e))) => {
+                client.write_all(&out).await?;
+                return Err(AnswerError::Body(e));
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    put(&mut out, &data, chunked);
+                }
+            }
+        }
+    }
+    if ended {
+        if chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        client.write_all(&out).await?;
+        return Ok(());
+    }
+    client.write_all(&out).await?;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(AnswerError::Body)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if chunked {
+            out.clear();
+            put(&mut out, &data, true);
+            client.write_all(&out).await?;
+        } else {
+            client.write_all(&data).await?;
+        }
+    }
+    if chunked {
+        client.write_all(b"0\r\n\r\n").await?;
+    }
+    Ok(())
+}
+
+/// Writes a response the gateway made (whole: a problem), with its length, its date and,
+/// when `close`, `Connection: close`.
+pub async fn made<W: AsyncWrite + Unpin>(
+    client: &mut W,
+    response: Response<Body>,
+    close: bool,
+) -> Result<(), AnswerError> {
+    let (parts, body) = response.into_parts();
+    let body: Bytes = body.collect().await.map_err(AnswerError::Body)?.to_bytes();
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    let reason = parts.status.canonical_reason().unwrap_or("<none>");
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if *name == CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    if !parts.headers.contains_key(DATE) {
+        date(&mut out);
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&body);
+    client.write_all(&out).await?;
+    Ok(())
+}
+
+/// A data frame as the client's framing carries it.
+fn put(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        out.extend_from_slice(format!("{:X}\r\n", data.len()).as_bytes());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+/// `date: <IMF-fixdate>`, as hyper adds to a response that has none.
+fn date(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}

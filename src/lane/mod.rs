@@ -1,0 +1,20 @@
+//! The HTTP/1 lane: a plain-TCP HTTP/1.1 connection's requests that need no dedupe,
+//! proxied in bytes.
+//!
+//! A streamed request through hyper's server and the pool's client was parsed into a
+//! header map, rewritten, encoded again, and its answer's head parsed into another map and
+//! encoded again: two thirds of the gateway's own instructions per request went to that
+//! and to hyper's dispatch (docs/benchmarks.md, run 15). The lane reads a request head
+//! once ([`head`]), writes the upstream's head straight from the client's bytes, sends it
+//! with the body over a pooled connection, turns the answer's head into the client's
+//! (`upstream::wire`'s relay) and writes it back with the body ([`answer`]).
+//!
+//! It takes only what it forwards exactly as the full path would, and nothing it would
+//! have to refuse: the first request it does not take (a deduping route, a framing or
+//! upgrade field, HTTP/1.0, an unusual target, a large body, a head it cannot read) goes
+//! to hyper with the bytes read so far, and hyper serves the connection from then on.
+//! Connections over TLS, upstreams over TLS or h2c, and exported traces take the full path
+//! throughout. The connection's loop is `server::lane`.
+
+pub mod answer;
+pub mod head;

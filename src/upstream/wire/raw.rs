@@ -1,0 +1,236 @@
+//! An exchange in bytes, for the HTTP/1 lane ([`crate::lane`]): a request already encoded
+//! is written as it is, and the response head is turned straight into the head the client
+//! gets (hop-by-hop fields cut), with no header map on either side.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, StatusCode, Version};
+
+use super::head::{response_framing, Framing, FramingFields, Parsed, MAX_HEAD, MAX_HEADERS};
+use super::upload::Upload;
+use super::{Answer, Conn, WireBody, WireError};
+
+/// A response head already written out for the client.
+#[derive(Debug)]
+pub struct RawHead {
+    /// The status.
+    pub status: StatusCode,
+    /// How the body is delimited on the upstream connection.
+    pub framing: Framing,
+    /// The connection may carry another request once this response is read.
+    keep_alive: bool,
+    /// The upstream sent a `Date`.
+    pub dated: bool,
+}
+
+impl Answer for RawHead {
+    fn close(&mut self) {
+        self.keep_alive = false;
+    }
+}
+
+/// An exchange in bytes that got no response head.
+#[derive(Debug)]
+pub enum RawFailed {
+    /// No byte of the request left: it can go on another connection.
+    Unsent(WireError),
+    /// The request may have reached the upstream.
+    Broken(WireError),
+}
+
+impl Conn {
+    /// Writes `request` (a whole message: head and body) and reads the answer's head,
+    /// written for the client into `out` (status line and fields, without the blank line
+    /// that ends a head). The body is read from the [`WireBody`], which hands the
+    /// connection back at its end.
+    pub async fn relay(
+        mut self,
+        request: Bytes,
+        method: &Method,
+        out: &mut Vec<u8>,
+    ) -> Result<(RawHead, WireBody), RawFailed> {
+        let mut upload = Some(Upload::bytes(request));
+        let answered = self
+            .answer(&mut upload, |read| parse_response(read, method, out))
+            .await;
+        match answered {
+            Ok(head) => {
+                let body = WireBody::new(self, head.framing, head.keep_alive, upload);
+                Ok((head, body))
+            }
+            Err(e) if upload.is_some_and(|u| u.unsent()) => Err(RawFailed::Unsent(e)),
+            Err(e) => Err(RawFailed::Broken(e)),
+        }
+    }
+}
+
+/// Parses the response head at the start of `buf`, for a request made with `method`: once
+/// it is whole, its status line and its end-to-end fields go to `out` as an HTTP/1.1
+/// server sends them (names in lower case, the reason phrase the status's own), and the
+/// head is taken out of `buf`. Hop-by-hop fields, and those `Connection` names, are cut
+/// (RFC 9110 §7.6.1); so is `Content-Length` beside a `Transfer-Encoding`.
+pub(super) fn parse_response(
+    buf: &mut BytesMut,
+    method: &Method,
+    out: &mut Vec<u8>,
+) -> Result<Parsed<RawHead>, WireError> {
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut fields,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(WireError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+        Err(e) => return Err(WireError::Malformed(e.to_string())),
+    };
+    let code = response.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code)
+        .map_err(|_| WireError::Malformed(format!("status code {code}")))?;
+    match code {
+        101 => return Err(WireError::Malformed("an upgrade nobody asked for".into())),
+        100..=199 => {
+            let _ = buf.split_to(len);
+            return Ok(Parsed::Interim);
+        }
+        _ => {}
+    }
+    let version = if response.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let mut framing = FramingFields::default();
+    for field in response.headers.iter() {
+        framing.see(field.name.as_bytes(), field.value);
+    }
+    let framing_of = response_framing(code, method, version, &framing)?;
+    let keep_alive = framing_of != Framing::UntilClose
+        && !framing.close
+        && (version != Version::HTTP_10 || framing.keep_alive);
+    let named = if framing.names_fields {
+        connection_names(response.headers)
+    } else {
+        Vec::new()
+    };
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut dated = false;
+    for field in response.headers.iter() {
+        let name = field.name.as_bytes();
+        if crate::upstream::hop_by_hop(name).is_some()
+            || named.iter().any(|n| n.eq_ignore_ascii_case(name))
+            || (framing.coding.is_some() && name.eq_ignore_ascii_case(b"content-length"))
+        {
+            continue;
+        }
+        dated |= name.eq_ignore_ascii_case(b"date");
+        let at = out.len();
+        out.extend_from_slice(name);
+        out[at..].make_ascii_lowercase();
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(field.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    let _ = buf.split_to(len);
+    Ok(Parsed::Final(RawHead {
+        status,
+        framing: framing_of,
+        keep_alive,
+        dated,
+    }))
+}
+
+/// The field names a response's `Connection` lists (besides `keep-alive`).
+fn connection_names<'h>(headers: &[httparse::Header<'h>]) -> Vec<&'h [u8]> {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| h.value.split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|n| !n.is_empty() && !n.eq_ignore_ascii_case(b"keep-alive"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str, method: Method) -> (Result<Parsed<RawHead>, WireError>, String) {
+        let mut buf = BytesMut::from(raw);
+        let mut out = Vec::new();
+        let parsed = parse_response(&mut buf, &method, &mut out);
+        (parsed, String::from_utf8(out).unwrap())
+    }
+
+    fn head(raw: &str, method: Method) -> (RawHead, String) {
+        match parse(raw, method) {
+            (Ok(Parsed::Final(h)), out) => (h, out),
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_cut() {
+        let (h, out) = head(
+            "HTTP/1.1 201 Whatever\r\nContent-Type: a/b\r\nConnection: x-secret, keep-alive\r\n\
+             X-Secret: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\nDate: d\r\n\r\nok",
+            Method::POST,
+        );
+        assert_eq!(
+            out,
+            "HTTP/1.1 201 Created\r\ncontent-type: a/b\r\ncontent-length: 2\r\ndate: d\r\n"
+        );
+        assert_eq!(h.framing, Framing::Length(2));
+        assert!(h.keep_alive && h.dated);
+    }
+
+    #[test]
+    fn a_chunked_answer_loses_its_framing_fields_and_an_unknown_status_its_reason() {
+        let (h, out) = head(
+            "HTTP/1.1 599 Odd\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(out, "HTTP/1.1 599 <none>\r\n");
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(!h.dated);
+        let (h, _) = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET);
+        assert_eq!(h.framing, Framing::UntilClose);
+        assert!(!h.keep_alive);
+        let (h, _) = head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Method::HEAD);
+        assert_eq!(h.framing, Framing::Length(0));
+    }
+
+    #[test]
+    fn interim_answers_are_skipped_and_partial_heads_write_nothing() {
+        let mut buf = BytesMut::from("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 2");
+        let mut out = Vec::new();
+        assert!(matches!(
+            parse_response(&mut buf, &Method::GET, &mut out),
+            Ok(Parsed::Interim)
+        ));
+        assert!(matches!(
+            parse_response(&mut buf, &Method::GET, &mut out),
+            Ok(Parsed::Partial)
+        ));
+        assert!(out.is_empty());
+        assert!(matches!(
+            parse("HTTP/1.1 101 Switching\r\n\r\n", Method::GET).0,
+            Err(WireError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", Method::GET).0,
+            Err(WireError::Malformed(_))
+        ));
+    }
+}
