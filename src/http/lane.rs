@@ -3,7 +3,7 @@
 //! accounting, as [`Gateway::handle`] does it for a streamed request.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
@@ -77,11 +77,31 @@ impl Gateway {
 
     /// Calls the upstream with a lane request and accounts for it, as a streamed request
     /// is: a passthrough, its upstream time, its status; an upstream that fails is a
-    /// problem in the route's dialect.
+    /// problem in the route's dialect. The call runs in the request's span, its accounting
+    /// after it, as the full path's.
     pub async fn lane_call(&self, live: &Live, route: LaneRoute, call: LaneCall<'_>) -> LaneAnswer {
         let uri = PathAndQuery::try_from(call.target).map_or_else(|_| Uri::default(), Uri::from);
         let origin = Origin::bare(call.method.clone(), uri);
         let mut access = Access::keyless(call.started, route.name.clone(), Outcome::Passthrough);
+        let relayed = origin.run_in(self.lane_exchange(live, &route, call)).await;
+        match relayed {
+            Ok((took, out, head, body)) => {
+                access.upstream = Some(took);
+                access.account(&self.metrics, head.status, &origin);
+                LaneAnswer::Relayed { out, head, body }
+            }
+            Err(e) => LaneAnswer::Made(self.lane_refused(e, &route, access, &origin)),
+        }
+    }
+
+    /// The upstream call: how long its head took, the head written for the client, and
+    /// the body.
+    async fn lane_exchange(
+        &self,
+        live: &Live,
+        route: &LaneRoute,
+        call: LaneCall<'_>,
+    ) -> Result<(Duration, Vec<u8>, RawHead, UpstreamBody), GatewayError> {
         let mut out = Vec::with_capacity(512);
         let deadline = live.upstream.deadline();
         let called = Instant::now();
@@ -92,15 +112,13 @@ impl Gateway {
         match relayed {
             Ok((head, body)) => {
                 let took = called.elapsed();
-                let status = head.status;
-                self.metrics.upstream(&route.name, status.as_u16(), took);
-                access.upstream = Some(took);
-                access.account(&self.metrics, status, &origin);
-                LaneAnswer::Relayed { out, head, body }
+                self.metrics
+                    .upstream(&route.name, head.status.as_u16(), took);
+                Ok((took, out, head, body))
             }
             Err(e) => {
                 warn!(route = &*route.name, error = %e.chain(), "upstream request failed");
-                LaneAnswer::Made(self.lane_refused(GatewayError::from(e), &route, access, &origin))
+                Err(e.into())
             }
         }
     }
