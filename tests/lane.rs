@@ -245,7 +245,7 @@ async fn chunked_answers_head_requests_and_a_dead_upstream_keep_the_connection_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_close_is_honoured_and_a_stalled_body_is_refused() {
-    let (up, gw) = gateway(|c| c.body_read_timeout("300ms")).await;
+    let (up, gw) = gateway(|c| c.upstream_timeout("300ms")).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     let mut buf = Vec::new();
     s.write_all(&post("/plain/c", "Connection: close\r\n", b"x"))
@@ -259,7 +259,8 @@ async fn connection_close_is_honoured_and_a_stalled_body_is_refused() {
         matches!(end, Ok(Ok(0))),
         "the gateway closed the connection"
     );
-    // A body that never comes: 408 and the connection closed, nothing sent upstream.
+    // A body that has not come by `server.upstream_timeout` (the full path's bound, which
+    // streams it): 408 and the connection closed, nothing sent upstream.
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(b"POST /plain/s HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\nabc")
         .await

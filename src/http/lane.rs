@@ -30,10 +30,12 @@ pub struct LaneCall<'a> {
     pub method: Method,
     /// Its target as the client sent it, for the access line.
     pub target: &'a str,
-    /// The request as the upstream gets it, head and body.
-    pub request: Bytes,
+    /// The request as the upstream gets it: its head, then its body.
+    pub request: [Bytes; 2],
     /// When its head was read.
     pub started: Instant,
+    /// When the upstream's head is due (`server.upstream_timeout` from the request's).
+    pub deadline: tokio::time::Instant,
 }
 
 /// What the lane writes back.
@@ -103,11 +105,10 @@ impl Gateway {
         call: LaneCall<'_>,
     ) -> Result<(Duration, Vec<u8>, RawHead, UpstreamBody), GatewayError> {
         let mut out = Vec::with_capacity(512);
-        let deadline = live.upstream.deadline();
         let called = Instant::now();
         let relayed = live
             .upstream
-            .relay(call.request, &call.method, &mut out, deadline)
+            .relay(call.request, &call.method, &mut out, call.deadline)
             .await;
         match relayed {
             Ok((head, body)) => {
@@ -136,8 +137,9 @@ impl Gateway {
         response
     }
 
-    /// A lane request whose body did not arrive within `server.body_read_timeout`: a
-    /// problem in the route's dialect, accounted for as a refused request.
+    /// A lane request whose body did not arrive by its upstream deadline
+    /// (`server.upstream_timeout` from its head): a problem in the route's dialect (408,
+    /// nothing was sent upstream), accounted for as a refused request.
     pub fn lane_body_timeout(
         &self,
         route: &LaneRoute,

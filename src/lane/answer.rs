@@ -2,6 +2,7 @@
 //! relay wrote it, ended here, then its body (chunked when the upstream's had no length);
 //! or a response the gateway made itself (a problem), whole.
 
+use std::io::Write as _;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::SystemTime;
@@ -30,21 +31,44 @@ pub enum AnswerError {
     Body(#[source] crate::BoxError),
 }
 
+/// How the client's answer ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The connection takes the next request.
+    KeepAlive,
+    /// It closes after this answer.
+    Close,
+}
+
 /// Ends the head the relay wrote into `out` and writes it with the body: the head and what
-/// the body already holds in one write, the rest as it comes. Chunked to the client when
-/// the upstream's body had no length (trailers are not sent: the client did not ask for
-/// them). `close` adds `Connection: close`.
+/// the body already holds in one write, the rest as it comes. The framing is written from
+/// the body's, as hyper writes it: its length; chunked when the upstream's had none
+/// (trailers are not sent: the client did not ask for them); none on a `204` or `304`; on
+/// an answer to `HEAD`, the length the upstream declared. An HTTP/1.0 answer without a
+/// length ends with the connection. `close` adds `Connection: close`. How the connection
+/// goes on comes back.
 pub async fn relayed<W: AsyncWrite + Unpin>(
     client: &mut W,
     mut out: Vec<u8>,
     head: &RawHead,
     mut body: UpstreamBody,
-    close: bool,
-) -> Result<(), AnswerError> {
+    (close, to_head): (bool, bool),
+) -> Result<Ending, AnswerError> {
     if !head.dated {
         date(&mut out);
     }
-    let chunked = !matches!(head.framing, Framing::Length(_));
+    let bodiless = matches!(head.status.as_u16(), 204 | 304);
+    let (length, mut chunked, mut close) = match head.framing {
+        _ if bodiless => (None, false, close),
+        _ if to_head => (head.declared, false, close),
+        Framing::Length(n) => (Some(n), false, close),
+        _ if head.http10 => (None, false, true),
+        _ => (None, true, close),
+    };
+    close |= head.http10;
+    if let Some(n) = length {
+        let _ = write!(out, "content-length: {n}\r\n");
+    }
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -52,6 +76,15 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    if to_head || bodiless {
+        // No body, whatever the upstream sent (the relay read none).
+        chunked = false;
+    }
+    let ending = if close {
+        Ending::Close
+    } else {
+        Ending::KeepAlive
+    };
     let mut ended = false;
     // What the body holds already goes with the head.
     while out.len() < GATHER_MAX {
@@ -79,7 +112,7 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
             out.extend_from_slice(b"0\r\n\r\n");
         }
         client.write_all(&out).await?;
-        return Ok(());
+        return Ok(ending);
     }
     client.write_all(&out).await?;
     while let Some(frame) = body.frame().await {
@@ -98,16 +131,16 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
     if chunked {
         client.write_all(b"0\r\n\r\n").await?;
     }
-    Ok(())
+    Ok(ending)
 }
 
 /// Writes a response the gateway made (whole: a problem), with its length, its date and,
-/// when `close`, `Connection: close`.
+/// when `close`, `Connection: close`; to a `HEAD` request (`to_head`), without its body.
 pub async fn made<W: AsyncWrite + Unpin>(
     client: &mut W,
     response: Response<Body>,
-    close: bool,
-) -> Result<(), AnswerError> {
+    (close, to_head): (bool, bool),
+) -> Result<Ending, AnswerError> {
     let (parts, body) = response.into_parts();
     let body: Bytes = body.collect().await.map_err(AnswerError::Body)?.to_bytes();
     let mut out = Vec::with_capacity(256 + body.len());
@@ -126,7 +159,7 @@ pub async fn made<W: AsyncWrite + Unpin>(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    let _ = write!(out, "content-length: {}\r\n", body.len());
     if !parts.headers.contains_key(DATE) {
         date(&mut out);
     }
@@ -134,9 +167,15 @@ pub async fn made<W: AsyncWrite + Unpin>(
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&body);
+    if !to_head {
+        out.extend_from_slice(&body);
+    }
     client.write_all(&out).await?;
-    Ok(())
+    Ok(if close {
+        Ending::Close
+    } else {
+        Ending::KeepAlive
+    })
 }
 
 /// A data frame as the client's framing carries it.
@@ -145,7 +184,7 @@ fn put(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
         return;
     }
     if chunked {
-        out.extend_from_slice(format!("{:X}\r\n", data.len()).as_bytes());
+        let _ = write!(out, "{:X}\r\n", data.len());
         out.extend_from_slice(data);
         out.extend_from_slice(b"\r\n");
     } else {

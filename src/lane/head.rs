@@ -14,6 +14,9 @@ use http::Method;
 
 /// The most header fields a request head may have in the lane (hyper's default).
 const MAX_FIELDS: usize = 100;
+/// The longest target the lane takes: what the `http` crate's URIs hold (hyper answers a
+/// longer one 414).
+const MAX_TARGET: usize = 65_535;
 /// The largest body the lane buffers; a larger one takes the full path, which streams it.
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -137,6 +140,7 @@ fn method(m: &str) -> Option<Method> {
 /// `/` and `?`: what every parser reads the same way.
 fn plain_target(target: &str) -> bool {
     target.starts_with('/')
+        && target.len() < MAX_TARGET
         && target.bytes().all(|b| {
             b.is_ascii_alphanumeric()
                 || matches!(

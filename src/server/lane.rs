@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use http::Method;
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +25,7 @@ use super::connection::Serving;
 use super::greeting::{FirstRequest, Prefixed};
 use super::WriteDeadline;
 use crate::http::{Gateway, LaneAnswer, LaneCall, LaneRoute, Live};
-use crate::lane::answer;
+use crate::lane::answer::{self, Ending};
 use crate::lane::head::{self, Hop, Read};
 
 /// How much room a read asks for.
@@ -49,6 +49,8 @@ struct Taken {
     route: LaneRoute,
     /// The upstream's head, the body to follow.
     request: Vec<u8>,
+    /// The configuration it is served under.
+    live: Arc<Live>,
 }
 
 /// What the buffer's start holds.
@@ -110,9 +112,10 @@ impl Serving {
     async fn run(&self, lane: &mut Lane, gateway: &Gateway, first_head_by: Instant) -> Left {
         let mut head_by = first_head_by;
         loop {
-            let live = gateway.live();
             let taken = loop {
-                match self.next(&lane.buf, gateway, &live, &lane.client_ip) {
+                // The configuration in force when the head is whole: a reload while the
+                // connection waited applies to it.
+                match self.next(&lane.buf, gateway, &lane.client_ip) {
                     Next::Take(taken) => break taken,
                     Next::Full => return Left::ToFull,
                     Next::More => {}
@@ -133,68 +136,79 @@ impl Serving {
                 }
             };
             let started = StdInstant::now();
+            // The upstream's head is due by `server.upstream_timeout` from this request's
+            // head, the body's arrival included, as on the full path (which streams it).
+            let deadline = taken.live.upstream.deadline();
             let whole = taken.len + taken.body;
-            let body_by = Instant::now() + live.config.server.body_read_timeout;
+            let to_head = taken.method == Method::HEAD;
             while lane.buf.len() < whole {
-                match tokio::time::timeout_at(body_by, fill(lane)).await {
+                match tokio::time::timeout_at(deadline, fill(lane)).await {
                     Ok(Ok(n)) if n > 0 => {}
                     Ok(_) => return Left::Ended,
                     Err(_) => {
                         let target = target(&lane.buf, &taken.target);
                         let response =
                             gateway.lane_body_timeout(&taken.route, taken.method, target, started);
-                        let _ = answer::made(&mut lane.io, response, true).await;
+                        let _ = answer::made(&mut lane.io, response, (true, to_head)).await;
                         return Left::Ended;
                     }
                 }
             }
+            // The message leaves the buffer; what follows it (a pipelined request) stays.
+            let message = lane.buf.split_to(whole).freeze();
             let Taken {
                 method,
                 target: at,
                 close,
                 route,
-                mut request,
+                request,
                 len,
+                live,
                 ..
             } = taken;
-            request.extend_from_slice(&lane.buf[len..whole]);
             let call = LaneCall {
                 method,
-                target: target(&lane.buf, &at),
-                request: request.into(),
+                target: target(&message, &at),
+                request: [request.into(), message.slice(len..)],
                 started,
+                deadline,
             };
             let answer = gateway.lane_call(&live, route, call).await;
             let close = close || self.stopping.is_cancelled();
             let written = match answer {
                 LaneAnswer::Relayed { out, head, body } => {
-                    answer::relayed(&mut lane.io, out, &head, body, close).await
+                    answer::relayed(&mut lane.io, out, &head, body, (close, to_head)).await
                 }
-                LaneAnswer::Made(response) => answer::made(&mut lane.io, response, close).await,
+                LaneAnswer::Made(response) => {
+                    answer::made(&mut lane.io, response, (close, to_head)).await
+                }
             };
-            if let Err(e) = written {
-                debug!(error = %e, "client connection ended with an error");
-                return Left::Ended;
+            match written {
+                Ok(Ending::KeepAlive) => {}
+                Ok(Ending::Close) => {
+                    let _ = lane.io.shutdown().await;
+                    return Left::Ended;
+                }
+                Err(e) => {
+                    debug!(error = %e, "client connection ended with an error");
+                    return Left::Ended;
+                }
             }
             lane.served += 1;
-            if close {
-                let _ = lane.io.shutdown().await;
-                return Left::Ended;
-            }
-            lane.buf.advance(whole);
             head_by = Instant::now() + self.header_read_timeout;
         }
     }
 
     /// Reads the head at the buffer's start, and whether the lane takes it.
-    fn next(&self, buf: &[u8], gateway: &Gateway, live: &Live, client_ip: &[u8]) -> Next {
+    fn next(&self, buf: &[u8], gateway: &Gateway, client_ip: &[u8]) -> Next {
         let head = match head::read(buf, self.max_head) {
             Read::Partial => return Next::More,
             Read::Other => return Next::Full,
             Read::Lane(head) => head,
         };
+        let live = gateway.live();
         let (Some(route), Some(to)) = (
-            gateway.lane_route(live, &head.method, head.path),
+            gateway.lane_route(&live, &head.method, head.path),
             live.upstream.lane(),
         ) else {
             return Next::Full;
@@ -213,6 +227,7 @@ impl Serving {
             close: head.close,
             method: head.method,
             route,
+            live: live.clone(),
         })
     }
 }

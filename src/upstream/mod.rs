@@ -289,11 +289,12 @@ impl Upstream {
         }
     }
 
-    /// Sends a request the lane encoded (for the [`Upstream::lane`] target) and reads the
-    /// response head, written for the client into `out`, by `deadline`.
+    /// Sends a request the lane encoded, head and body (for the [`Upstream::lane`]
+    /// target), and reads the response head, written for the client into `out`, by
+    /// `deadline`.
     pub async fn relay(
         &self,
-        request: bytes::Bytes,
+        request: [bytes::Bytes; 2],
         method: &http::Method,
         out: &mut Vec<u8>,
         deadline: tokio::time::Instant,

@@ -111,15 +111,19 @@ impl Pool {
         }
     }
 
-    /// As [`Pool::send`], for a request already encoded (its `Host` this pool's, see
-    /// [`Pool::host`]): the response head comes written for the client into `out`.
+    /// As [`Pool::send`], for a request already encoded, head and body (its `Host` this
+    /// pool's, see [`Pool::host`]): the response head comes written for the client into
+    /// `out`.
     pub(super) async fn relay(
         self: &Arc<Self>,
-        request: Bytes,
+        request: [Bytes; 2],
         method: &Method,
         out: &mut Vec<u8>,
     ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
         loop {
+            // A head parsed off a connection whose answer was not this request's (and the
+            // request sent again) leaves nothing behind.
+            out.clear();
             let (conn, reused) = match self.checkout() {
                 Some(c) => (c, true),
                 None => (self.connect().await?, false),

@@ -218,7 +218,7 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
 #[derive(Default)]
 pub(super) struct FramingFields {
     /// Every `Content-Length` value: `Err` when one is not a number or two disagree.
-    length: Option<Result<u64, ()>>,
+    pub(super) length: Option<Result<u64, ()>>,
     /// A `Transfer-Encoding` was there; whether its last coding is `chunked`.
     pub(super) coding: Option<bool>,
     /// `Connection` says `close`; says `keep-alive`; names anything but `keep-alive`

@@ -22,6 +22,11 @@ pub struct RawHead {
     keep_alive: bool,
     /// The upstream sent a `Date`.
     pub dated: bool,
+    /// The upstream answered in HTTP/1.0.
+    pub http10: bool,
+    /// The `Content-Length` the upstream declared, when it is one number: what a `HEAD`
+    /// answer says of the body it would have.
+    pub declared: Option<u64>,
 }
 
 impl Answer for RawHead {
@@ -40,13 +45,13 @@ pub enum RawFailed {
 }
 
 impl Conn {
-    /// Writes `request` (a whole message: head and body) and reads the answer's head,
+    /// Writes `request` (a whole message: its head, then its body) and reads the answer's head,
     /// written for the client into `out` (status line and fields, without the blank line
     /// that ends a head). The body is read from the [`WireBody`], which hands the
     /// connection back at its end.
     pub async fn relay(
         mut self,
-        request: Bytes,
+        request: [Bytes; 2],
         method: &Method,
         out: &mut Vec<u8>,
     ) -> Result<(RawHead, WireBody), RawFailed> {
@@ -69,7 +74,8 @@ impl Conn {
 /// it is whole, its status line and its end-to-end fields go to `out` as an HTTP/1.1
 /// server sends them (names in lower case, the reason phrase the status's own), and the
 /// head is taken out of `buf`. Hop-by-hop fields, and those `Connection` names, are cut
-/// (RFC 9110 §7.6.1); so is `Content-Length` beside a `Transfer-Encoding`.
+/// (RFC 9110 §7.6.1); so is `Content-Length`, which the client's framing is written from
+/// (see [`crate::lane::answer`]).
 pub(super) fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
@@ -120,7 +126,10 @@ pub(super) fn parse_response(
     } else {
         Vec::new()
     };
-    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(match version {
+        Version::HTTP_10 => b"HTTP/1.0 ",
+        _ => b"HTTP/1.1 ",
+    });
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
@@ -130,7 +139,7 @@ pub(super) fn parse_response(
         let name = field.name.as_bytes();
         if crate::upstream::hop_by_hop(name).is_some()
             || named.iter().any(|n| n.eq_ignore_ascii_case(name))
-            || (framing.coding.is_some() && name.eq_ignore_ascii_case(b"content-length"))
+            || name.eq_ignore_ascii_case(b"content-length")
         {
             continue;
         }
@@ -148,6 +157,8 @@ pub(super) fn parse_response(
         framing: framing_of,
         keep_alive,
         dated,
+        http10: version == Version::HTTP_10,
+        declared: framing.length.and_then(Result::ok),
     }))
 }
 
@@ -189,7 +200,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            "HTTP/1.1 201 Created\r\ncontent-type: a/b\r\ncontent-length: 2\r\ndate: d\r\n"
+            "HTTP/1.1 201 Created\r\ncontent-type: a/b\r\ndate: d\r\n"
         );
         assert_eq!(h.framing, Framing::Length(2));
         assert!(h.keep_alive && h.dated);
@@ -204,11 +215,21 @@ mod tests {
         assert_eq!(out, "HTTP/1.1 599 <none>\r\n");
         assert_eq!(h.framing, Framing::Chunked);
         assert!(!h.dated);
-        let (h, _) = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET);
+        let (h, out) = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET);
+        assert_eq!(out, "HTTP/1.0 200 OK\r\n");
         assert_eq!(h.framing, Framing::UntilClose);
-        assert!(!h.keep_alive);
+        assert!(!h.keep_alive && h.http10);
         let (h, _) = head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Method::HEAD);
         assert_eq!(h.framing, Framing::Length(0));
+        assert_eq!(h.declared, Some(5));
+        // A length `Connection` names is still the body's: the client's is written from
+        // the framing.
+        let (h, out) = head(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: content-length\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(out, "HTTP/1.1 200 OK\r\n");
+        assert_eq!(h.framing, Framing::Length(5));
     }
 
     #[test]

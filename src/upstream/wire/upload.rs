@@ -69,10 +69,9 @@ impl Upload {
         }
     }
 
-    /// A whole message already encoded, head and body.
-    pub(super) fn bytes(message: Bytes) -> Self {
-        let mut queue = VecDeque::with_capacity(1);
-        queue.push_back(message);
+    /// A whole message already encoded: its head, then its body.
+    pub(super) fn bytes(message: [Bytes; 2]) -> Self {
+        let queue = message.into_iter().filter(|b| !b.is_empty()).collect();
         Self {
             body: crate::full(Bytes::new()),
             send: Send::Length(0),
