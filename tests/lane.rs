@@ -291,3 +291,125 @@ async fn a_route_that_is_off_stays_in_the_lane_and_is_counted_under_its_name() {
         "{text}"
     );
 }
+
+/// A request the lane declines, so that hyper serves the rest of its connection.
+const DECLINED: &[u8] = b"GET /plain/declined HTTP/1.1\r\nHost: gw\r\nTE: trailers\r\n\r\n";
+
+/// What the upstream saw of a request, in a comparable form: target, fields (sorted) and
+/// body.
+fn seen_of(seen: &dedupe_test_support::upstream::Seen) -> (String, Vec<(String, Vec<u8>)>, Vec<u8>) {
+    let mut fields: Vec<_> = seen
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    fields.sort();
+    (seen.path.clone(), fields, seen.body.to_vec())
+}
+
+/// An answer in a comparable form: status, fields but `date` (sorted, names in lower
+/// case), body; the upstream's count of effects (in `x-effect` and the body) left out.
+fn answer_of(a: &Answer) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut fields: Vec<_> = a
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+        .filter(|(n, _)| n != "date" && n != "x-effect")
+        .collect();
+    fields.sort();
+    let body = match serde_json::from_slice::<serde_json::Value>(&a.body) {
+        Ok(mut v) if v.get("effect").is_some() => {
+            v["effect"] = 0.into();
+            serde_json::to_vec(&v).unwrap()
+        }
+        _ => a.body.clone(),
+    };
+    (a.status, fields, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lane_and_hyper_send_and_answer_the_same() {
+    let (up, gw) = gateway(|c| c.upstream_timeout("1s")).await;
+    let requests: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "fields a proxy rewrites",
+            post(
+                "/plain/a?b=c&d=%2F",
+                "X-Forwarded-For: 198.51.100.1, 198.51.100.2\r\nx-forwarded-for: 203.0.113.5\r\n\
+                 X-Forwarded-Host: api.example\r\nIdempotency-Fence: 7\r\nIdempotency-Scope: s\r\n\
+                 Connection: keep-alive\r\nX-Dup: 1\r\nAccept: */*\r\nX-Dup: 2\r\n\
+                 Content-Type: application/json\r\nX-Forwarded-Proto: https\r\n",
+                br#"{"a":1}"#,
+            ),
+        ),
+        (
+            "an empty Host and no body",
+            b"DELETE /plain/d HTTP/1.1\r\nHost:\r\n\r\n".to_vec(),
+        ),
+        (
+            "HEAD",
+            b"HEAD /plain/h HTTP/1.1\r\nHost: gw\r\nX-Test-Body-Bytes: 9\r\n\r\n".to_vec(),
+        ),
+        (
+            "a chunked answer with a trailer",
+            post("/plain/t", "X-Test-Respond-Trailer: x-sum=3\r\n", b"abc"),
+        ),
+        ("204", post("/plain/n", "X-Test-Status: 204\r\n", b"")),
+        (
+            "304",
+            b"GET /plain/m HTTP/1.1\r\nHost: gw\r\nX-Test-Status: 304\r\n\r\n".to_vec(),
+        ),
+        (
+            "a field the answer's Connection names",
+            post(
+                "/plain/c",
+                "X-Test-Respond-Header: connection=x-private\r\n\
+                 X-Test-Respond-Header: x-private=1\r\nX-Test-Respond-Header: x-public=2\r\n",
+                b"",
+            ),
+        ),
+        (
+            "a status without a reason phrase of its own",
+            post("/plain/s", "X-Test-Status: 299\r\n", b""),
+        ),
+        (
+            "an upstream that does not answer",
+            post("/plain/x", "X-Test-Drop: 1\r\n", b""),
+        ),
+    ];
+    for (what, request) in requests {
+        let head_only = request.starts_with(b"HEAD");
+        let mut answers = Vec::new();
+        let mut seen = Vec::new();
+        for declined_first in [false, true] {
+            let before = up.seen().len();
+            let mut s = TcpStream::connect(gw.addr).await.unwrap();
+            let mut buf = Vec::new();
+            if declined_first {
+                s.write_all(DECLINED).await.unwrap();
+                read_answer(&mut s, &mut buf, false).await.unwrap();
+            }
+            s.write_all(&request).await.unwrap();
+            let answer = read_answer(&mut s, &mut buf, head_only)
+                .await
+                .unwrap_or_else(|| panic!("{what}: no answer"));
+            answers.push(answer_of(&answer));
+            // The connection is still in step: a plain request after it reads as one.
+            s.write_all(&post("/plain/next", "", b"")).await.unwrap();
+            let next = read_answer(&mut s, &mut buf, false).await.unwrap();
+            assert_eq!(next.status, 201, "{what}: {next:?}");
+            let all = up.seen();
+            let mine: Vec<_> = all[before..]
+                .iter()
+                .filter(|s| s.path != "/plain/declined" && s.path != "/plain/next")
+                .map(seen_of)
+                .collect();
+            seen.push(mine);
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "{what}: the lane's answer, then hyper's"
+        );
+        assert_eq!(seen[0], seen[1], "{what}: what the upstream saw from each");
+    }
+}
