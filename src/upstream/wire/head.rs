@@ -231,17 +231,23 @@ pub(super) struct FramingFields {
 
 impl FramingFields {
     /// Reads one field (`name` in any case).
+    #[inline]
     pub(super) fn see(&mut self, name: &[u8], value: &[u8]) {
-        if name.eq_ignore_ascii_case(b"content-length") {
+        // By length first: most names are none of the three's.
+        let is = |known: &[u8]| name.len() == known.len() && name.eq_ignore_ascii_case(known);
+        if !matches!(name.len(), 10 | 14 | 17) {
+            return;
+        }
+        if is(b"content-length") {
             self.length = Some(match (self.length, parse_length(value)) {
                 (Some(Err(())), _) | (_, Err(())) => Err(()),
                 (Some(Ok(a)), Ok(b)) if a != b => Err(()),
                 (_, Ok(b)) => Ok(b),
             });
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if is(b"transfer-encoding") {
             let last = value.rsplit(|b| *b == b',').next().unwrap_or_default();
             self.coding = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if is(b"connection") {
             for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
                 let close = token.eq_ignore_ascii_case(b"close");
                 let keep_alive = token.eq_ignore_ascii_case(b"keep-alive");
