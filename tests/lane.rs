@@ -295,9 +295,12 @@ async fn a_route_that_is_off_stays_in_the_lane_and_is_counted_under_its_name() {
 /// A request the lane declines, so that hyper serves the rest of its connection.
 const DECLINED: &[u8] = b"GET /plain/declined HTTP/1.1\r\nHost: gw\r\nTE: trailers\r\n\r\n";
 
+/// A request's target, fields (sorted) and body, as the upstream saw them.
+type SeenForm = (String, Vec<(String, Vec<u8>)>, Vec<u8>);
+
 /// What the upstream saw of a request, in a comparable form: target, fields (sorted) and
 /// body.
-fn seen_of(seen: &dedupe_test_support::upstream::Seen) -> (String, Vec<(String, Vec<u8>)>, Vec<u8>) {
+fn seen_of(seen: &dedupe_test_support::upstream::Seen) -> SeenForm {
     let mut fields: Vec<_> = seen
         .headers
         .iter()

@@ -151,3 +151,31 @@ async fn tls_clients_that_send_nothing_after_the_handshake_give_their_slots_back
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_no_route_claims_over_tls_tells_the_upstream_its_hop_was_https() {
+    let ca = TestCa::new("listener");
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, &ca.issue("gateway")));
+    let port = gw.addr.port();
+    // Two requests on one HTTP/1.1 connection (the lane's), each claiming a plain hop.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http1.1", "--cacert"])
+        .arg(&ca.ca_file)
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .args(["-H", "X-Forwarded-Proto: http", "-d", "{}"])
+        .args(["-w", "%{http_code}\n", "-o", "/dev/null"])
+        .arg(format!("https://localhost:{port}/plain/1"))
+        .args(["-H", "X-Forwarded-Proto: http", "-d", "{}"])
+        .args(["-w", "%{http_code}\n", "-o", "/dev/null"])
+        .arg(format!("https://localhost:{port}/plain/2"))
+        .output()
+        .expect("curl not installed");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "201\n201\n");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 2);
+    for s in &seen {
+        let proto: Vec<_> = s.headers.get_all("x-forwarded-proto").iter().collect();
+        assert_eq!(proto, ["https"], "{:?}", s.headers);
+    }
+}

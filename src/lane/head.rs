@@ -211,12 +211,15 @@ pub struct Hop<'a> {
     pub base_path: &'a [u8],
     /// The client's address, for `X-Forwarded-For`.
     pub client_ip: &'a [u8],
+    /// The client's hop is TLS: `X-Forwarded-Proto` is `https`, whatever the client said.
+    pub tls: bool,
 }
 
 impl Head<'_> {
     /// The head the upstream gets, as the full path writes it: origin form under the base
     /// path, names in lower case, `Host` the upstream's, the client's `Host` as
-    /// `X-Forwarded-Host` and `http` as `X-Forwarded-Proto` unless the client set them,
+    /// `X-Forwarded-Host` and `http` as `X-Forwarded-Proto` unless the client set them
+    /// (`https` over TLS, whatever the client set),
     /// `X-Forwarded-For` every prior hop then the client, no `Connection`, and never a
     /// client's `Idempotency-Fence` or `Idempotency-Scope`. Room is left for the body.
     pub fn upstream(&self, hop: &Hop<'_>) -> Vec<u8> {
@@ -244,6 +247,7 @@ impl Head<'_> {
                     continue;
                 }
                 17 if is("idempotency-fence") || is("idempotency-scope") => continue,
+                17 if is("x-forwarded-proto") && hop.tls => continue,
                 17 if is("x-forwarded-proto") => proto = true,
                 16 if is("x-forwarded-host") => forwarded_host = true,
                 _ => {}
@@ -257,7 +261,9 @@ impl Head<'_> {
         }
         out.extend_from_slice(hop.client_ip);
         out.extend_from_slice(b"\r\n");
-        if !proto {
+        if hop.tls {
+            out.extend_from_slice(b"x-forwarded-proto: https\r\n");
+        } else if !proto {
             out.extend_from_slice(b"x-forwarded-proto: http\r\n");
         }
         if !forwarded_host {
@@ -287,6 +293,7 @@ mod tests {
         host: b"up:9000",
         base_path: b"",
         client_ip: b"10.0.0.1",
+        tls: false,
     };
 
     fn lane(raw: &str) -> Head<'_> {
@@ -327,6 +334,14 @@ mod tests {
             String::from_utf8(kept.upstream(&HOP)).unwrap(),
             "GET / HTTP/1.1\r\nx-forwarded-proto: https\r\nx-forwarded-host: b\r\n\
              x-forwarded-for: 10.0.0.1\r\nhost: up:9000\r\n\r\n"
+        );
+        // Over TLS the hop says so, whatever the client claimed.
+        let plain = lane("GET / HTTP/1.1\r\nhost: a\r\nX-Forwarded-Proto: http\r\n\r\n");
+        let tls = Hop { tls: true, ..HOP };
+        assert_eq!(
+            String::from_utf8(plain.upstream(&tls)).unwrap(),
+            "GET / HTTP/1.1\r\nx-forwarded-for: 10.0.0.1\r\nx-forwarded-proto: https\r\n\
+             x-forwarded-host: a\r\nhost: up:9000\r\n\r\n"
         );
     }
 

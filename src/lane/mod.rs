@@ -1,5 +1,5 @@
-//! The HTTP/1 lane: a plain-TCP HTTP/1.1 connection's requests that need no dedupe,
-//! proxied in bytes.
+//! The HTTP/1 lane: an HTTP/1.1 connection's requests that need no dedupe, proxied in
+//! bytes.
 //!
 //! A streamed request through hyper's server and the pool's client was parsed into a
 //! header map, rewritten, encoded again, and its answer's head parsed into another map and
@@ -13,8 +13,9 @@
 //! have to refuse: the first request it does not take (a deduping route, a framing or
 //! upgrade field, HTTP/1.0, an unusual target, a large body, a head it cannot read) goes
 //! to hyper with the bytes read so far, and hyper serves the connection from then on.
-//! Connections over TLS, upstreams over TLS or h2c, and exported traces take the full path
-//! throughout. The connection's loop is `server::lane`.
+//! Over a TLS listener the lane serves HTTP/1.1 (ALPN's `h2` goes to hyper) and tells the
+//! upstream `X-Forwarded-Proto: https`. Upstreams over TLS or h2c, and exported traces,
+//! take the full path throughout. The connection's loop is `server::lane`.
 
 pub mod answer;
 pub mod head;

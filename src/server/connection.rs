@@ -93,7 +93,14 @@ impl Serving {
         };
         let stream = match stream {
             Either::Left(tcp) if super::lane::open(&gateway) => {
-                return self.lane(tcp, remote, gateway, watcher, deadline).await;
+                return self
+                    .lane((tcp, false), remote, gateway, watcher, deadline)
+                    .await;
+            }
+            Either::Right(tls) if super::lane::open(&gateway) => {
+                return self
+                    .lane((tls, true), remote, gateway, watcher, deadline)
+                    .await;
             }
             stream => stream,
         };

@@ -1,6 +1,6 @@
-//! A plain-TCP public connection served by the HTTP/1 lane ([`crate::lane`]) for as long
-//! as its requests are the lane's, then by hyper ([`Serving::full`]) with the bytes read
-//! so far.
+//! A public connection (plain, or TLS once its first bytes are read) served by the HTTP/1
+//! lane ([`crate::lane`]) for as long as its requests are the lane's, then by hyper
+//! ([`Serving::full`]) with the bytes read so far.
 //!
 //! The bounds are the full path's: each request head within `server.header_read_timeout`
 //! (the first from the accept), a body within `server.body_read_timeout`, the upstream's
@@ -16,8 +16,7 @@ use std::time::Instant as StdInstant;
 use bytes::BytesMut;
 use http::Method;
 use hyper_util::server::graceful::Watcher;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -31,7 +30,7 @@ use crate::lane::head::{self, Hop, Read};
 /// How much room a read asks for.
 const READ_ROOM: usize = 8 * 1024;
 
-/// Whether a new plain connection starts in the lane: the upstream is reached over plain
+/// Whether a new connection starts in the lane: the upstream is reached over plain
 /// HTTP/1.1 and no traces are exported.
 pub(super) fn open(gateway: &Gateway) -> bool {
     !crate::telemetry::on() && gateway.live().upstream.lane().is_some()
@@ -68,11 +67,13 @@ enum Left {
     ToFull,
 }
 
-/// A connection in the lane: the client's socket and what was read from it.
-struct Lane {
-    io: WriteDeadline<TcpStream>,
+/// A connection in the lane: the client's stream and what was read from it.
+struct Lane<S> {
+    io: WriteDeadline<S>,
     buf: BytesMut,
     client_ip: Vec<u8>,
+    /// The client's hop is TLS.
+    tls: bool,
     /// Requests answered.
     served: u64,
 }
@@ -80,18 +81,21 @@ struct Lane {
 impl Serving {
     /// Serves `stream` in the lane, then with hyper from the first request the lane does
     /// not take.
-    pub(super) async fn lane(
+    pub(super) async fn lane<S>(
         &self,
-        stream: TcpStream,
+        (stream, tls): (S, bool),
         remote: SocketAddr,
         gateway: Arc<Gateway>,
         watcher: Watcher,
         deadline: Instant,
-    ) {
+    ) where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let mut lane = Lane {
             io: WriteDeadline::new(stream, self.write_timeout),
             buf: BytesMut::with_capacity(READ_ROOM),
             client_ip: crate::upstream::client_ip(remote).as_bytes().to_vec(),
+            tls,
             served: 0,
         };
         match self.run(&mut lane, &gateway, deadline).await {
@@ -102,20 +106,25 @@ impl Serving {
                     first.mark();
                 }
                 let stream = Prefixed::new(lane.buf.to_vec(), lane.io.into_inner());
-                self.full(stream, false, (gateway, watcher), remote, deadline, first)
+                self.full(stream, tls, (gateway, watcher), remote, deadline, first)
                     .await;
             }
         }
     }
 
     /// The lane's requests, one after another (pipelined ones from the buffer).
-    async fn run(&self, lane: &mut Lane, gateway: &Gateway, first_head_by: Instant) -> Left {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lane: &mut Lane<S>,
+        gateway: &Gateway,
+        first_head_by: Instant,
+    ) -> Left {
         let mut head_by = first_head_by;
         loop {
             let taken = loop {
                 // The configuration in force when the head is whole: a reload while the
                 // connection waited applies to it.
-                match self.next(&lane.buf, gateway, &lane.client_ip) {
+                match self.next(&lane.buf, gateway, (&lane.client_ip, lane.tls)) {
                     Next::Take(taken) => break taken,
                     Next::Full => return Left::ToFull,
                     Next::More => {}
@@ -200,7 +209,7 @@ impl Serving {
     }
 
     /// Reads the head at the buffer's start, and whether the lane takes it.
-    fn next(&self, buf: &[u8], gateway: &Gateway, client_ip: &[u8]) -> Next {
+    fn next(&self, buf: &[u8], gateway: &Gateway, (client_ip, tls): (&[u8], bool)) -> Next {
         let head = match head::read(buf, self.max_head) {
             Read::Partial => return Next::More,
             Read::Other => return Next::Full,
@@ -217,6 +226,7 @@ impl Serving {
             host: to.host,
             base_path: to.base_path,
             client_ip,
+            tls,
         };
         let start = head.target.as_ptr() as usize - buf.as_ptr() as usize;
         Next::Take(Taken {
@@ -233,7 +243,7 @@ impl Serving {
 }
 
 /// Reads more of the client's bytes: how many (0 at the end of the stream).
-async fn fill(lane: &mut Lane) -> std::io::Result<usize> {
+async fn fill<S: AsyncRead + Unpin>(lane: &mut Lane<S>) -> std::io::Result<usize> {
     if lane.buf.capacity() - lane.buf.len() < READ_ROOM / 4 {
         lane.buf.reserve(READ_ROOM);
     }
