@@ -416,3 +416,21 @@ async fn the_lane_and_hyper_send_and_answer_the_same() {
         assert_eq!(seen[0], seen[1], "{what}: what the upstream saw from each");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_the_upstream_thinks_gives_its_slot_back() {
+    // One connection slot, and an upstream that never answers within the test.
+    let (up, gw) = gateway(|c| c.max_connections(1).upstream_timeout("60s")).await;
+    let mut gone = TcpStream::connect(gw.addr).await.unwrap();
+    gone.write_all(&post("/plain/never", "X-Test-Drop: 1\r\n", b""))
+        .await
+        .unwrap();
+    up.wait_for_effects(1).await;
+    drop(gone);
+    // The slot comes back when the client leaves, not when the upstream times out.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(&post("/plain/next", "", b"")).await.unwrap();
+    let mut buf = Vec::new();
+    let next = read_answer(&mut s, &mut buf, false).await;
+    assert_eq!(next.map(|a| a.status), Some(201));
+}

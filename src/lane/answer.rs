@@ -8,11 +8,12 @@ use std::task::Poll;
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use bytes::BytesMut;
 use http::header::{CONTENT_LENGTH, DATE};
 use http::Response;
 use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::upstream::{Framing, RawHead, UpstreamBody};
 use crate::Body;
@@ -29,6 +30,9 @@ pub enum AnswerError {
     /// The upstream's body broke off.
     #[error("the upstream body broke off")]
     Body(#[source] crate::BoxError),
+    /// The client closed its connection while its answer was awaited.
+    #[error("the client closed the connection")]
+    ClientGone,
 }
 
 /// How the client's answer ends.
@@ -46,9 +50,12 @@ pub enum Ending {
 /// (trailers are not sent: the client did not ask for them); none on a `204` or `304`; on
 /// an answer to `HEAD`, the length the upstream declared. An HTTP/1.0 answer without a
 /// length ends with the connection. `close` adds `Connection: close`. How the connection
-/// goes on comes back.
-pub async fn relayed<W: AsyncWrite + Unpin>(
-    client: &mut W,
+/// goes on comes back. Every write is flushed (a TLS stream holds what it is given until
+/// then), and while the body is awaited the client is watched ([`watching`]): bytes it
+/// sends go to `read`, its end ends the answer.
+pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    read: &mut BytesMut,
     mut out: Vec<u8>,
     head: &RawHead,
     mut body: UpstreamBody,
@@ -58,14 +65,14 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
         date(&mut out);
     }
     let bodiless = matches!(head.status.as_u16(), 204 | 304);
-    let (length, mut chunked, mut close) = match head.framing {
+    let (length, mut chunked, close) = match head.framing {
         _ if bodiless => (None, false, close),
         _ if to_head => (head.declared, false, close),
         Framing::Length(n) => (Some(n), false, close),
+        // HTTP/1.0 knows no chunks: a body without a length ends with the connection.
         _ if head.http10 => (None, false, true),
         _ => (None, true, close),
     };
-    close |= head.http10;
     if let Some(n) = length {
         let _ = write!(out, "content-length: {n}\r\n");
     }
@@ -97,7 +104,7 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
                 break;
             }
             Poll::Ready(Some(Err(e))) => {
-                client.write_all(&out).await?;
+                send(client, &out).await?;
                 return Err(AnswerError::Body(e));
             }
             Poll::Ready(Some(Ok(frame))) => {
@@ -111,11 +118,14 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
         if chunked {
             out.extend_from_slice(b"0\r\n\r\n");
         }
-        client.write_all(&out).await?;
+        send(client, &out).await?;
         return Ok(ending);
     }
-    client.write_all(&out).await?;
-    while let Some(frame) = body.frame().await {
+    send(client, &out).await?;
+    loop {
+        let Some(frame) = watching(client, read, body.frame()).await? else {
+            break;
+        };
         let frame = frame.map_err(AnswerError::Body)?;
         let Ok(data) = frame.into_data() else {
             continue;
@@ -123,15 +133,47 @@ pub async fn relayed<W: AsyncWrite + Unpin>(
         if chunked {
             out.clear();
             put(&mut out, &data, true);
-            client.write_all(&out).await?;
+            send(client, &out).await?;
         } else {
-            client.write_all(&data).await?;
+            send(client, &data).await?;
         }
     }
     if chunked {
-        client.write_all(b"0\r\n\r\n").await?;
+        send(client, b"0\r\n\r\n").await?;
     }
     Ok(ending)
+}
+
+/// The most bytes kept of what a client sends while its answer is awaited (a pipelined
+/// request, read ahead): past this, the client is not read until the answer is written.
+pub const READ_AHEAD: usize = 64 * 1024;
+
+/// Awaits `work` while watching the client, as hyper does: what the client sends (the
+/// next request of a pipeline) is kept in `read`, up to [`READ_AHEAD`]; the client's end
+/// (or a failed read) drops `work` and is [`AnswerError::ClientGone`].
+pub async fn watching<C: AsyncRead + Unpin, F: std::future::Future>(
+    client: &mut C,
+    read: &mut BytesMut,
+    work: F,
+) -> Result<F::Output, AnswerError> {
+    tokio::pin!(work);
+    loop {
+        let room = read.len() < READ_AHEAD;
+        tokio::select! {
+            biased;
+            done = &mut work => return Ok(done),
+            got = client.read_buf(read), if room => match got {
+                Ok(n) if n > 0 => {}
+                _ => return Err(AnswerError::ClientGone),
+            },
+        }
+    }
+}
+
+/// Writes `bytes` and flushes them.
+async fn send<W: AsyncWrite + Unpin>(client: &mut W, bytes: &[u8]) -> std::io::Result<()> {
+    client.write_all(bytes).await?;
+    client.flush().await
 }
 
 /// Writes a response the gateway made (whole: a problem), with its length, its date and,
@@ -170,7 +212,7 @@ pub async fn made<W: AsyncWrite + Unpin>(
     if !to_head {
         out.extend_from_slice(&body);
     }
-    client.write_all(&out).await?;
+    send(client, &out).await?;
     Ok(if close {
         Ending::Close
     } else {

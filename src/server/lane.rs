@@ -3,8 +3,9 @@
 //! ([`Serving::full`]) with the bytes read so far.
 //!
 //! The bounds are the full path's: each request head within `server.header_read_timeout`
-//! (the first from the accept), a body within `server.body_read_timeout`, the upstream's
-//! head within `server.upstream_timeout`, every write within `server.write_timeout`. A
+//! (the first from the accept), the body's arrival and the upstream's head within
+//! `server.upstream_timeout`, every write within `server.write_timeout`; a client that
+//! leaves while its answer is awaited drops the call, as hyper does. A
 //! connection waiting for its next request closes when the drain begins; one serving a
 //! request finishes it and closes, its response saying `Connection: close`.
 
@@ -182,11 +183,22 @@ impl Serving {
                 started,
                 deadline,
             };
-            let answer = gateway.lane_call(&live, route, call).await;
+            // The client is watched while the upstream answers: one that leaves drops the
+            // call, as hyper drops the service.
+            let called = answer::watching(
+                &mut lane.io,
+                &mut lane.buf,
+                gateway.lane_call(&live, route, call),
+            );
+            let Ok(answer) = called.await else {
+                debug!("the client closed the connection before its answer");
+                return Left::Ended;
+            };
             let close = close || self.stopping.is_cancelled();
             let written = match answer {
                 LaneAnswer::Relayed { out, head, body } => {
-                    answer::relayed(&mut lane.io, out, &head, body, (close, to_head)).await
+                    let io = &mut lane.io;
+                    answer::relayed(io, &mut lane.buf, out, &head, body, (close, to_head)).await
                 }
                 LaneAnswer::Made(response) => {
                     answer::made(&mut lane.io, response, (close, to_head)).await
