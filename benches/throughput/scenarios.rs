@@ -127,12 +127,12 @@ pub fn build(
                 if gateways.len() == first {
                     // A gateway of its own, so its memory is that of streaming with nothing
                     // stored.
-                    let gw = GatewayChild::start(bin, config(upstream, store.clone()));
+                    let gw = GatewayChild::gateway(bin, config(upstream, store.clone()));
                     let name = format!("passthrough{suffix}");
                     scenarios.push(Scenario::on(&gw, name, "/other", Kind::Plain, first));
                     gateways.push(gw);
                 }
-                let gw = GatewayChild::start(bin, config(upstream, store));
+                let gw = GatewayChild::gateway(bin, config(upstream, store));
                 let idx = gateways.len();
                 for (kind, what) in [(Kind::Won, "won"), (Kind::Replay, "replay")] {
                     let name = format!("{name}-{what}{suffix}");
@@ -149,7 +149,7 @@ pub fn build(
             let store = StoreCfg::redis(url.clone())
                 .timeout("500ms")
                 .near_cache("64MiB");
-            let gw = GatewayChild::start(bin, config(upstream, store));
+            let gw = GatewayChild::gateway(bin, config(upstream, store));
             let name = format!("redis-cached-replay{suffix}");
             let mut s = Scenario::on(&gw, name, DEDUPED, Kind::Replay, gateways.len());
             s.store_pid = redis_pid;

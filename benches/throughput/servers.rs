@@ -171,72 +171,60 @@ impl Drop for Nginx {
     }
 }
 
-/// `examples/floor_proxy.rs` as a child process (`BENCH_FLOOR`): the floor a tokio proxy
-/// reaches on this machine, measured in the same rounds as nginx and the gateway.
-pub struct FloorChild {
+/// A proxy this bench started as a child process, in a directory of its own for its files
+/// and its log (stderr), listening on `addr`; killed on drop. The gateway's release binary
+/// runs so ([`Spawned::gateway`]): its own process, so its memory can be read and it shares
+/// the cores with the load generator as nginx does; and `examples/floor_proxy.rs`
+/// (`BENCH_FLOOR`, [`Spawned::floor`]): the floor a tokio proxy reaches on this machine,
+/// measured in the same rounds as nginx and the gateway.
+pub struct Spawned {
     pub addr: SocketAddr,
     child: Child,
     _dir: tempfile::TempDir,
 }
 
-impl FloorChild {
-    /// Starts `binary` in front of `upstream`.
-    pub fn start(binary: &Path, upstream: SocketAddr) -> Self {
+/// The gateway as a child process.
+pub type GatewayChild = Spawned;
+/// The floor proxy as a child process.
+pub type FloorChild = Spawned;
+
+impl Spawned {
+    /// Starts the gateway's `binary` (this build's, or another's to compare) with `config`.
+    pub fn gateway(binary: &Path, config: GatewayConfig) -> Self {
+        Self::spawn(binary, "gateway.log", |command, addr, dir| {
+            let config_path = dir.join("gateway.toml");
+            std::fs::write(&config_path, config.listen(&addr.to_string()).to_toml()).unwrap();
+            command
+                .args(["run", "--log-format", "json", "--config"])
+                .arg(&config_path)
+                .env_remove("RUST_LOG");
+        })
+    }
+
+    /// Starts the floor proxy's `binary` in front of `upstream`.
+    pub fn floor(binary: &Path, upstream: SocketAddr) -> Self {
+        Self::spawn(binary, "floor.log", |command, addr, _| {
+            command.arg(addr.to_string()).arg(upstream.to_string());
+        })
+    }
+
+    /// Runs `binary` with the arguments `args` gives it for a free address and a directory
+    /// of its own, and waits until it listens.
+    fn spawn(
+        binary: &Path,
+        log_name: &str,
+        args: impl FnOnce(&mut Command, SocketAddr, &Path),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr = free_addr();
-        let log = dir.path().join("floor.log");
-        let mut child = Command::new(binary)
-            .arg(addr.to_string())
-            .arg(upstream.to_string())
+        let log = dir.path().join(log_name);
+        let mut command = Command::new(binary);
+        args(&mut command, addr, dir.path());
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .unwrap_or_else(|e| panic!("BENCH_FLOOR={}: {e}", binary.display()));
-        wait_listening(addr, &mut child, &log);
-        Self {
-            addr,
-            child,
-            _dir: dir,
-        }
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for FloorChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The gateway's release binary as a child process: its own process, so its memory can be
-/// read and it shares the cores with the load generator as nginx does. Logs go to a file.
-pub struct GatewayChild {
-    pub addr: SocketAddr,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl GatewayChild {
-    /// Starts `binary` (this build's, or another's to compare) with `config`.
-    pub fn start(binary: &Path, config: GatewayConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let addr = free_addr();
-        let config_path = dir.path().join("gateway.toml");
-        std::fs::write(&config_path, config.listen(&addr.to_string()).to_toml()).unwrap();
-        let log = dir.path().join("gateway.log");
-        let mut child = Command::new(binary)
-            .args(["run", "--log-format", "json", "--config"])
-            .arg(&config_path)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
         wait_listening(addr, &mut child, &log);
         Self {
             addr,
@@ -262,7 +250,7 @@ impl GatewayChild {
     }
 }
 
-impl Drop for GatewayChild {
+impl Drop for Spawned {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

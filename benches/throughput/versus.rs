@@ -50,7 +50,7 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
     let (_gateways, mut scenarios) = scenarios::build(origin.addr, Some(&nginx), false, setup);
     // `BENCH_FLOOR`: the floor proxy beside nginx, in every round and at every count.
     let floor = std::env::var_os("BENCH_FLOOR")
-        .map(|bin| FloorChild::start(std::path::Path::new(&bin), origin.addr));
+        .map(|bin| FloorChild::floor(std::path::Path::new(&bin), origin.addr));
     if let Some(f) = &floor {
         scenarios.insert(1, Scenario::plain("floor", f.addr, Some(f.pid())));
     }

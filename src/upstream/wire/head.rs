@@ -133,15 +133,32 @@ pub(super) enum Parsed<H = ResponseHead> {
     Final(H),
 }
 
-/// Parses the response head at the start of `buf` (the bytes read so far), for a request
-/// made with `method`, and takes it out of `buf`: header values keep its memory.
-pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
-    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+/// A final response head's start, read.
+pub(super) struct Start {
+    /// The head's length, its blank line included.
+    pub len: usize,
+    pub code: u16,
+    pub status: StatusCode,
+    pub version: Version,
+    /// Where the buffer the fields point into starts.
+    pub base: usize,
+}
+
+/// Parses the response head at the start of `buf` (the bytes read so far): an
+/// informational one is taken out of `buf` and skipped; a final one's start and fields go
+/// to `fields`, whose answer comes back with the start (the head still in `buf`). Both
+/// exchanges read heads so: into a header map ([`parse_response`]) or into the client's
+/// bytes (`raw`).
+pub(super) fn parse_head<T>(
+    buf: &mut BytesMut,
+    fields: impl FnOnce(&Start, &[httparse::Header<'_>]) -> Result<T, WireError>,
+) -> Result<Parsed<(Start, T)>, WireError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut response,
         buf,
-        &mut fields,
+        &mut slots,
     );
     let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
@@ -168,25 +185,53 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
     } else {
         Version::HTTP_11
     };
-    // Where each field is in `buf`, so the values can share it once it is split off; the
-    // framing fields are read on the way, without looking them up again. Hop-by-hop
-    // fields are read for the framing and go no further (RFC 9110 §7.6.1): the map never
-    // holds them, so no one strips them from it. `Connection` stays only when it names
-    // other fields, which then go with it.
-    let base = buf.as_ptr() as usize;
-    let mut spans = Vec::with_capacity(response.headers.len());
-    let mut framing = FramingFields::default();
-    for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
-        framing.see(name.as_str().as_bytes(), field.value);
-        let hop = crate::upstream::hop_by_hop(field.name.as_bytes());
-        if hop.is_some_and(|i| i != 0) {
-            continue;
+    let start = Start {
+        len,
+        code,
+        status,
+        version,
+        base: buf.as_ptr() as usize,
+    };
+    let answer = fields(&start, response.headers)?;
+    Ok(Parsed::Final((start, answer)))
+}
+
+/// Parses the response head at the start of `buf` (the bytes read so far), for a request
+/// made with `method`, and takes it out of `buf`: header values keep its memory.
+pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
+    let read = parse_head(buf, |start, fields| {
+        let mut spans = Vec::with_capacity(fields.len());
+        let mut framing = FramingFields::default();
+        // Where each field is in `buf`, so the values can share it once it is split off; the
+        // framing fields are read on the way, without looking them up again. Hop-by-hop
+        // fields are read for the framing and go no further (RFC 9110 §7.6.1): the map never
+        // holds them, so no one strips them from it. `Connection` stays only when it names
+        // other fields, which then go with it.
+        for field in fields {
+            let name = HeaderName::from_bytes(field.name.as_bytes())
+                .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
+            framing.see(name.as_str().as_bytes(), field.value);
+            let hop = crate::upstream::hop_by_hop(field.name.as_bytes());
+            if hop.is_some_and(|i| i != 0) {
+                continue;
+            }
+            let at = field.value.as_ptr() as usize - start.base;
+            spans.push((name, at..at + field.value.len(), hop.is_some()));
         }
-        let start = field.value.as_ptr() as usize - base;
-        spans.push((name, start..start + field.value.len(), hop.is_some()));
-    }
+        Ok((spans, framing))
+    })?;
+    let (start, (spans, framing)) = match read {
+        Parsed::Final(read) => read,
+        Parsed::Partial => return Ok(Parsed::Partial),
+        Parsed::Interim => return Ok(Parsed::Interim),
+    };
+    let Start {
+        len,
+        code,
+        status,
+        version,
+        ..
+    } = start;
     let head = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, span, connection) in spans {

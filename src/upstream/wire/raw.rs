@@ -2,12 +2,10 @@
 //! is written as it is, and the response head is turned straight into the head the client
 //! gets (hop-by-hop fields cut), with no header map on either side.
 
-use std::mem::MaybeUninit;
-
 use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 
-use super::head::{response_framing, Framing, FramingFields, Parsed, MAX_HEAD, MAX_HEADERS};
+use super::head::{parse_head, response_framing, Framing, FramingFields, Parsed, Start};
 use super::upload::Upload;
 use super::{Answer, Conn, WireBody, WireError};
 
@@ -81,40 +79,27 @@ pub(super) fn parse_response(
     method: &Method,
     out: &mut Vec<u8>,
 ) -> Result<Parsed<RawHead>, WireError> {
-    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut []);
-    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut response,
-        buf,
-        &mut fields,
-    );
-    let len = match parsed {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-            return Err(WireError::HeadTooLarge)
+    let read = parse_head(buf, |start, fields| write_head(start, fields, method, out))?;
+    Ok(match read {
+        Parsed::Final((start, head)) => {
+            let _ = buf.split_to(start.len);
+            Parsed::Final(head)
         }
-        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
-        Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
-        Err(e) => return Err(WireError::Malformed(e.to_string())),
-    };
-    let code = response.code.unwrap_or(0);
-    let status = StatusCode::from_u16(code)
-        .map_err(|_| WireError::Malformed(format!("status code {code}")))?;
-    match code {
-        101 => return Err(WireError::Malformed("an upgrade nobody asked for".into())),
-        100..=199 => {
-            let _ = buf.split_to(len);
-            return Ok(Parsed::Interim);
-        }
-        _ => {}
-    }
-    let version = if response.version == Some(0) {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
+        Parsed::Partial => Parsed::Partial,
+        Parsed::Interim => Parsed::Interim,
+    })
+}
+
+/// A final head's fields judged and written for the client into `out`.
+fn write_head(
+    start: &Start,
+    fields: &[httparse::Header<'_>],
+    method: &Method,
+    out: &mut Vec<u8>,
+) -> Result<RawHead, WireError> {
+    let (code, status, version) = (start.code, start.status, start.version);
     let mut framing = FramingFields::default();
-    for field in response.headers.iter() {
+    for field in fields {
         framing.see(field.name.as_bytes(), field.value);
     }
     let framing_of = response_framing(code, method, version, &framing)?;
@@ -122,7 +107,7 @@ pub(super) fn parse_response(
         && !framing.close
         && (version != Version::HTTP_10 || framing.keep_alive);
     let named = if framing.names_fields {
-        connection_names(response.headers)
+        connection_names(fields)
     } else {
         Vec::new()
     };
@@ -135,7 +120,7 @@ pub(super) fn parse_response(
     out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
     out.extend_from_slice(b"\r\n");
     let mut dated = false;
-    for field in response.headers.iter() {
+    for field in fields {
         let name = field.name.as_bytes();
         if crate::upstream::hop_by_hop(name).is_some()
             || named.iter().any(|n| n.eq_ignore_ascii_case(name))
@@ -151,15 +136,14 @@ pub(super) fn parse_response(
         out.extend_from_slice(field.value);
         out.extend_from_slice(b"\r\n");
     }
-    let _ = buf.split_to(len);
-    Ok(Parsed::Final(RawHead {
+    Ok(RawHead {
         status,
         framing: framing_of,
         keep_alive,
         dated,
         http10: version == Version::HTTP_10,
         declared: framing.length.and_then(Result::ok),
-    }))
+    })
 }
 
 /// The field names a response's `Connection` lists (besides `keep-alive`).
