@@ -179,3 +179,48 @@ async fn a_request_no_route_claims_over_tls_tells_the_upstream_its_hop_was_https
         assert_eq!(proto, ["https"], "{:?}", s.headers);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_over_tls_reaches_a_slow_reader_whole() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = TestCa::new("listener");
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, &ca.issue("gateway")));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&ca.ca_file).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client));
+    let tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    // A keep-alive request whose answer is larger than the sockets hold: the gateway's
+    // last writes meet a full socket while the client is not reading yet.
+    let size = 3_900_000;
+    let request =
+        format!("GET /plain/big HTTP/1.1\r\nHost: localhost\r\nX-Test-Body-Bytes: {size}\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let whole = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            let n = tls.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the connection closed after {} bytes", got.len());
+            got.extend_from_slice(&chunk[..n]);
+            if let Some(head) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                if got.len() >= head + 4 + size {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(whole.is_ok(), "{} bytes of the answer arrived", got.len());
+}
