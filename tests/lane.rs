@@ -311,7 +311,8 @@ fn seen_of(seen: &dedupe_test_support::upstream::Seen) -> SeenForm {
 }
 
 /// An answer in a comparable form: status, fields but `date` (sorted, names in lower
-/// case), body; the upstream's count of effects (in `x-effect` and the body) left out.
+/// case), body; the upstream's count of effects (in `x-effect` and the body) and the
+/// fence it was sent (in the body) left out.
 fn answer_of(a: &Answer) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut fields: Vec<_> = a
         .headers
@@ -323,6 +324,10 @@ fn answer_of(a: &Answer) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let body = match serde_json::from_slice::<serde_json::Value>(&a.body) {
         Ok(mut v) if v.get("effect").is_some() => {
             v["effect"] = 0.into();
+            // A keyed request's fence grows with the clock.
+            if v.get("fence").is_some() {
+                v["fence"] = 0.into();
+            }
             serde_json::to_vec(&v).unwrap()
         }
         _ => a.body.clone(),
@@ -433,4 +438,150 @@ async fn a_client_that_leaves_while_the_upstream_thinks_gives_its_slot_back() {
     let mut buf = Vec::new();
     let next = read_answer(&mut s, &mut buf, false).await;
     assert_eq!(next.map(|a| a.status), Some(201));
+}
+
+/// `bytes` with every `from` replaced by `to`.
+fn replaced(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
+    String::from_utf8_lossy(bytes)
+        .replace(from, to)
+        .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lane_and_hyper_handle_keyed_requests_the_same() {
+    // Keyed requests the lane reads whole and hands to the full pipeline, then the same on
+    // a connection hyper serves: the same answers (the key's own spelling aside) and the
+    // same requests at the upstream (the fence aside: it grows with the clock).
+    let (up, gw) = gateway(|c| c.upstream_timeout("1s").max_body("64B")).await;
+    let key = "Idempotency-Key: {K}\r\n";
+    let scenarios: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        (
+            "a new key, its replay, then the key with another body",
+            vec![
+                post(
+                    "/orders/a?x=1",
+                    &format!("{key}Content-Type: application/json\r\n"),
+                    br#"{"a":1}"#,
+                ),
+                post(
+                    "/orders/a?x=1",
+                    &format!("{key}Content-Type: application/json\r\n"),
+                    br#"{"a":1}"#,
+                ),
+                post("/orders/a?x=1", key, br#"{"a":2}"#),
+            ],
+        ),
+        ("no key", vec![post("/orders/b", "", b"{}")]),
+        (
+            "a chunked answer with a trailer, and its replay",
+            vec![
+                post(
+                    "/orders/t",
+                    &format!("{key}X-Test-Respond-Trailer: x-sum=3\r\n"),
+                    b"abc",
+                ),
+                post(
+                    "/orders/t",
+                    &format!("{key}X-Test-Respond-Trailer: x-sum=3\r\n"),
+                    b"abc",
+                ),
+            ],
+        ),
+        (
+            "a 204, and its replay",
+            vec![
+                post("/orders/n", &format!("{key}X-Test-Status: 204\r\n"), b""),
+                post("/orders/n", &format!("{key}X-Test-Status: 204\r\n"), b""),
+            ],
+        ),
+        (
+            "a body over server.max_body",
+            vec![post("/orders/l", key, &[b'x'; 65])],
+        ),
+        (
+            "an upstream that does not answer",
+            vec![post("/orders/x", &format!("{key}X-Test-Drop: 1\r\n"), b"")],
+        ),
+        (
+            "Connection: close",
+            vec![post(
+                "/orders/c",
+                &format!("{key}Connection: close\r\n"),
+                b"{}",
+            )],
+        ),
+    ];
+    for (what, requests) in scenarios {
+        let mut answers = Vec::new();
+        let mut seen = Vec::new();
+        for declined_first in [false, true] {
+            let k = format!("k-{}-{declined_first}", what.len());
+            let before = up.seen().len();
+            let mut s = TcpStream::connect(gw.addr).await.unwrap();
+            let mut buf = Vec::new();
+            if declined_first {
+                s.write_all(DECLINED).await.unwrap();
+                read_answer(&mut s, &mut buf, false).await.unwrap();
+            }
+            let mut mine = Vec::new();
+            for request in &requests {
+                s.write_all(&replaced(request, "{K}", &k)).await.unwrap();
+                let answer = read_answer(&mut s, &mut buf, false)
+                    .await
+                    .unwrap_or_else(|| panic!("{what}: no answer"));
+                let (status, fields, body) = answer_of(&answer);
+                let fields: Vec<_> = fields
+                    .into_iter()
+                    .map(|(n, v)| match n.as_str() {
+                        // A date a second may turn between the two runs.
+                        "idempotency-expires" => (n, "E".to_owned()),
+                        // The upstream's count of effects, in the body, may gain a digit.
+                        "content-length" => (n, "N".to_owned()),
+                        _ => (n, v.replace(&k, "K")),
+                    })
+                    .collect();
+                mine.push((status, fields, replaced(&body, &k, "K")));
+            }
+            answers.push(mine);
+            if requests
+                .iter()
+                .all(|r| !r.windows(17).any(|w| w == b"Connection: close"))
+            {
+                // Still in step: a plain request after them reads as one.
+                s.write_all(&post("/plain/next", "", b"")).await.unwrap();
+                let next = read_answer(&mut s, &mut buf, false).await.unwrap();
+                assert_eq!(next.status, 201, "{what}: {next:?}");
+            } else {
+                let mut rest = Vec::new();
+                let end = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest));
+                assert!(
+                    matches!(end.await, Ok(Ok(0))),
+                    "{what}: the connection closed"
+                );
+            }
+            let all = up.seen();
+            let reached: Vec<_> = all[before..]
+                .iter()
+                .filter(|s| s.path != "/plain/declined" && s.path != "/plain/next")
+                .map(|s| {
+                    let (path, fields, body) = seen_of(s);
+                    let fields: Vec<_> = fields
+                        .into_iter()
+                        .map(|(n, v)| match n.as_str() {
+                            "idempotency-fence" => (n, b"F".to_vec()),
+                            _ => (n, replaced(&v, &k, "K")),
+                        })
+                        .collect();
+                    (path, fields, body)
+                })
+                .collect();
+            seen.push(reached);
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "{what}: the lane's answers, then hyper's"
+        );
+        assert_eq!(seen[0], seen[1], "{what}: what the upstream saw from each");
+        assert!(!answers[0].is_empty());
+    }
 }

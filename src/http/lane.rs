@@ -18,10 +18,19 @@ use crate::route::{self, Dialect, Mode};
 use crate::upstream::{RawHead, UpstreamBody};
 use crate::Body;
 
-/// The route a lane request is counted under: none, or one that is off.
+/// The route a lane request is counted under: none, one that is off, or one that dedupes
+/// (`keyed`: the full pipeline handles the request, read whole by the lane).
 pub struct LaneRoute {
     name: Arc<str>,
     errors: Dialect,
+    keyed: bool,
+}
+
+impl LaneRoute {
+    /// The route dedupes: the request goes to [`Gateway::handle_read`] once read whole.
+    pub fn keyed(&self) -> bool {
+        self.keyed
+    }
 }
 
 /// A request the lane has read whole.
@@ -55,8 +64,8 @@ pub enum LaneAnswer {
 
 impl Gateway {
     /// The route `method` and `path` (normal, ASCII) are counted under when the lane may
-    /// take them; `None` when a deduping route matches, or the upstream or the traces need
-    /// the full path.
+    /// take them; `None` when a gRPC route matches (its trailers are HTTP/2's), or the
+    /// upstream or the traces need the full path.
     pub fn lane_route(&self, live: &Live, method: &Method, path: &str) -> Option<LaneRoute> {
         if crate::telemetry::on() || live.upstream.lane().is_none() {
             return None;
@@ -65,15 +74,17 @@ impl Gateway {
             None => Some(LaneRoute {
                 name: self.no_route.clone(),
                 errors: live.config.errors.clone(),
+                keyed: false,
             }),
-            Some(i) if live.config.routes[i].mode == Mode::Off => {
+            Some(i) if live.config.routes[i].grpc => None,
+            Some(i) => {
                 let route = &live.config.routes[i];
                 Some(LaneRoute {
                     name: route.name.clone(),
                     errors: route.errors.clone(),
+                    keyed: route.mode != Mode::Off,
                 })
             }
-            Some(_) => None,
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{error, warn};
 
 use super::access::{Access, Origin};
-use super::body::{read_body, Refusal};
+use super::body::{ClientBody, Refusal};
 use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::head;
@@ -28,7 +28,7 @@ use crate::metrics::ClaimEvent;
 use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
-use crate::{full, Body, BoxError};
+use crate::{full, Body};
 
 /// A request's response, and what it did, for the access record.
 pub(super) struct Handled {
@@ -61,6 +61,20 @@ enum Dispatched {
 impl Gateway {
     /// Handles one client request. Never fails: errors become problem+json responses.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+        self.serve(req.map(ClientBody::Streaming), conn).await
+    }
+
+    /// Handles a request whose body was read whole with its head (the HTTP/1 lane's keyed
+    /// requests), as [`Gateway::handle`] does.
+    pub async fn handle_read(
+        self: Arc<Self>,
+        req: Request<bytes::Bytes>,
+        conn: ConnInfo,
+    ) -> Response<Body> {
+        self.serve(req.map(ClientBody::Read), conn).await
+    }
+
+    async fn serve(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
         let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();
@@ -100,7 +114,7 @@ impl Gateway {
     async fn dispatch(
         self: &Arc<Self>,
         live: Arc<Live>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: &ConnInfo,
         origin: &Origin,
         started: Instant,
@@ -116,12 +130,12 @@ impl Gateway {
         };
         let req = match admit(req, conn) {
             Ok(req) => req,
-            Err((e, body)) => return refused(&self.no_route, Refusal::drained(e, body).await),
+            Err((e, body)) => return refused(&self.no_route, body.refuse(e).await),
         };
         // Routes and keys read the path with bytes outside ASCII percent-encoded.
         let matched = path::match_form(req.uri().path()).into_owned();
         if let Err(e) = head::method_case(&live.config.routes, req.method(), &matched) {
-            let refusal = Refusal::drained(e, req.into_body()).await;
+            let refusal = req.into_body().refuse(e).await;
             return refused(&self.no_route, refusal);
         }
         // No route, or a route that is off: streamed, counted under the route's name.
@@ -131,7 +145,7 @@ impl Gateway {
                 let route = found.map(|i| &live.config.routes[i]);
                 let name = route.map_or(&self.no_route, |r| &r.name);
                 let errors = route.map_or(&live.config.errors, |r| &r.errors);
-                let req = req.map(|b| b.map_err(BoxError::from).boxed());
+                let req = req.map(ClientBody::into_body);
                 let to = (name, errors);
                 let handled = self
                     .stream(&live, req, conn, to, Outcome::Passthrough, started)
@@ -154,7 +168,7 @@ impl Gateway {
     async fn dedupe(
         self: &Arc<Self>,
         at: Routed<'_>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         matched: &str,
     ) -> Dispatched {
         let Routed {
@@ -179,10 +193,10 @@ impl Gateway {
         // `Route::verdict_from_headers`).
         let (parts, body) = req.into_parts();
         if let Some(skip) = route.verdict_from_headers(&parts.headers) {
-            let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
+            let req = Request::from_parts(parts, body.into_body());
             return self.skip(live, route, skip, req, conn, started).await;
         }
-        let body = match read_body(body, &parts, &live.config).await {
+        let body = match body.read(&parts, &live.config).await {
             Ok(body) => body,
             Err(refusal) => return refused(refusal),
         };

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use bytes::BytesMut;
-use http::header::{CONTENT_LENGTH, DATE};
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::Response;
 use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
@@ -58,7 +58,7 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
     read: &mut BytesMut,
     mut out: Vec<u8>,
     head: &RawHead,
-    mut body: UpstreamBody,
+    body: UpstreamBody,
     (close, to_head): (bool, bool),
 ) -> Result<Ending, AnswerError> {
     if !head.dated {
@@ -92,6 +92,26 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
     } else {
         Ending::KeepAlive
     };
+    send_body(client, read, out, body, chunked).await?;
+    Ok(ending)
+}
+
+/// Sends `out` (an ended head) and then `body`: what the body already holds in the same
+/// write, the rest as it comes, each frame in the client's framing (`chunked`: then the
+/// last chunk too), the client watched meanwhile ([`watching`]). How many of the body's
+/// bytes were sent comes back.
+async fn send_body<C, B>(
+    client: &mut C,
+    read: &mut BytesMut,
+    mut out: Vec<u8>,
+    mut body: B,
+    chunked: bool,
+) -> Result<u64, AnswerError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: HttpBody<Data = Bytes, Error = crate::BoxError> + Unpin,
+{
+    let mut sent = 0u64;
     let mut ended = false;
     // What the body holds already goes with the head.
     while out.len() < GATHER_MAX {
@@ -109,6 +129,7 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
             }
             Poll::Ready(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
+                    sent += data.len() as u64;
                     put(&mut out, &data, chunked);
                 }
             }
@@ -119,7 +140,7 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
             out.extend_from_slice(b"0\r\n\r\n");
         }
         send(client, &out).await?;
-        return Ok(ending);
+        return Ok(sent);
     }
     send(client, &out).await?;
     loop {
@@ -130,6 +151,7 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        sent += data.len() as u64;
         if chunked {
             out.clear();
             put(&mut out, &data, true);
@@ -141,7 +163,104 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
     if chunked {
         send(client, b"0\r\n\r\n").await?;
     }
-    Ok(ending)
+    Ok(sent)
+}
+
+/// Writes a response the gateway handled (a keyed request's: made, replayed, or the
+/// upstream's answer as the protocol passes it on, perhaps still streaming) as hyper's
+/// HTTP/1.1 server writes it: the status line, the fields but the framing and
+/// `Connection`, then the framing from the response's: its `Content-Length`, else its
+/// body's exact size, else chunked; none on a `1xx`, `204` or `304`; to a `HEAD` request
+/// the length without the body. `close`, or a response that says `Connection: close`,
+/// ends the connection after it. A body that ends short of its length, or runs past it,
+/// breaks the answer off ([`AnswerError::Body`]): the client sees a cut, never a
+/// misframed next answer.
+pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    read: &mut BytesMut,
+    response: Response<Body>,
+    (close, to_head): (bool, bool),
+) -> Result<Ending, AnswerError> {
+    let (parts, body) = response.into_parts();
+    let close = close || asks_close(&parts.headers);
+    let bodiless = parts.status.is_informational() || matches!(parts.status.as_u16(), 204 | 304);
+    let length = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .or(body.size_hint().exact());
+    let mut out = Vec::with_capacity(512);
+    status_and_fields(&mut out, &parts);
+    let chunked = match length {
+        _ if bodiless => false,
+        Some(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+            false
+        }
+        None if to_head => false,
+        None => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            true
+        }
+    };
+    end_head(&mut out, &parts.headers, close);
+    let ending = if close {
+        Ending::Close
+    } else {
+        Ending::KeepAlive
+    };
+    if to_head || bodiless {
+        send(client, &out).await?;
+        return Ok(ending);
+    }
+    let sent = send_body(client, read, out, body, chunked).await?;
+    match length {
+        Some(n) if n != sent => Err(AnswerError::Body(
+            format!("the body was {sent} bytes, its length {n}").into(),
+        )),
+        _ => Ok(ending),
+    }
+}
+
+/// Whether a response says `Connection: close`.
+fn asks_close(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
+/// The status line and every field but the framing and `Connection`, which the writer
+/// sets (hyper writes a status without a reason of its own as `<none>`).
+fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    let reason = parts.status.canonical_reason().unwrap_or("<none>");
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if *name == CONTENT_LENGTH || *name == TRANSFER_ENCODING || *name == CONNECTION {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A `Date` unless the response has one, `Connection: close` when it closes, the blank
+/// line.
+fn end_head(out: &mut Vec<u8>, headers: &http::HeaderMap, close: bool) {
+    if !headers.contains_key(DATE) {
+        date(out);
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The most bytes kept of what a client sends while its answer is awaited (a pipelined
@@ -184,31 +303,12 @@ pub async fn made<W: AsyncWrite + Unpin>(
     (close, to_head): (bool, bool),
 ) -> Result<Ending, AnswerError> {
     let (parts, body) = response.into_parts();
+    let close = close || asks_close(&parts.headers);
     let body: Bytes = body.collect().await.map_err(AnswerError::Body)?.to_bytes();
     let mut out = Vec::with_capacity(256 + body.len());
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(parts.status.as_str().as_bytes());
-    out.push(b' ');
-    let reason = parts.status.canonical_reason().unwrap_or("<none>");
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &parts.headers {
-        if *name == CONTENT_LENGTH {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    status_and_fields(&mut out, &parts);
     let _ = write!(out, "content-length: {}\r\n", body.len());
-    if !parts.headers.contains_key(DATE) {
-        date(&mut out);
-    }
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    end_head(&mut out, &parts.headers, close);
     if !to_head {
         out.extend_from_slice(&body);
     }

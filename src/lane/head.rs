@@ -275,6 +275,32 @@ impl Head<'_> {
     }
 }
 
+impl Head<'_> {
+    /// The request as the full pipeline takes it, its body to follow (`None` when a field
+    /// is one the `http` crate will not hold: the full path answers it). Over TLS its
+    /// `X-Forwarded-Proto` is `https`, whatever the client said, as hyper's requests get.
+    pub fn request(&self, tls: bool) -> Option<http::request::Parts> {
+        let uri = http::uri::PathAndQuery::try_from(self.target).ok()?;
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.method = self.method.clone();
+        parts.uri = http::Uri::from(uri);
+        parts.version = http::Version::HTTP_11;
+        parts.headers.reserve(self.fields.len() + 1);
+        for &(name, value) in &self.fields {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let value = http::HeaderValue::from_bytes(value).ok()?;
+            parts.headers.append(name, value);
+        }
+        if tls {
+            parts.headers.insert(
+                crate::headers::X_FORWARDED_PROTO.clone(),
+                http::HeaderValue::from_static("https"),
+            );
+        }
+        Some(parts)
+    }
+}
+
 /// `name: value`, the name in lower case.
 fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     let at = out.len();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use bytes::BytesMut;
-use http::Method;
+use http::{HeaderValue, Method};
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -24,8 +24,9 @@ use tracing::debug;
 use super::connection::Serving;
 use super::greeting::{FirstRequest, Prefixed};
 use super::WriteDeadline;
-use crate::http::{Gateway, LaneAnswer, LaneCall, LaneRoute, Live};
-use crate::lane::answer::{self, Ending};
+use crate::framing::AmbiguousFraming;
+use crate::http::{ConnInfo, Gateway, LaneAnswer, LaneCall, LaneRoute, Live};
+use crate::lane::answer::{self, AnswerError, Ending};
 use crate::lane::head::{self, Hop, Read};
 
 /// How much room a read asks for.
@@ -47,8 +48,10 @@ struct Taken {
     body: usize,
     close: bool,
     route: LaneRoute,
-    /// The upstream's head, the body to follow.
+    /// The upstream's head, the body to follow (empty for a keyed request).
     request: Vec<u8>,
+    /// A keyed request's head as the full pipeline takes it.
+    keyed: Option<Box<http::request::Parts>>,
     /// The configuration it is served under.
     live: Arc<Live>,
 }
@@ -72,7 +75,7 @@ enum Left {
 struct Lane<S> {
     io: WriteDeadline<S>,
     buf: BytesMut,
-    client_ip: Vec<u8>,
+    client_ip: HeaderValue,
     /// The client's hop is TLS.
     tls: bool,
     /// Requests answered.
@@ -95,7 +98,7 @@ impl Serving {
         let mut lane = Lane {
             io: WriteDeadline::new(stream, self.write_timeout),
             buf: BytesMut::with_capacity(READ_ROOM),
-            client_ip: crate::upstream::client_ip(remote).as_bytes().to_vec(),
+            client_ip: crate::upstream::client_ip(remote),
             tls,
             served: 0,
         };
@@ -117,7 +120,7 @@ impl Serving {
     async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         lane: &mut Lane<S>,
-        gateway: &Gateway,
+        gateway: &Arc<Gateway>,
         first_head_by: Instant,
     ) -> Left {
         let mut head_by = first_head_by;
@@ -125,7 +128,7 @@ impl Serving {
             let taken = loop {
                 // The configuration in force when the head is whole: a reload while the
                 // connection waited applies to it.
-                match self.next(&lane.buf, gateway, (&lane.client_ip, lane.tls)) {
+                match self.next(&lane.buf, gateway, (lane.client_ip.as_bytes(), lane.tls)) {
                     Next::Take(taken) => break taken,
                     Next::Full => return Left::ToFull,
                     Next::More => {}
@@ -147,8 +150,12 @@ impl Serving {
             };
             let started = StdInstant::now();
             // The upstream's head is due by `server.upstream_timeout` from this request's
-            // head, the body's arrival included, as on the full path (which streams it).
-            let deadline = taken.live.upstream.deadline();
+            // head, the body's arrival included, as on the full path (which streams it); a
+            // keyed request's body by `server.body_read_timeout`, as the full path reads it.
+            let deadline = match taken.keyed {
+                Some(_) => Instant::now() + taken.live.config.server.body_read_timeout,
+                None => taken.live.upstream.deadline(),
+            };
             let whole = taken.len + taken.body;
             let to_head = taken.method == Method::HEAD;
             while lane.buf.len() < whole {
@@ -172,10 +179,28 @@ impl Serving {
                 close,
                 route,
                 request,
+                keyed,
                 len,
                 live,
                 ..
             } = taken;
+            if let Some(parts) = keyed {
+                let req = http::Request::from_parts(*parts, message.slice(len..));
+                match self.keyed(lane, gateway, req, (close, to_head)).await {
+                    Ok(Ending::KeepAlive) => {}
+                    Ok(Ending::Close) => {
+                        let _ = lane.io.shutdown().await;
+                        return Left::Ended;
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "client connection ended with an error");
+                        return Left::Ended;
+                    }
+                }
+                lane.served += 1;
+                head_by = Instant::now() + self.header_read_timeout;
+                continue;
+            }
             let call = LaneCall {
                 method,
                 target: target(&message, &at),
@@ -241,8 +266,17 @@ impl Serving {
             tls,
         };
         let start = head.target.as_ptr() as usize - buf.as_ptr() as usize;
+        let (request, keyed) = if route.keyed() {
+            let Some(parts) = head.request(tls) else {
+                return Next::Full;
+            };
+            (Vec::new(), Some(Box::new(parts)))
+        } else {
+            (head.upstream(&hop), None)
+        };
         Next::Take(Taken {
-            request: head.upstream(&hop),
+            request,
+            keyed,
             target: start..start + head.target.len(),
             len: head.len,
             body: head.body,
@@ -251,6 +285,28 @@ impl Serving {
             route,
             live: live.clone(),
         })
+    }
+}
+
+impl Serving {
+    /// A keyed request, read whole: the full pipeline handles it, the client watched
+    /// meanwhile (one that leaves drops the wait, not the request's task), and its answer
+    /// is written as hyper would write it.
+    async fn keyed<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lane: &mut Lane<S>,
+        gateway: &Arc<Gateway>,
+        req: http::Request<bytes::Bytes>,
+        (close, to_head): (bool, bool),
+    ) -> Result<Ending, AnswerError> {
+        let conn = ConnInfo {
+            client_ip: lane.client_ip.clone(),
+            framing: AmbiguousFraming::default(),
+        };
+        let handled = gateway.clone().handle_read(req, conn);
+        let response = answer::watching(&mut lane.io, &mut lane.buf, handled).await?;
+        let close = close || self.stopping.is_cancelled();
+        answer::served(&mut lane.io, &mut lane.buf, response, (close, to_head)).await
     }
 }
 
@@ -265,4 +321,77 @@ async fn fill<S: AsyncRead + Unpin>(lane: &mut Lane<S>) -> std::io::Result<usize
 /// The target a head read at `at` (ASCII: the lane took it).
 fn target<'b>(buf: &'b [u8], at: &Range<usize>) -> &'b str {
     std::str::from_utf8(&buf[at.clone()]).unwrap_or("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::{MemoryStore, Store};
+    use tokio_util::sync::CancellationToken;
+
+    const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+upstream = "http://127.0.0.1:9000"
+
+[[routes]]
+name = "orders"
+methods = ["POST"]
+path = "/orders/**"
+key = { header = "Idempotency-Key", required = true }
+
+[[routes]]
+name = "calls"
+methods = ["POST"]
+path = "/pkg.Svc/**"
+grpc = true
+key = { header = "Idempotency-Key", required = true }
+"#;
+
+    fn taken(raw: &[u8], tls: bool) -> Option<Taken> {
+        let config = Config::from_toml(CONFIG).unwrap();
+        let serving = Serving::new(&config.server, CancellationToken::new());
+        let gateway = Gateway::new(config, Store::Memory(MemoryStore::new(16)));
+        match serving.next(raw, &gateway, (b"10.0.0.1", tls)) {
+            Next::Take(taken) => Some(taken),
+            Next::Full => None,
+            Next::More => panic!("a whole head"),
+        }
+    }
+
+    #[test]
+    fn a_deduping_route_s_request_is_taken_whole_for_the_full_pipeline() {
+        let raw = b"POST /orders/1?x=1 HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k-1\r\n\
+                    X-Dup: 1\r\nX-Dup: 2\r\nX-Forwarded-Proto: http\r\nContent-Length: 2\r\n\r\n{}";
+        let keyed = taken(raw, false).expect("the lane takes it");
+        assert!(keyed.route.keyed() && keyed.request.is_empty());
+        assert_eq!((keyed.len, keyed.body), (raw.len() - 2, 2));
+        let parts = keyed.keyed.expect("a keyed request's head");
+        assert_eq!(
+            (&parts.method, parts.uri.to_string().as_str()),
+            (&Method::POST, "/orders/1?x=1")
+        );
+        assert_eq!(parts.version, http::Version::HTTP_11);
+        assert_eq!(parts.headers["idempotency-key"], "k-1");
+        let dups: Vec<_> = parts.headers.get_all("x-dup").iter().collect();
+        assert_eq!(dups, ["1", "2"]);
+        assert_eq!(parts.headers["x-forwarded-proto"], "http");
+        // Over TLS the upstream is told so, whatever the client said, as on hyper's path.
+        let parts = taken(raw, true).unwrap().keyed.unwrap();
+        let protos: Vec<_> = parts.headers.get_all("x-forwarded-proto").iter().collect();
+        assert_eq!(protos, ["https"]);
+    }
+
+    #[test]
+    fn plain_requests_stay_bytes_and_grpc_routes_go_to_hyper() {
+        let plain = taken(
+            b"POST /plain HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n",
+            false,
+        )
+        .expect("the lane takes it");
+        assert!(!plain.route.keyed() && plain.keyed.is_none() && !plain.request.is_empty());
+        let grpc = b"POST /pkg.Svc/Call HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k\r\n\r\n";
+        assert!(taken(grpc, false).is_none());
+    }
 }
