@@ -56,8 +56,9 @@
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
 //!   forwarder's upstream call, replays, the access record.
-//! - [`lane`]: the HTTP/1 lane: plain requests that need no dedupe, read once and proxied
-//!   in bytes; anything else, and the rest of its connection, goes to hyper.
+//! - [`lane`]: the HTTP/1 lane: plain HTTP/1.1 requests read once, those that need no
+//!   dedupe proxied in bytes, keyed ones handed whole to the pipeline and answered in
+//!   bytes; anything else, and the rest of its connection, goes to hyper.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`

@@ -1,8 +1,9 @@
 //! The HTTP/1 lane on the wire: plain requests that need no dedupe are proxied in bytes,
-//! and the first request the lane does not take (a deduping route, a large body, a
-//! chunked upload) hands the connection to hyper with every byte already read. Raw
-//! sockets send pipelined requests and read the answers in order; the counting upstream
-//! says what reached it.
+//! keyed requests read whole are handed to the pipeline and answered in bytes, and the
+//! first request the lane does not take (a large body, a chunked upload, a keyed request
+//! whose body is still coming) hands the connection to hyper with every byte already
+//! read. Raw sockets send pipelined requests and read the answers in order; the counting
+//! upstream says what reached it.
 
 use std::time::Duration;
 
@@ -119,8 +120,8 @@ async fn pipelined_requests_cross_from_the_lane_to_hyper_and_each_is_answered_on
     let (up, gw) = gateway(|c| c).await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     let large = vec![b'l'; 100 * 1024];
-    // Two for the lane, then a deduped request and its retry (hyper's from there on), a
-    // plain one after them, and a body larger than the lane buffers.
+    // Two for the lane, a deduped request and its retry (the lane's too), a plain one
+    // after them, and a body larger than the lane buffers (hyper's from there on).
     let requests = [
         post("/plain/1", "", b"one"),
         post("/plain/2", "", b""),
@@ -584,4 +585,42 @@ async fn the_lane_and_hyper_handle_keyed_requests_the_same() {
         assert_eq!(seen[0], seen[1], "{what}: what the upstream saw from each");
         assert!(!answers[0].is_empty());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_request_whose_body_is_slow_is_judged_by_its_head_as_hyper_does() {
+    // The lane takes a keyed request only with its body whole; one still coming goes to
+    // hyper, whose pipeline refuses a missing key at once instead of waiting for the body.
+    let (up, gw) = gateway(|c| c.body_read_timeout("30s")).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"POST /orders/slow HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let refused = read_answer(&mut s, &mut buf, false)
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert_eq!(up.effects(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_pipelines_then_half_closes_gets_every_answer() {
+    let (up, gw) = gateway(|c| c).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let requests = [
+        post("/orders/h", "Idempotency-Key: half-1\r\n", b"{}"),
+        post("/plain/h", "", b""),
+    ];
+    s.write_all(&requests.concat()).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut buf = Vec::new();
+    let first = read_answer(&mut s, &mut buf, false)
+        .await
+        .expect("the keyed answer");
+    let second = read_answer(&mut s, &mut buf, false)
+        .await
+        .expect("the plain answer");
+    assert_eq!((first.status, second.status), (201, 201));
+    assert_eq!(up.effects(), 2);
 }

@@ -1,6 +1,7 @@
 //! The gateway's side of the HTTP/1 lane ([`crate::lane`]): which requests it may take
-//! (those no deduping route claims), the one upstream call in bytes, and the request's
-//! accounting, as [`Gateway::handle`] does it for a streamed request.
+//! (all but a gRPC route's; a deduping route's go to [`Gateway::handle_read`]), the one
+//! upstream call in bytes, and the request's accounting, as [`Gateway::handle`] does it
+//! for a streamed request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -55,7 +55,7 @@ pub enum Ending {
 /// sends go to `read`, its end ends the answer.
 pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
-    read: &mut BytesMut,
+    read: &mut Inbox,
     mut out: Vec<u8>,
     head: &RawHead,
     body: UpstreamBody,
@@ -102,7 +102,7 @@ pub async fn relayed<C: AsyncRead + AsyncWrite + Unpin>(
 /// bytes were sent comes back.
 async fn send_body<C, B>(
     client: &mut C,
-    read: &mut BytesMut,
+    read: &mut Inbox,
     mut out: Vec<u8>,
     mut body: B,
     chunked: bool,
@@ -168,28 +168,35 @@ where
 
 /// Writes a response the gateway handled (a keyed request's: made, replayed, or the
 /// upstream's answer as the protocol passes it on, perhaps still streaming) as hyper's
-/// HTTP/1.1 server writes it: the status line, the fields but the framing and
-/// `Connection`, then the framing from the response's: its `Content-Length`, else its
-/// body's exact size, else chunked; none on a `1xx`, `204` or `304`; to a `HEAD` request
-/// the length without the body. `close`, or a response that says `Connection: close`,
-/// ends the connection after it. A body that ends short of its length, or runs past it,
-/// breaks the answer off ([`AnswerError::Body`]): the client sees a cut, never a
-/// misframed next answer.
+/// HTTP/1.1 server writes it: the status line (`HTTP/1.0` for an HTTP/1.0 upstream's
+/// answer), the fields but the framing and `Connection`, then the framing: the body's
+/// exact size, else the response's `Content-Length` (the body cut there), else chunked
+/// (an HTTP/1.0 answer's body ends with the connection instead); none on a `1xx`, `204` or
+/// `304`; to a `HEAD` request the length without the body (none for an empty body without
+/// a `Content-Length`). `close`, or a response that says `Connection: close`, ends the
+/// connection after it. A body that ends short of its length breaks the answer off
+/// ([`AnswerError::Body`]): the client sees a cut, never a misframed next answer.
 pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
-    read: &mut BytesMut,
+    read: &mut Inbox,
     response: Response<Body>,
     (close, to_head): (bool, bool),
 ) -> Result<Ending, AnswerError> {
     let (parts, body) = response.into_parts();
-    let close = close || asks_close(&parts.headers);
-    let bodiless = parts.status.is_informational() || matches!(parts.status.as_u16(), 204 | 304);
-    let length = parts
+    let http10 = parts.version == http::Version::HTTP_10;
+    let declared = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .or(body.size_hint().exact());
+        .and_then(|v| v.parse::<u64>().ok());
+    let exact = body.size_hint().exact();
+    let length = match exact {
+        Some(0) if to_head => declared,
+        Some(n) => Some(n),
+        None => declared,
+    };
+    let bodiless = parts.status.is_informational() || matches!(parts.status.as_u16(), 204 | 304);
+    let mut close = close || asks_close(&parts.headers);
     let mut out = Vec::with_capacity(512);
     status_and_fields(&mut out, &parts);
     let chunked = match length {
@@ -199,6 +206,11 @@ pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
             false
         }
         None if to_head => false,
+        // HTTP/1.0 knows no chunks: the body ends with the connection.
+        None if http10 => {
+            close = true;
+            false
+        }
         None => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
             true
@@ -214,27 +226,63 @@ pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
         send(client, &out).await?;
         return Ok(ending);
     }
-    let sent = send_body(client, read, out, body, chunked).await?;
+    let limit = if chunked { None } else { length };
+    let sent = send_body(client, read, out, Cut { body, left: limit }, chunked).await?;
     match length {
         Some(n) if n != sent => Err(AnswerError::Body(
-            format!("the body was {sent} bytes, its length {n}").into(),
+            format!("the body ended after {sent} of its {n} bytes").into(),
         )),
         _ => Ok(ending),
     }
 }
 
-/// Whether a response says `Connection: close`.
-fn asks_close(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+/// A body cut at `left` bytes (when set): what runs past a declared length is not sent.
+struct Cut<B> {
+    body: B,
+    left: Option<u64>,
+}
+
+impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for Cut<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, B::Error>>> {
+        if self.left == Some(0) {
+            return Poll::Ready(None);
+        }
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        let Some(left) = self.left else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(mut data) => {
+                    if data.len() as u64 > left {
+                        data.truncate(left as usize);
+                    }
+                    self.left = Some(left - data.len() as u64);
+                    Poll::Ready(Some(Ok(hyper::body::Frame::data(data))))
+                }
+                // Trailers: HTTP/1.1 sends none to a client that did not ask.
+                Err(_) => Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::new())))),
+            },
+            other => other,
+        }
+    }
 }
 
 /// The status line and every field but the framing and `Connection`, which the writer
 /// sets (hyper writes a status without a reason of its own as `<none>`).
 fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts) {
-    out.extend_from_slice(b"HTTP/1.1 ");
+    let version: &[u8] = if parts.version == http::Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    };
+    out.extend_from_slice(version);
     out.extend_from_slice(parts.status.as_str().as_bytes());
     out.push(b' ');
     let reason = parts.status.canonical_reason().unwrap_or("<none>");
@@ -249,6 +297,14 @@ fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts) {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// Whether a response says `Connection: close`.
+fn asks_close(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
 }
 
 /// A `Date` unless the response has one, `Connection: close` when it closes, the blank
@@ -267,22 +323,35 @@ fn end_head(out: &mut Vec<u8>, headers: &http::HeaderMap, close: bool) {
 /// request, read ahead): past this, the client is not read until the answer is written.
 pub const READ_AHEAD: usize = 64 * 1024;
 
+/// What a client sent that is not yet handled, and whether it has ended its side.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    /// The bytes read and not yet taken as a request.
+    pub bytes: BytesMut,
+    /// The client ended its side (EOF) with a pipelined request still unanswered: it is
+    /// answered, then the connection ends.
+    pub closed: bool,
+}
+
 /// Awaits `work` while watching the client, as hyper does: what the client sends (the
 /// next request of a pipeline) is kept in `read`, up to [`READ_AHEAD`]; the client's end
-/// (or a failed read) drops `work` and is [`AnswerError::ClientGone`].
+/// (or a failed read) drops `work` and is [`AnswerError::ClientGone`], unless a request
+/// it sent is still waiting in `read`: then it half-closed after pipelining, and its
+/// requests are answered before the connection ends ([`Inbox::closed`]).
 pub async fn watching<C: AsyncRead + Unpin, F: std::future::Future>(
     client: &mut C,
-    read: &mut BytesMut,
+    read: &mut Inbox,
     work: F,
 ) -> Result<F::Output, AnswerError> {
     tokio::pin!(work);
     loop {
-        let room = read.len() < READ_AHEAD;
+        let room = !read.closed && read.bytes.len() < READ_AHEAD;
         tokio::select! {
             biased;
             done = &mut work => return Ok(done),
-            got = client.read_buf(read), if room => match got {
+            got = client.read_buf(&mut read.bytes), if room => match got {
                 Ok(n) if n > 0 => {}
+                Ok(_) if !read.bytes.is_empty() => read.closed = true,
                 _ => return Err(AnswerError::ClientGone),
             },
         }
@@ -340,3 +409,6 @@ fn date(out: &mut Vec<u8>) {
     out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,8 +4,9 @@
 //!
 //! The bounds are the full path's: each request head within `server.header_read_timeout`
 //! (the first from the accept), the body's arrival and the upstream's head within
-//! `server.upstream_timeout`, every write within `server.write_timeout`; a client that
-//! leaves while its answer is awaited drops the call, as hyper does. A
+//! `server.upstream_timeout` (a keyed request's body within `server.body_read_timeout`),
+//! every write within `server.write_timeout`; a client that leaves while its answer is
+//! awaited drops the call (a keyed request's task runs on), as hyper does. A
 //! connection waiting for its next request closes when the drain begins; one serving a
 //! request finishes it and closes, its response saying `Connection: close`.
 
@@ -26,7 +27,7 @@ use super::greeting::{FirstRequest, Prefixed};
 use super::WriteDeadline;
 use crate::framing::AmbiguousFraming;
 use crate::http::{ConnInfo, Gateway, LaneAnswer, LaneCall, LaneRoute, Live};
-use crate::lane::answer::{self, AnswerError, Ending};
+use crate::lane::answer::{self, AnswerError, Ending, Inbox};
 use crate::lane::head::{self, Hop, Read};
 
 /// How much room a read asks for.
@@ -74,7 +75,7 @@ enum Left {
 /// A connection in the lane: the client's stream and what was read from it.
 struct Lane<S> {
     io: WriteDeadline<S>,
-    buf: BytesMut,
+    inbox: Inbox,
     client_ip: HeaderValue,
     /// The client's hop is TLS.
     tls: bool,
@@ -97,7 +98,10 @@ impl Serving {
     {
         let mut lane = Lane {
             io: WriteDeadline::new(stream, self.write_timeout),
-            buf: BytesMut::with_capacity(READ_ROOM),
+            inbox: Inbox {
+                bytes: BytesMut::with_capacity(READ_ROOM),
+                closed: false,
+            },
             client_ip: crate::upstream::client_ip(remote),
             tls,
             served: 0,
@@ -109,7 +113,7 @@ impl Serving {
                 if lane.served > 0 {
                     first.mark();
                 }
-                let stream = Prefixed::new(lane.buf.to_vec(), lane.io.into_inner());
+                let stream = Prefixed::new(lane.inbox.bytes.to_vec(), lane.io.into_inner());
                 self.full(stream, tls, (gateway, watcher), remote, deadline, first)
                     .await;
             }
@@ -125,15 +129,24 @@ impl Serving {
     ) -> Left {
         let mut head_by = first_head_by;
         loop {
+            // The drain lets no new request begin, pipelined or not (hyper's graceful
+            // shutdown ends keep-alive the same way).
+            if self.stopping.is_cancelled() {
+                return Left::Ended;
+            }
             let taken = loop {
                 // The configuration in force when the head is whole: a reload while the
                 // connection waited applies to it.
-                match self.next(&lane.buf, gateway, (lane.client_ip.as_bytes(), lane.tls)) {
+                match self.next(
+                    &lane.inbox.bytes,
+                    gateway,
+                    (lane.client_ip.as_bytes(), lane.tls),
+                ) {
                     Next::Take(taken) => break taken,
                     Next::Full => return Left::ToFull,
                     Next::More => {}
                 }
-                let idle = lane.buf.is_empty();
+                let idle = lane.inbox.bytes.is_empty();
                 let read = tokio::select! {
                     read = tokio::time::timeout_at(head_by, fill(lane)) => read,
                     // Between requests, the drain closes the connection.
@@ -150,20 +163,17 @@ impl Serving {
             };
             let started = StdInstant::now();
             // The upstream's head is due by `server.upstream_timeout` from this request's
-            // head, the body's arrival included, as on the full path (which streams it); a
-            // keyed request's body by `server.body_read_timeout`, as the full path reads it.
-            let deadline = match taken.keyed {
-                Some(_) => Instant::now() + taken.live.config.server.body_read_timeout,
-                None => taken.live.upstream.deadline(),
-            };
+            // head, the body's arrival included, as on the full path (which streams it). (A
+            // keyed request's body is whole already: see `next`.)
+            let deadline = taken.live.upstream.deadline();
             let whole = taken.len + taken.body;
             let to_head = taken.method == Method::HEAD;
-            while lane.buf.len() < whole {
+            while lane.inbox.bytes.len() < whole {
                 match tokio::time::timeout_at(deadline, fill(lane)).await {
                     Ok(Ok(n)) if n > 0 => {}
                     Ok(_) => return Left::Ended,
                     Err(_) => {
-                        let target = target(&lane.buf, &taken.target);
+                        let target = target(&lane.inbox.bytes, &taken.target);
                         let response =
                             gateway.lane_body_timeout(&taken.route, taken.method, target, started);
                         let _ = answer::made(&mut lane.io, response, (true, to_head)).await;
@@ -172,7 +182,7 @@ impl Serving {
                 }
             }
             // The message leaves the buffer; what follows it (a pipelined request) stays.
-            let message = lane.buf.split_to(whole).freeze();
+            let message = lane.inbox.bytes.split_to(whole).freeze();
             let Taken {
                 method,
                 target: at,
@@ -212,7 +222,7 @@ impl Serving {
             // call, as hyper drops the service.
             let called = answer::watching(
                 &mut lane.io,
-                &mut lane.buf,
+                &mut lane.inbox,
                 gateway.lane_call(&live, route, call),
             );
             let Ok(answer) = called.await else {
@@ -223,7 +233,7 @@ impl Serving {
             let written = match answer {
                 LaneAnswer::Relayed { out, head, body } => {
                     let io = &mut lane.io;
-                    answer::relayed(io, &mut lane.buf, out, &head, body, (close, to_head)).await
+                    answer::relayed(io, &mut lane.inbox, out, &head, body, (close, to_head)).await
                 }
                 LaneAnswer::Made(response) => {
                     answer::made(&mut lane.io, response, (close, to_head)).await
@@ -267,7 +277,11 @@ impl Serving {
         };
         let start = head.target.as_ptr() as usize - buf.as_ptr() as usize;
         let (request, keyed) = if route.keyed() {
-            let Some(parts) = head.request(tls) else {
+            // Taken only with its body whole: one still on its way goes to hyper, whose
+            // pipeline judges the head (a missing key, a body over `server.max_body`) before
+            // the body has come, within `server.body_read_timeout`.
+            let whole = buf.len() >= head.len + head.body;
+            let Some(parts) = head.request(tls).filter(|_| whole) else {
                 return Next::Full;
             };
             (Vec::new(), Some(Box::new(parts)))
@@ -304,18 +318,21 @@ impl Serving {
             framing: AmbiguousFraming::default(),
         };
         let handled = gateway.clone().handle_read(req, conn);
-        let response = answer::watching(&mut lane.io, &mut lane.buf, handled).await?;
+        let response = answer::watching(&mut lane.io, &mut lane.inbox, handled).await?;
         let close = close || self.stopping.is_cancelled();
-        answer::served(&mut lane.io, &mut lane.buf, response, (close, to_head)).await
+        answer::served(&mut lane.io, &mut lane.inbox, response, (close, to_head)).await
     }
 }
 
 /// Reads more of the client's bytes: how many (0 at the end of the stream).
 async fn fill<S: AsyncRead + Unpin>(lane: &mut Lane<S>) -> std::io::Result<usize> {
-    if lane.buf.capacity() - lane.buf.len() < READ_ROOM / 4 {
-        lane.buf.reserve(READ_ROOM);
+    if lane.inbox.closed {
+        return Ok(0);
     }
-    lane.io.read_buf(&mut lane.buf).await
+    if lane.inbox.bytes.capacity() - lane.inbox.bytes.len() < READ_ROOM / 4 {
+        lane.inbox.bytes.reserve(READ_ROOM);
+    }
+    lane.io.read_buf(&mut lane.inbox.bytes).await
 }
 
 /// The target a head read at `at` (ASCII: the lane took it).
@@ -393,5 +410,9 @@ key = { header = "Idempotency-Key", required = true }
         assert!(!plain.route.keyed() && plain.keyed.is_none() && !plain.request.is_empty());
         let grpc = b"POST /pkg.Svc/Call HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k\r\n\r\n";
         assert!(taken(grpc, false).is_none());
+        // A keyed request whose body is still on its way: hyper's pipeline judges its head
+        // while the body comes.
+        let partial = b"POST /orders/1 HTTP/1.1\r\nHost: gw\r\nContent-Length: 9\r\n\r\nabc";
+        assert!(taken(partial, false).is_none());
     }
 }
