@@ -335,9 +335,9 @@ pub struct Inbox {
 
 /// Awaits `work` while watching the client, as hyper does: what the client sends (the
 /// next request of a pipeline) is kept in `read`, up to [`READ_AHEAD`]; the client's end
-/// (or a failed read) drops `work` and is [`AnswerError::ClientGone`], unless a request
-/// it sent is still waiting in `read`: then it half-closed after pipelining, and its
-/// requests are answered before the connection ends ([`Inbox::closed`]).
+/// (or a failed read) drops `work` and is [`AnswerError::ClientGone`], unless a whole
+/// request head it sent is still waiting in `read`: then it half-closed after pipelining,
+/// and its requests are answered before the connection ends ([`Inbox::closed`]).
 pub async fn watching<C: AsyncRead + Unpin, F: std::future::Future>(
     client: &mut C,
     read: &mut Inbox,
@@ -351,11 +351,17 @@ pub async fn watching<C: AsyncRead + Unpin, F: std::future::Future>(
             done = &mut work => return Ok(done),
             got = client.read_buf(&mut read.bytes), if room => match got {
                 Ok(n) if n > 0 => {}
-                Ok(_) if !read.bytes.is_empty() => read.closed = true,
+                Ok(_) if holds_a_head(&read.bytes) => read.closed = true,
                 _ => return Err(AnswerError::ClientGone),
             },
         }
     }
+}
+
+/// Whether `bytes` hold a whole request head: a request the client is owed an answer to
+/// (a stray line end or half a head is not one).
+fn holds_a_head(bytes: &[u8]) -> bool {
+    bytes.windows(4).any(|w| w == b"\r\n\r\n")
 }
 
 /// Writes `bytes` and flushes them.

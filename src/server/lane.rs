@@ -4,8 +4,8 @@
 //!
 //! The bounds are the full path's: each request head within `server.header_read_timeout`
 //! (the first from the accept), the body's arrival and the upstream's head within
-//! `server.upstream_timeout` (a keyed request's body within `server.body_read_timeout`),
-//! every write within `server.write_timeout`; a client that leaves while its answer is
+//! `server.upstream_timeout` (a keyed request is taken only with its body whole), every
+//! write within `server.write_timeout`; a client that leaves while its answer is
 //! awaited drops the call (a keyed request's task runs on), as hyper does. A
 //! connection waiting for its next request closes when the drain begins; one serving a
 //! request finishes it and closes, its response saying `Connection: close`.
