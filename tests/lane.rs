@@ -311,6 +311,28 @@ fn seen_of(seen: &dedupe_test_support::upstream::Seen) -> SeenForm {
     (seen.path.clone(), fields, seen.body.to_vec())
 }
 
+/// A connection to `gw`, in the lane, or (`to_hyper`) served by hyper after a request the
+/// lane declines; and its read buffer.
+async fn connect(gw: &TestGateway, to_hyper: bool) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut buf = Vec::new();
+    if to_hyper {
+        s.write_all(DECLINED).await.unwrap();
+        read_answer(&mut s, &mut buf, false).await.unwrap();
+    }
+    (s, buf)
+}
+
+/// What the upstream saw since its `before`th request, but the requests that only set a
+/// connection up (`DECLINED`) or check it is still in step (`/plain/next`).
+fn seen_since(up: &Upstream, before: usize) -> Vec<SeenForm> {
+    up.seen()[before..]
+        .iter()
+        .filter(|s| s.path != "/plain/declined" && s.path != "/plain/next")
+        .map(seen_of)
+        .collect()
+}
+
 /// An answer in a comparable form: status, fields but `date` (sorted, names in lower
 /// case), body; the upstream's count of effects (in `x-effect` and the body) and the
 /// fence it was sent (in the body) left out.
@@ -392,12 +414,7 @@ async fn the_lane_and_hyper_send_and_answer_the_same() {
         let mut seen = Vec::new();
         for declined_first in [false, true] {
             let before = up.seen().len();
-            let mut s = TcpStream::connect(gw.addr).await.unwrap();
-            let mut buf = Vec::new();
-            if declined_first {
-                s.write_all(DECLINED).await.unwrap();
-                read_answer(&mut s, &mut buf, false).await.unwrap();
-            }
+            let (mut s, mut buf) = connect(&gw, declined_first).await;
             s.write_all(&request).await.unwrap();
             let answer = read_answer(&mut s, &mut buf, head_only)
                 .await
@@ -407,13 +424,7 @@ async fn the_lane_and_hyper_send_and_answer_the_same() {
             s.write_all(&post("/plain/next", "", b"")).await.unwrap();
             let next = read_answer(&mut s, &mut buf, false).await.unwrap();
             assert_eq!(next.status, 201, "{what}: {next:?}");
-            let all = up.seen();
-            let mine: Vec<_> = all[before..]
-                .iter()
-                .filter(|s| s.path != "/plain/declined" && s.path != "/plain/next")
-                .map(seen_of)
-                .collect();
-            seen.push(mine);
+            seen.push(seen_since(&up, before));
         }
         assert_eq!(
             answers[0], answers[1],
@@ -518,12 +529,7 @@ async fn the_lane_and_hyper_handle_keyed_requests_the_same() {
         for declined_first in [false, true] {
             let k = format!("k-{}-{declined_first}", what.len());
             let before = up.seen().len();
-            let mut s = TcpStream::connect(gw.addr).await.unwrap();
-            let mut buf = Vec::new();
-            if declined_first {
-                s.write_all(DECLINED).await.unwrap();
-                read_answer(&mut s, &mut buf, false).await.unwrap();
-            }
+            let (mut s, mut buf) = connect(&gw, declined_first).await;
             let mut mine = Vec::new();
             for request in &requests {
                 s.write_all(&replaced(request, "{K}", &k)).await.unwrap();
@@ -560,12 +566,9 @@ async fn the_lane_and_hyper_handle_keyed_requests_the_same() {
                     "{what}: the connection closed"
                 );
             }
-            let all = up.seen();
-            let reached: Vec<_> = all[before..]
-                .iter()
-                .filter(|s| s.path != "/plain/declined" && s.path != "/plain/next")
-                .map(|s| {
-                    let (path, fields, body) = seen_of(s);
+            let reached: Vec<_> = seen_since(&up, before)
+                .into_iter()
+                .map(|(path, fields, body)| {
                     let fields: Vec<_> = fields
                         .into_iter()
                         .map(|(n, v)| match n.as_str() {

@@ -194,49 +194,21 @@ impl Serving {
                 live,
                 ..
             } = taken;
-            if let Some(parts) = keyed {
-                let req = http::Request::from_parts(*parts, message.slice(len..));
-                match self.keyed(lane, gateway, req, (close, to_head)).await {
-                    Ok(Ending::KeepAlive) => {}
-                    Ok(Ending::Close) => {
-                        let _ = lane.io.shutdown().await;
-                        return Left::Ended;
-                    }
-                    Err(e) => {
-                        debug!(error = %e, "client connection ended with an error");
-                        return Left::Ended;
-                    }
+            let ends = (close, to_head);
+            let written = match keyed {
+                Some(parts) => {
+                    let req = http::Request::from_parts(*parts, message.slice(len..));
+                    self.keyed(lane, gateway, req, ends).await
                 }
-                lane.served += 1;
-                head_by = Instant::now() + self.header_read_timeout;
-                continue;
-            }
-            let call = LaneCall {
-                method,
-                target: target(&message, &at),
-                request: [request.into(), message.slice(len..)],
-                started,
-                deadline,
-            };
-            // The client is watched while the upstream answers: one that leaves drops the
-            // call, as hyper drops the service.
-            let called = answer::watching(
-                &mut lane.io,
-                &mut lane.inbox,
-                gateway.lane_call(&live, route, call),
-            );
-            let Ok(answer) = called.await else {
-                debug!("the client closed the connection before its answer");
-                return Left::Ended;
-            };
-            let close = close || self.stopping.is_cancelled();
-            let written = match answer {
-                LaneAnswer::Relayed { out, head, body } => {
-                    let io = &mut lane.io;
-                    answer::relayed(io, &mut lane.inbox, out, &head, body, (close, to_head)).await
-                }
-                LaneAnswer::Made(response) => {
-                    answer::made(&mut lane.io, response, (close, to_head)).await
+                None => {
+                    let call = LaneCall {
+                        method,
+                        target: target(&message, &at),
+                        request: [request.into(), message.slice(len..)],
+                        started,
+                        deadline,
+                    };
+                    self.plain(lane, gateway, (&live, route), call, ends).await
                 }
             };
             match written {
@@ -303,6 +275,31 @@ impl Serving {
 }
 
 impl Serving {
+    /// A request without a key: its upstream call in bytes, the client watched meanwhile
+    /// (one that leaves drops the call, as hyper drops the service), and the answer
+    /// relayed (or the problem the gateway made).
+    async fn plain<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lane: &mut Lane<S>,
+        gateway: &Gateway,
+        (live, route): (&Live, LaneRoute),
+        call: LaneCall<'_>,
+        (close, to_head): (bool, bool),
+    ) -> Result<Ending, AnswerError> {
+        let called = gateway.lane_call(live, route, call);
+        let answer = answer::watching(&mut lane.io, &mut lane.inbox, called).await?;
+        let close = close || self.stopping.is_cancelled();
+        match answer {
+            LaneAnswer::Relayed { out, head, body } => {
+                let io = &mut lane.io;
+                answer::relayed(io, &mut lane.inbox, out, &head, body, (close, to_head)).await
+            }
+            LaneAnswer::Made(response) => {
+                answer::made(&mut lane.io, response, (close, to_head)).await
+            }
+        }
+    }
+
     /// A keyed request, read whole: the full pipeline handles it, the client watched
     /// meanwhile (one that leaves drops the wait, not the request's task), and its answer
     /// is written as hyper would write it.
