@@ -134,32 +134,9 @@ impl Serving {
             if self.stopping.is_cancelled() {
                 return Left::Ended;
             }
-            let taken = loop {
-                // The configuration in force when the head is whole: a reload while the
-                // connection waited applies to it.
-                match self.next(
-                    &lane.inbox.bytes,
-                    gateway,
-                    (lane.client_ip.as_bytes(), lane.tls),
-                ) {
-                    Next::Take(taken) => break taken,
-                    Next::Full => return Left::ToFull,
-                    Next::More => {}
-                }
-                let idle = lane.inbox.bytes.is_empty();
-                let read = tokio::select! {
-                    read = tokio::time::timeout_at(head_by, fill(lane)) => read,
-                    // Between requests, the drain closes the connection.
-                    () = self.stopping.cancelled(), if idle => return Left::Ended,
-                };
-                match read {
-                    Ok(Ok(n)) if n > 0 => {}
-                    Ok(_) => return Left::Ended,
-                    Err(_) => {
-                        debug!("no request began within server.header_read_timeout");
-                        return Left::Ended;
-                    }
-                }
+            let taken = match self.head(lane, gateway, head_by).await {
+                Ok(taken) => taken,
+                Err(left) => return left,
             };
             let started = StdInstant::now();
             // The upstream's head is due by `server.upstream_timeout` from this request's
@@ -168,18 +145,8 @@ impl Serving {
             let deadline = taken.live.upstream.deadline();
             let whole = taken.len + taken.body;
             let to_head = taken.method == Method::HEAD;
-            while lane.inbox.bytes.len() < whole {
-                match tokio::time::timeout_at(deadline, fill(lane)).await {
-                    Ok(Ok(n)) if n > 0 => {}
-                    Ok(_) => return Left::Ended,
-                    Err(_) => {
-                        let target = target(&lane.inbox.bytes, &taken.target);
-                        let response =
-                            gateway.lane_body_timeout(&taken.route, taken.method, target, started);
-                        let _ = answer::made(&mut lane.io, response, (true, to_head)).await;
-                        return Left::Ended;
-                    }
-                }
+            if let Err(left) = self.body(lane, gateway, &taken, (deadline, started)).await {
+                return left;
             }
             // The message leaves the buffer; what follows it (a pipelined request) stays.
             let message = lane.inbox.bytes.split_to(whole).freeze();
@@ -224,6 +191,66 @@ impl Serving {
             }
             lane.served += 1;
             head_by = Instant::now() + self.header_read_timeout;
+        }
+    }
+
+    /// Reads until `taken`'s body is whole, by `deadline`: one that has not come by then is
+    /// answered 408 (`body-timeout`) and the connection ends.
+    async fn body<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lane: &mut Lane<S>,
+        gateway: &Gateway,
+        taken: &Taken,
+        (deadline, started): (Instant, StdInstant),
+    ) -> Result<(), Left> {
+        while lane.inbox.bytes.len() < taken.len + taken.body {
+            match tokio::time::timeout_at(deadline, fill(lane)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return Err(Left::Ended),
+                Err(_) => {
+                    let target = target(&lane.inbox.bytes, &taken.target);
+                    let method = taken.method.clone();
+                    let response = gateway.lane_body_timeout(&taken.route, method, target, started);
+                    let to_head = taken.method == Method::HEAD;
+                    let _ = answer::made(&mut lane.io, response, (true, to_head)).await;
+                    return Err(Left::Ended);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next request head the lane takes, read by `head_by`; or why the lane lets the
+    /// connection go (it ended, timed out or drained while idle; or hyper takes it on).
+    async fn head<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lane: &mut Lane<S>,
+        gateway: &Gateway,
+        head_by: Instant,
+    ) -> Result<Taken, Left> {
+        loop {
+            // The configuration in force when the head is whole: a reload while the
+            // connection waited applies to it.
+            let hop = (lane.client_ip.as_bytes(), lane.tls);
+            match self.next(&lane.inbox.bytes, gateway, hop) {
+                Next::Take(taken) => return Ok(taken),
+                Next::Full => return Err(Left::ToFull),
+                Next::More => {}
+            }
+            let idle = lane.inbox.bytes.is_empty();
+            let read = tokio::select! {
+                read = tokio::time::timeout_at(head_by, fill(lane)) => read,
+                // Between requests, the drain closes the connection.
+                () = self.stopping.cancelled(), if idle => return Err(Left::Ended),
+            };
+            match read {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return Err(Left::Ended),
+                Err(_) => {
+                    debug!("no request began within server.header_read_timeout");
+                    return Err(Left::Ended);
+                }
+            }
         }
     }
 
