@@ -145,8 +145,11 @@ impl Serving {
             let deadline = taken.live.upstream.deadline();
             let whole = taken.len + taken.body;
             let to_head = taken.method == Method::HEAD;
-            if let Err(left) = self.body(lane, gateway, &taken, (deadline, started)).await {
-                return left;
+            // Most bodies came with their heads: no wait to build.
+            if lane.inbox.bytes.len() < whole {
+                if let Err(left) = self.body(lane, gateway, &taken, (deadline, started)).await {
+                    return left;
+                }
             }
             // The message leaves the buffer; what follows it (a pipelined request) stays.
             let message = lane.inbox.bytes.split_to(whole).freeze();
