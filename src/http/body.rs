@@ -63,7 +63,7 @@ impl Refusal {
 pub(super) enum ClientBody {
     /// hyper's body, read as it arrives.
     Streaming(Incoming),
-    /// Read whole by the lane (within its bound and `server.body_read_timeout`).
+    /// Read whole by the lane, with its head (at most `lane::head::MAX_BODY`).
     Read(Bytes),
 }
 

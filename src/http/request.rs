@@ -74,6 +74,7 @@ impl Gateway {
         self.serve(req.map(ClientBody::Read), conn).await
     }
 
+    /// The pipeline, whichever way the body came.
     async fn serve(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
         let origin = Origin::of(&req);
         let started = Instant::now();
