@@ -1,6 +1,7 @@
 //! Writing an answer to the client as an HTTP/1.1 server does: the upstream's head as the
 //! relay wrote it, ended here, then its body (chunked when the upstream's had no length);
-//! or a response the gateway made itself (a problem), whole.
+//! or a response the pipeline handed back (a keyed request's answer, a problem the
+//! gateway made), framed from the response itself.
 
 use std::io::Write as _;
 use std::pin::Pin;
@@ -166,8 +167,8 @@ where
     Ok(sent)
 }
 
-/// Writes a response the gateway handled (a keyed request's: made, replayed, or the
-/// upstream's answer as the protocol passes it on, perhaps still streaming) as hyper's
+/// Writes a response the gateway handled (a problem it made, a keyed request's replay, or
+/// the upstream's answer as the protocol passes it on, perhaps still streaming) as hyper's
 /// HTTP/1.1 server writes it: the status line (`HTTP/1.0` for an HTTP/1.0 upstream's
 /// answer), the fields but the framing and `Connection`, then the framing: the body's
 /// exact size, else the response's `Content-Length` (the body cut there), else chunked
@@ -368,31 +369,6 @@ fn holds_a_head(bytes: &[u8]) -> bool {
 async fn send<W: AsyncWrite + Unpin>(client: &mut W, bytes: &[u8]) -> std::io::Result<()> {
     client.write_all(bytes).await?;
     client.flush().await
-}
-
-/// Writes a response the gateway made (whole: a problem), with its length, its date and,
-/// when `close`, `Connection: close`; to a `HEAD` request (`to_head`), without its body.
-pub async fn made<W: AsyncWrite + Unpin>(
-    client: &mut W,
-    response: Response<Body>,
-    (close, to_head): (bool, bool),
-) -> Result<Ending, AnswerError> {
-    let (parts, body) = response.into_parts();
-    let close = close || asks_close(&parts.headers);
-    let body: Bytes = body.collect().await.map_err(AnswerError::Body)?.to_bytes();
-    let mut out = Vec::with_capacity(256 + body.len());
-    status_and_fields(&mut out, &parts);
-    let _ = write!(out, "content-length: {}\r\n", body.len());
-    end_head(&mut out, &parts.headers, close);
-    if !to_head {
-        out.extend_from_slice(&body);
-    }
-    send(client, &out).await?;
-    Ok(if close {
-        Ending::Close
-    } else {
-        Ending::KeepAlive
-    })
 }
 
 /// A data frame as the client's framing carries it.

@@ -215,7 +215,8 @@ impl Serving {
                     let method = taken.method.clone();
                     let response = gateway.lane_body_timeout(&taken.route, method, target, started);
                     let to_head = taken.method == Method::HEAD;
-                    let _ = answer::made(&mut lane.io, response, (true, to_head)).await;
+                    let ends = (true, to_head);
+                    let _ = answer::served(&mut lane.io, &mut lane.inbox, response, ends).await;
                     return Err(Left::Ended);
                 }
             }
@@ -325,7 +326,7 @@ impl Serving {
                 answer::relayed(io, &mut lane.inbox, out, &head, body, (close, to_head)).await
             }
             LaneAnswer::Made(response) => {
-                answer::made(&mut lane.io, response, (close, to_head)).await
+                answer::served(&mut lane.io, &mut lane.inbox, response, (close, to_head)).await
             }
         }
     }
