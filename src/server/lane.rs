@@ -49,12 +49,18 @@ struct Taken {
     body: usize,
     close: bool,
     route: LaneRoute,
-    /// The upstream's head, the body to follow (empty for a keyed request).
-    request: Vec<u8>,
-    /// A keyed request's head as the full pipeline takes it.
-    keyed: Option<Box<http::request::Parts>>,
+    /// Where it goes on to, the body to follow.
+    onward: Onward,
     /// The configuration it is served under.
     live: Arc<Live>,
+}
+
+/// Where a request the lane takes goes on to.
+enum Onward {
+    /// The upstream, with this head written from the client's.
+    Upstream(Vec<u8>),
+    /// The full pipeline (a keyed request), with this head.
+    Pipeline(Box<http::request::Parts>),
 }
 
 /// What the buffer's start holds.
@@ -158,19 +164,18 @@ impl Serving {
                 target: at,
                 close,
                 route,
-                request,
-                keyed,
+                onward,
                 len,
                 live,
                 ..
             } = taken;
             let ends = (close, to_head);
-            let written = match keyed {
-                Some(parts) => {
+            let written = match onward {
+                Onward::Pipeline(parts) => {
                     let req = http::Request::from_parts(*parts, message.slice(len..));
                     self.keyed(lane, gateway, req, ends).await
                 }
-                None => {
+                Onward::Upstream(request) => {
                     let call = LaneCall {
                         method,
                         target: target(&message, &at),
@@ -279,7 +284,7 @@ impl Serving {
             tls,
         };
         let start = head.target.as_ptr() as usize - buf.as_ptr() as usize;
-        let (request, keyed) = if route.keyed() {
+        let onward = if route.keyed() {
             // Taken only with its body whole: one still on its way goes to hyper, whose
             // pipeline judges the head (a missing key, a body over `server.max_body`) before
             // the body has come, within `server.body_read_timeout`.
@@ -287,13 +292,12 @@ impl Serving {
             let Some(parts) = head.request(tls).filter(|_| whole) else {
                 return Next::Full;
             };
-            (Vec::new(), Some(Box::new(parts)))
+            Onward::Pipeline(Box::new(parts))
         } else {
-            (head.upstream(&hop), None)
+            Onward::Upstream(head.upstream(&hop))
         };
         Next::Take(Taken {
-            request,
-            keyed,
+            onward,
             target: start..start + head.target.len(),
             len: head.len,
             body: head.body,
@@ -410,9 +414,11 @@ key = { header = "Idempotency-Key", required = true }
         let raw = b"POST /orders/1?x=1 HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k-1\r\n\
                     X-Dup: 1\r\nX-Dup: 2\r\nX-Forwarded-Proto: http\r\nContent-Length: 2\r\n\r\n{}";
         let keyed = taken(raw, false).expect("the lane takes it");
-        assert!(keyed.route.keyed() && keyed.request.is_empty());
+        assert!(keyed.route.keyed());
         assert_eq!((keyed.len, keyed.body), (raw.len() - 2, 2));
-        let parts = keyed.keyed.expect("a keyed request's head");
+        let Onward::Pipeline(parts) = keyed.onward else {
+            panic!("a keyed request goes to the pipeline");
+        };
         assert_eq!(
             (&parts.method, parts.uri.to_string().as_str()),
             (&Method::POST, "/orders/1?x=1")
@@ -423,7 +429,9 @@ key = { header = "Idempotency-Key", required = true }
         assert_eq!(dups, ["1", "2"]);
         assert_eq!(parts.headers["x-forwarded-proto"], "http");
         // Over TLS the upstream is told so, whatever the client said, as on hyper's path.
-        let parts = taken(raw, true).unwrap().keyed.unwrap();
+        let Onward::Pipeline(parts) = taken(raw, true).unwrap().onward else {
+            panic!("a keyed request goes to the pipeline");
+        };
         let protos: Vec<_> = parts.headers.get_all("x-forwarded-proto").iter().collect();
         assert_eq!(protos, ["https"]);
     }
@@ -435,7 +443,8 @@ key = { header = "Idempotency-Key", required = true }
             false,
         )
         .expect("the lane takes it");
-        assert!(!plain.route.keyed() && plain.keyed.is_none() && !plain.request.is_empty());
+        assert!(!plain.route.keyed());
+        assert!(matches!(plain.onward, Onward::Upstream(head) if !head.is_empty()));
         let grpc = b"POST /pkg.Svc/Call HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k\r\n\r\n";
         assert!(taken(grpc, false).is_none());
         // A keyed request whose body is still on its way: hyper's pipeline judges its head
