@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::report::median;
-use crate::scenarios::Scenario;
+use crate::scenarios::{baseline, Scenario};
 use crate::versus::WrkSample;
 use crate::Settings;
 
@@ -27,11 +27,11 @@ fn rows(
 ) -> Vec<Row> {
     let mut rows = Vec::new();
     for &conns in &set.connections {
-        let Some(base) = samples.get(&(conns, 0)) else {
-            continue;
-        };
         for (i, s) in scenarios.iter().enumerate() {
-            let Some(runs) = samples.get(&(conns, i)) else {
+            let (Some(runs), Some(base)) = (
+                samples.get(&(conns, i)),
+                samples.get(&(conns, baseline(scenarios, i))),
+            ) else {
                 continue;
             };
             let med = |f: &dyn Fn(&WrkSample) -> f64| median(runs.iter().map(f).collect()).0;

@@ -11,6 +11,20 @@ use crate::servers::{GatewayChild, Nginx};
 
 pub const DEDUPED: &str = "/v1/payments/charge";
 
+/// The name of [`Scenario::nginx_keyed`]'s row.
+pub const NGINX_KEYED: &str = "nginx-keyed";
+
+/// The row scenario `i`'s ratios are taken against, in the same round: nginx carrying the
+/// same kind of requests. A gateway's new keys are compared with [`Scenario::nginx_keyed`]
+/// where it runs; every other row, that one included, with nginx (row 0).
+pub fn baseline(scenarios: &[Scenario], i: usize) -> usize {
+    let keyed = scenarios.iter().position(|s| s.name == NGINX_KEYED);
+    match (scenarios[i].gateway, scenarios[i].kind, keyed) {
+        (Some(_), Kind::Won, Some(k)) => k,
+        _ => 0,
+    }
+}
+
 /// The gateway under test, in front of `upstream`, on `store`.
 fn config(upstream: SocketAddr, store: StoreCfg) -> GatewayConfig {
     GatewayConfig::new(format!("http://{upstream}"))
@@ -71,6 +85,16 @@ impl Scenario {
             gateway: None,
             pid,
             store_pid: None,
+        }
+    }
+
+    /// nginx `proxy_pass` sent what the new-key scenarios send (a key never sent before on
+    /// every request): their baseline, so that what `wrk` spends building each request in
+    /// Lua counts on both sides of their ratio.
+    pub fn nginx_keyed(nginx: &Nginx) -> Self {
+        Self {
+            kind: Kind::Won,
+            ..Self::plain(NGINX_KEYED, nginx.addr, Some(nginx.pid()))
         }
     }
 

@@ -54,6 +54,10 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
     if let Some(f) = &floor {
         scenarios.insert(1, Scenario::plain("floor", f.addr, Some(f.pid())));
     }
+    // New keys make wrk build every request in Lua: nginx is sent the same, as their baseline.
+    if scenarios.iter().any(|s| s.kind == Kind::Won) {
+        scenarios.insert(1, Scenario::nginx_keyed(&nginx));
+    }
     // Keys never sent before in any run: the process id and the time start every one.
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let run_id = format!("{}-{}", std::process::id(), since.as_millis());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::report::median;
-use crate::scenarios::Scenario;
+use crate::scenarios::{baseline, Scenario};
 use crate::versus::WrkSample;
 use crate::Settings;
 
@@ -63,11 +63,11 @@ pub fn render(
     ];
     let (mut fast, mut cheap): (Vec<Vec<String>>, Vec<Vec<String>>) = (vec![], vec![]);
     for &conns in &set.connections {
-        let Some(base) = samples.get(&(conns, 0)) else {
-            continue;
-        };
         for (i, s) in scenarios.iter().enumerate() {
-            let Some(runs) = samples.get(&(conns, i)) else {
+            let (Some(runs), Some(base)) = (
+                samples.get(&(conns, i)),
+                samples.get(&(conns, baseline(scenarios, i))),
+            ) else {
                 continue;
             };
             let total = |r: &WrkSample, col: usize| {
@@ -107,7 +107,8 @@ pub fn render(
     }
     let mut out = format!(
         "wrk -t1 --latency, {} rounds of {:?}: medians (range); x nginx: the ratio to nginx \
-         proxy_pass in the same round\n\n",
+         proxy_pass in the same round, sent the same kind of requests (a gateway's new keys: \
+         nginx-keyed, a key never sent before on every request; every other row: nginx)\n\n",
         set.rounds, set.limit
     );
     table(&mut out, &speed, &fast);
