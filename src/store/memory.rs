@@ -12,7 +12,6 @@
 //! its window would let a retry execute the write again. A completion is always stored,
 //! so the bytes can pass the bound by the responses of the claims in flight at the time.
 
-use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,40 +28,15 @@ use super::{
 mod claim;
 mod entities;
 mod listing;
+mod records;
 mod shard;
 
 use self::claim::{Attempt, Decision};
 use self::entities::Entities;
+use self::records::Hashed;
 use self::shard::{footprint, Shard, Usage};
 
 const SHARDS: usize = 32;
-
-/// The shard a key's record lives in. The shard spreads the lock and the sweeps; a key's
-/// record is then found by the shard's own map, under its keyed SipHash. So a
-/// multiply-and-rotate over eight bytes at a time instead of a second SipHash, seeded per
-/// process so that which keys share a shard cannot be worked out ahead of time.
-fn shard_of(key: &str) -> usize {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h: u64 = shard_seed() ^ key.len() as u64;
-    let mut chunks = key.as_bytes().chunks_exact(8);
-    for c in &mut chunks {
-        let word = u64::from_le_bytes(c.try_into().unwrap_or_default());
-        h = (h.rotate_left(5) ^ word).wrapping_mul(K);
-    }
-    let mut last = [0u8; 8];
-    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    h = (h.rotate_left(5) ^ u64::from_le_bytes(last)).wrapping_mul(K);
-    // Murmur3's finaliser: every input bit reaches the bits kept.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    (h >> 32) as usize % SHARDS
-}
-/// This process's seed of [`shard_of`].
-fn shard_seed() -> u64 {
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(SHARDS))
-}
 
 /// A shard sweeps out expired records once it has grown past this many since its last sweep.
 const MIN_SWEEP: usize = 256;
@@ -199,8 +173,8 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        Self::lock(&self.inner.shards[shard_of(key)])
+    fn shard(&self, at: Hashed<'_>) -> MutexGuard<'_, Shard> {
+        Self::lock(&self.inner.shards[at.shard()])
     }
 
     /// A full store sweeps the shards that have something due, one lock at a time.
@@ -222,7 +196,8 @@ impl MemoryStore {
         if self.no_room(need).is_some() {
             self.make_room(now, need);
         }
-        let mut shard = self.shard(req.key.as_str());
+        let at = Hashed::new(req.key.as_str());
+        let mut shard = self.shard(at);
         shard.maybe_sweep(now, &self.inner.usage);
         let attempt = Attempt::new(req, now);
         // Taken after the shard's lock: the entity is checked and marked in the same
@@ -232,7 +207,7 @@ impl MemoryStore {
             (Some(order), Some(e)) => e.gate(order, now),
             _ => None,
         };
-        let decision = match shard.records.get_mut(req.key.as_str()) {
+        let decision = match shard.records.get_mut(at) {
             Some(r) if r.expires_at > now => attempt.on_live(r, &mut gate),
             // Expired but not yet swept: the key is new again, its fence still grows.
             Some(r) => match gate() {
@@ -255,7 +230,7 @@ impl MemoryStore {
                     self.inner.usage.add(need);
                     let record = attempt.fresh(next_fence(0), 1);
                     let fence = record.fence;
-                    shard.records.insert(req.key.as_str().to_owned(), record);
+                    shard.records.insert_new(at, record);
                     Decision::won(fence, None)
                 }
             },
@@ -287,8 +262,9 @@ impl MemoryStore {
         f: impl FnOnce(&mut Record, Instant),
     ) -> bool {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        let expires_at = match shard.records.get_mut(key) {
+        let at = Hashed::new(key);
+        let mut shard = self.shard(at);
+        let expires_at = match shard.records.get_mut(at) {
             Some(r) if r.expires_at > now && r.fence == fence => {
                 if r.state != RecordState::InFlight {
                     return !strict && r.state == to;
@@ -364,8 +340,9 @@ impl MemoryStore {
         order: Option<Order<'_>>,
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        let expires_at = match shard.records.get_mut(key) {
+        let at = Hashed::new(key);
+        let mut shard = self.shard(at);
+        let expires_at = match shard.records.get_mut(at) {
             Some(r)
                 if r.expires_at > now && r.fence == fence && r.state == RecordState::InFlight =>
             {
@@ -384,10 +361,11 @@ impl MemoryStore {
 
     pub(super) async fn inspect(&self, key: &str) -> Result<Option<RecordInfo>, StoreError> {
         let now = Instant::now();
-        let shard = self.shard(key);
+        let at = Hashed::new(key);
+        let shard = self.shard(at);
         Ok(shard
             .records
-            .get(key)
+            .get(at)
             .filter(|r| r.expires_at > now)
             .map(|r| RecordInfo {
                 state: r.shown_state(now),
@@ -406,8 +384,9 @@ impl MemoryStore {
 
     pub(super) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        match shard.records.remove(key) {
+        let at = Hashed::new(key);
+        let mut shard = self.shard(at);
+        match shard.records.remove(at) {
             Some(r) => {
                 self.inner.usage.records.fetch_sub(1, Ordering::Relaxed);
                 self.inner.usage.sub(footprint(key, &r));

@@ -17,8 +17,8 @@ impl MemoryStore {
         for shard in &self.inner.shards {
             let shard = Self::lock(shard);
             scanned += shard.records.len();
-            for (key, r) in &shard.records {
-                if after.is_some_and(|a| key.as_str() <= a) || !listing::selected(req, key) {
+            for (key, r) in shard.records.iter() {
+                if after.is_some_and(|a| key <= a) || !listing::selected(req, key) {
                     continue;
                 }
                 if let Some(listed) = listed(key, r, now, &req.prefix) {

@@ -1,11 +1,11 @@
 //! One shard of the embedded store, and the count of what every shard holds.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::records::Records;
 use super::{Record, MIN_SWEEP, RECORD_OVERHEAD};
 
 /// What the records of every shard hold.
@@ -32,7 +32,7 @@ pub(super) fn footprint(key: &str, r: &Record) -> usize {
 
 #[derive(Default)]
 pub(super) struct Shard {
-    pub(super) records: HashMap<String, Record>,
+    pub(super) records: Records,
     sweep_at: usize,
     /// A lower bound of the earliest `expires_at` in this shard (exact after a sweep).
     earliest: Option<Instant>,

@@ -132,7 +132,7 @@ fn keys_spread_over_every_shard() {
         let mut counts = [0usize; SHARDS];
         let n = SHARDS * 1_000;
         for i in 0..n {
-            counts[shard_of(&spell(i))] += 1;
+            counts[Hashed::new(&spell(i)).shard()] += 1;
         }
         for (shard, c) in counts.iter().enumerate() {
             assert!(
