@@ -1,5 +1,6 @@
 //! The `wrk` rounds as an SVG beside the text report: per scenario and connection count,
-//! throughput as a ratio to nginx, and the p50 and p99 latencies (medians of the rounds).
+//! throughput as a ratio to nginx (a gateway's new keys: to `nginx-keyed`, see
+//! [`crate::scenarios::baseline`]), and the p50 and p99 latencies (medians of the rounds).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -135,7 +136,7 @@ pub fn write(
     let all: Vec<&Row> = rows.iter().collect();
     panel(
         &top,
-        "wrk: requests per second, x nginx proxy_pass (line: 1.0)",
+        "wrk: requests per second, x nginx proxy_pass sent the same requests (line: 1.0)",
         &all,
         &|r| vec![(r.ratio, BLUE)],
         Some(1.0),

@@ -2,8 +2,9 @@
 //! origin (`return 201`), beside nginx `proxy_pass` (`keepalive 1024`, `reuseport`) to
 //! the same origin, with the CPU time each process spends per request: the proxy (nginx
 //! or the gateway), the origin, `wrk`, `redis-server` (and its main thread, and its
-//! commands from `INFO commandstats`), and the whole machine. At more than 100
-//! connections only the passthrough is measured beside nginx.
+//! commands from `INFO commandstats`), and the whole machine. A gateway's new keys are
+//! compared with `nginx-keyed`, nginx sent the same keyed requests; every other row with
+//! nginx. At more than 100 connections only the passthrough is measured beside nginx.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
