@@ -11,6 +11,7 @@ use tracing::{error, warn, Instrument};
 use super::access::{Access, Origin};
 use super::detach::{TaskSide, Tether};
 use super::forwarder::Forwarder;
+use super::inline::TaskFuture;
 use super::passthrough::Forwarded;
 use super::recent::RecentLatency;
 use super::request::Handled;
@@ -35,29 +36,31 @@ pub(super) struct KeyedRequest {
 }
 
 impl KeyedRequest {
-    /// Runs the protocol in a task tracked for shutdown, which accounts for the request.
+    /// The protocol as a task that accounts for the request, for [`Inline`] to run where
+    /// its client waits (and on its own once the client lets go).
     ///
     /// A plain function, not part of `dispatch`'s state: built there, the task's future
     /// (several KiB) was kept in the request future too and copied with it on every move.
     /// The response goes to `delivery`: early, by the forwarder, when the winner's answer
     /// streams; at the task's end otherwise.
-    pub(super) fn spawn(
+    ///
+    /// [`Inline`]: super::inline::Inline
+    pub(super) fn task(
         self: Box<Self>,
         gateway: &Arc<Gateway>,
         tether: Tether,
         delivery: Delivery,
-    ) {
+    ) -> TaskFuture {
         let this = self;
         // In the request's spans, as `Gateway::handle` runs it (see `Origin::run_in`).
         let (span, trace) = (this.origin.span.clone(), this.origin.trace.clone());
         let gateway = gateway.clone();
-        let tasks = gateway.tasks.clone();
-        // Built in its box (see `boxed`): spawning moved the 5 KiB future into its task's
-        // cell three times, and the task moved its stage three times more by the end; a
-        // box makes each move a pointer's. Boxed before the spans wrap it, or each
-        // wrapper copies it once more on its way in.
+        // Built in its box (see `boxed`): a 5 KiB future moved by value was copied whole
+        // at each move; a box makes each move, and a detach into a task of its own, a
+        // pointer's. Boxed before the spans wrap it, or each wrapper copies it once more on
+        // its way in; the wrapped future is boxed again, small.
         let task = boxed::pinned(move || Self::run(this, gateway, tether, delivery));
-        tasks.spawn(task.instrument(span).instrument(trace));
+        Box::pin(task.instrument(span).instrument(trace))
     }
 }
 

@@ -9,7 +9,8 @@
 //! - `body`: a deduped request's body read within bounds; refused bodies drained, so a
 //!   keep-alive connection stays usable.
 //! - `head`: a request head's checks before routing (method, `Host`, origin-form target).
-//! - `keyed`: a keyed request's own task, from the claim to its accounted response.
+//! - `keyed`: a keyed request's task, from the claim to its accounted response.
+//! - `inline`: that task run where its client waits, on its own once the client lets go.
 //! - `passthrough`: streaming a request without dedupe.
 //! - `signed`: a signed route's webhook signature, checked before the key is read.
 //! - `forwarder`: the upstream call the protocol asks for (the owner's, or an unguarded
@@ -36,6 +37,7 @@ mod forwarder;
 pub mod gateway;
 mod grpc;
 mod head;
+mod inline;
 mod join;
 mod keyed;
 mod lane;

@@ -17,6 +17,7 @@ use super::body::{ClientBody, Refusal};
 use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::head;
+use super::inline::Inline;
 use super::keyed::KeyedRequest;
 use super::passthrough;
 use super::stream::{Delivery, StreamedMark, Tethered};
@@ -274,9 +275,9 @@ impl Gateway {
         true
     }
 
-    /// Runs a keyed request's protocol in its own task, tracked for shutdown: a client
-    /// that hangs up must not abandon a claim or an upstream call under way and leave its
-    /// outcome unknown.
+    /// Runs a keyed request's protocol as a task tracked for shutdown, where its client
+    /// waits (see [`Inline`]): a client that hangs up must not abandon a claim or an
+    /// upstream call under way and leave its outcome unknown, so its task runs on alone.
     async fn claim(
         self: &Arc<Self>,
         keyed_request: Box<KeyedRequest>,
@@ -286,21 +287,20 @@ impl Gateway {
     ) -> Dispatched {
         let tether = Tether::new(&self.detached);
         let client = tether.client();
-        keyed_request.spawn(self, tether, delivery);
-        Dispatched::Settled(match delivered.await {
+        let task = keyed_request.task(self, tether, delivery);
+        Dispatched::Settled(match Inline::new(task, delivered, &self.tasks).await {
             // A streamed answer's task runs on while the client reads: counted as
             // attached until the client lets go of the body.
-            Ok(response) if response.extensions().get::<StreamedMark>().is_some() => {
-                response.map(|body| {
+            Some(response) if response.extensions().get::<StreamedMark>().is_some() => response
+                .map(|body| {
                     Tethered {
                         body,
                         _client: client,
                     }
                     .boxed()
-                })
-            }
-            Ok(response) => response,
-            Err(_) => {
+                }),
+            Some(response) => response,
+            None => {
                 error!("request task ended without a response");
                 GatewayError::Internal.to_response_in(errors)
             }
