@@ -139,7 +139,9 @@ impl StoredResponse {
         let status =
             StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
         let state = r.u8()?;
-        let headers = r.fields()?;
+        // Room for the two fields a replay adds (`Idempotent-Replayed`, `Idempotency-Expires`):
+        // a map sized to the stored ones grew, rehashing them all, to take those.
+        let headers = r.fields(2)?;
         let body = match state {
             0 => {
                 let len = r.u32()? as usize;
@@ -153,7 +155,7 @@ impl StoredResponse {
             _ => return Err(RecordError::Corrupt("bad body state")),
         };
         let trailers = match version {
-            3 => r.fields()?,
+            3 => r.fields(0)?,
             _ => HeaderMap::new(),
         };
         if r.pos != bytes.len() {
@@ -214,11 +216,13 @@ impl<'a> Reader<'a> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn fields(&mut self) -> Result<HeaderMap, RecordError> {
+    /// A section of fields, in a map with room for `extra` more.
+    fn fields(&mut self, extra: usize) -> Result<HeaderMap, RecordError> {
         let count = self.u16()? as usize;
         // A hostile count must not size the map (past 32768 `HeaderMap` panics): each
         // field takes at least six bytes of what is left.
-        let mut fields = HeaderMap::with_capacity(count.min((self.buf.len() - self.pos) / 6));
+        let mut fields =
+            HeaderMap::with_capacity(count.min((self.buf.len() - self.pos) / 6) + extra);
         for _ in 0..count {
             let name_len = self.u16()? as usize;
             let name = HeaderName::from_bytes(self.take(name_len)?)
