@@ -627,3 +627,28 @@ async fn a_client_that_pipelines_then_half_closes_gets_every_answer() {
     assert_eq!((first.status, second.status), (201, 201));
     assert_eq!(up.effects(), 2);
 }
+
+/// A won key whose answer arrives whole in one poll of many upstream reads (about 127 of
+/// 4 KiB: these sizes spend tokio's cooperative budget in the request's last poll, just
+/// before it delivers) is answered with that answer, never a 500 beside a stored record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_spends_the_cooperative_budget_still_reaches_its_client() {
+    let (up, gw) = gateway(|c| c).await;
+    let (mut s, mut buf) = connect(&gw, false).await;
+    let sizes: Vec<usize> = (505_000..540_000).step_by(997).collect();
+    for (i, size) in sizes.iter().enumerate() {
+        let extra = format!("Idempotency-Key: budget-{i}\r\nX-Test-Body-Bytes: {size}\r\n");
+        s.write_all(&post("/orders/budget", &extra, b"{}"))
+            .await
+            .unwrap();
+        let answer = read_answer(&mut s, &mut buf, false)
+            .await
+            .expect("an answer on the same connection");
+        assert_eq!(
+            (answer.status, answer.body.len()),
+            (201, *size),
+            "a body of {size} bytes"
+        );
+    }
+    assert_eq!(up.effects(), sizes.len() as u64, "one effect per key");
+}

@@ -81,13 +81,21 @@ impl Future for Inline {
                 Ok(Poll::Ready(())) | Err(_) => this.task = None,
             }
         }
+        if this.task.is_none() {
+            // The task is over, so its sender is gone: it delivered or it never will.
+            // Read without a poll: tokio's cooperative budget, spent by the task's own last
+            // poll (or by the connection's socket work before it), makes a poll answer
+            // `Pending` for a value already sent, and that `Pending` would read as "ended
+            // without an answer", a 500 for a request the upstream carried out.
+            return Poll::Ready(this.delivered.try_recv().ok());
+        }
         match Pin::new(&mut this.delivered).poll(cx) {
             Poll::Ready(delivered) => {
-                // Delivered early (or the task is over): it runs on by itself.
+                // Delivered early: the task runs on by itself.
                 this.detach();
                 Poll::Ready(delivered.ok())
             }
-            Poll::Pending if this.task.is_none() => Poll::Ready(None),
+            // Not yet (or the budget is spent, and tokio wakes us to try again).
             Poll::Pending => Poll::Pending,
         }
     }
@@ -188,5 +196,56 @@ mod tests {
             Poll::Pending => Poll::Ready(None),
         })
         .await
+    }
+
+    /// A task whose last poll spends tokio's whole cooperative budget (128 ready
+    /// receives) and then delivers: its answer is the client's, not a 500.
+    #[tokio::test]
+    async fn an_answer_delivered_on_the_last_unit_of_budget_is_not_lost() {
+        let tasks = TaskTracker::new();
+        let (tx, rx) = oneshot::channel();
+        let (queue, mut items) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        for i in 0..128 {
+            queue.send(i).unwrap();
+        }
+        let task = Box::pin(async move {
+            for _ in 0..128 {
+                items.recv().await.unwrap();
+            }
+            let _ = tx.send(answer());
+        });
+        let response = Inline::new(task, rx, &tasks).await;
+        assert_eq!(response.expect("the delivered answer").status(), 200);
+    }
+
+    /// Most of the budget spent by the client's side of the poll (its connection's socket
+    /// work), the rest by the task's one ready receive before it delivers: the answer
+    /// still arrives.
+    #[tokio::test]
+    async fn an_answer_delivered_after_the_connection_spent_the_budget_is_not_lost() {
+        let tasks = TaskTracker::new();
+        let (tx, rx) = oneshot::channel();
+        let (queue, mut items) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        for i in 0..128 {
+            queue.send(i).unwrap();
+        }
+        let (one, mut first) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        one.send(0).unwrap();
+        let mut inline = Inline::new(
+            Box::pin(async move {
+                first.recv().await.unwrap();
+                let _ = tx.send(answer());
+            }),
+            rx,
+            &tasks,
+        );
+        let response = std::future::poll_fn(|cx| {
+            for _ in 0..127 {
+                assert!(items.poll_recv(cx).is_ready(), "within the budget");
+            }
+            Pin::new(&mut inline).poll(cx)
+        })
+        .await;
+        assert_eq!(response.expect("the delivered answer").status(), 200);
     }
 }
