@@ -203,4 +203,81 @@ mod tests {
             .expect("the connection outlived its answer's reader")
             .unwrap();
     }
+
+    /// An upstream that reads a request's head, waits for the upload to fill the
+    /// sockets, then answers 413 and closes with an RST (the rest of the upload unread).
+    async fn refusing() -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = s.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    s.write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await
+                        .unwrap();
+                    s.set_zero_linger().unwrap();
+                    drop(s);
+                });
+            }
+        });
+        addr
+    }
+
+    /// One exchange of a 16 MiB upload the upstream refuses early; `spend`: all but one
+    /// unit of tokio's cooperative budget spent before each poll (as the client's socket
+    /// work does in the same task).
+    async fn refused_upload(addr: std::net::SocketAddr, spend: bool) -> Result<u16, String> {
+        use std::future::Future;
+        let conn = Conn::new(TcpStream::connect(addr).await.unwrap());
+        let body = crate::full(Bytes::from(vec![b'x'; 16 << 20]));
+        let req = Request::post("/up")
+            .header("host", "up")
+            .body(body)
+            .unwrap();
+        let mut fut = Box::pin(conn.exchange(req));
+        let (tx, mut rx) = mpsc::unbounded_channel::<u8>();
+        let out = poll_fn(|cx| {
+            if spend {
+                for _ in 0..127 {
+                    tx.send(0).unwrap();
+                }
+                for _ in 0..127 {
+                    assert!(rx.poll_recv(cx).is_ready());
+                }
+            }
+            fut.as_mut().poll(cx)
+        })
+        .await;
+        match out {
+            Ok(resp) => Ok(resp.status().as_u16()),
+            Err(super::super::Failed::Broken(e)) => Err(format!("broken: {e:?}")),
+            Err(super::super::Failed::Unsent(_, e)) => Err(format!("unsent: {e:?}")),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_early_answer_survives_a_failed_write_that_spent_the_budget() {
+        let addr = refusing().await;
+        let mut plain = Vec::new();
+        let mut spent = Vec::new();
+        for _ in 0..8 {
+            plain.push(refused_upload(addr, false).await);
+            spent.push(refused_upload(addr, true).await);
+        }
+        assert!(plain.iter().all(|r| *r == Ok(413)), "control: {plain:?}");
+        assert!(
+            spent.iter().all(|r| *r == Ok(413)),
+            "budget spent: {spent:?}"
+        );
+    }
 }

@@ -149,16 +149,19 @@ impl Conn {
         mut parse: impl FnMut(&mut BytesMut) -> Result<Parsed<H>, WireError>,
     ) -> Result<H, WireError> {
         let before = self.io.written();
+        // Kept across polls: once the upload could not be written, only the answer the
+        // upstream sent before it stopped reading is awaited (the socket is broken, so the
+        // read ends soon, in that answer or in an error).
+        let mut write_failed = false;
         std::future::poll_fn(|cx| {
-            let mut write_failed = None;
-            if let Some(up) = upload.as_mut() {
+            if let (Some(up), false) = (upload.as_mut(), write_failed) {
                 let sent = up.poll_send(&mut self.io, cx);
                 if self.io.written() != before {
                     up.sent();
                 }
                 match sent {
                     Poll::Ready(Ok(())) => *upload = None,
-                    Poll::Ready(Err(e @ WireError::Io(_))) => write_failed = Some(e),
+                    Poll::Ready(Err(WireError::Io(_))) => write_failed = true,
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => {}
                 }
@@ -171,15 +174,15 @@ impl Conn {
                 )),
                 // An answer the upstream sent before it stopped reading the upload (a 413,
                 // say) still counts; the connection is not kept after it.
-                Poll::Ready(Ok(mut head)) if write_failed.is_some() => {
+                Poll::Ready(Ok(mut head)) if write_failed => {
                     *upload = None;
                     head.close();
                     Poll::Ready(Ok(head))
                 }
-                Poll::Pending => match write_failed {
-                    Some(e) => Poll::Ready(Err(e)),
-                    None => Poll::Pending,
-                },
+                // Not yet: a read that would block, or tokio's cooperative budget spent
+                // (it wakes the task again). Neither means the upstream did not answer.
+                // A broken socket's read ends soon (bounded besides by the call's deadline).
+                Poll::Pending => Poll::Pending,
                 answered => answered,
             }
         })
