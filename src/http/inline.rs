@@ -248,4 +248,17 @@ mod tests {
         .await;
         assert_eq!(response.expect("the delivered answer").status(), 200);
     }
+
+    /// A task that panics after it delivered: its answer is still the client's.
+    #[tokio::test]
+    async fn a_task_that_panics_after_delivering_still_answers() {
+        let tasks = TaskTracker::new();
+        let (tx, rx) = oneshot::channel();
+        let task = Box::pin(async move {
+            let _ = tx.send(answer());
+            panic!("a bug after the answer");
+        });
+        let response = Inline::new(task, rx, &tasks).await;
+        assert_eq!(response.expect("the delivered answer").status(), 200);
+    }
 }
