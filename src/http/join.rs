@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::headers::REPLAYED;
 use crate::store::{RequestHash, StoreKey};
-use crate::{Body, BoxError};
+use crate::Body;
 
 /// The most duplicates that join one stream.
 pub(super) const MAX_JOINERS: usize = 64;
@@ -50,6 +50,7 @@ impl Streams {
             streams: self.clone(),
             key: key.clone(),
             broadcast,
+            closed: false,
         }
     }
 
@@ -117,11 +118,14 @@ impl Broadcast {
     }
 }
 
-/// A winner's offer: fed as its body arrives, closed when its record is stored.
+/// A winner's offer: fed as its body arrives, closed when its record is stored. Dropped
+/// unclosed (its task ended or was dropped mid-body), it closes as broken off: its
+/// joiners end in an error and later duplicates go to the claim, never to a dead stream.
 pub(super) struct Opened {
     streams: Arc<Streams>,
     key: StoreKey,
     broadcast: Arc<Broadcast>,
+    closed: bool,
 }
 
 impl Opened {
@@ -145,10 +149,32 @@ impl Opened {
     }
 
     /// The end of the body (`whole`, or broken off): joiners finish, no new one joins.
-    pub(super) fn close(self, whole: bool) {
-        self.streams.lock().remove(&self.key);
+    pub(super) fn close(mut self, whole: bool) {
+        self.end(whole);
+    }
+
+    fn end(&mut self, whole: bool) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        {
+            let mut streams = self.streams.lock();
+            // Only this offer's entry: a later stream for the key is not this one's to end.
+            if streams
+                .get(&self.key)
+                .is_some_and(|b| Arc::ptr_eq(b, &self.broadcast))
+            {
+                streams.remove(&self.key);
+            }
+        }
         self.broadcast.lock().ended = Some(whole);
         self.broadcast.bump();
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.end(false);
     }
 }
 
@@ -156,7 +182,7 @@ impl Opened {
 async fn follow(
     broadcast: Arc<Broadcast>,
     mut version: watch::Receiver<u64>,
-    tx: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    tx: super::stream::Frames,
 ) {
     let _joined = Joiner(broadcast.clone());
     let mut next = 0;
@@ -183,7 +209,7 @@ async fn follow(
             }
         }
         match ended {
-            Some(true) => return,
+            Some(true) => return tx.end(),
             Some(false) => {
                 let _ = tx
                     .send(Err("the first request's answer broke off".into()))
@@ -204,5 +230,57 @@ struct Joiner(Arc<Broadcast>);
 impl Drop for Joiner {
     fn drop(&mut self) {
         self.0.lock().joiners -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::time::Duration;
+
+    fn offered(streams: &Arc<Streams>, key: &StoreKey, hash: RequestHash) -> Opened {
+        let opened = streams.open(key, hash, StatusCode::OK, HeaderMap::new(), 1 << 20);
+        opened.push(&Bytes::from_static(b"part"));
+        opened
+    }
+
+    /// A winner's task dropped mid-body (a panic, a task cut off): its offer is no longer
+    /// joinable, so a duplicate goes to the claim instead of a dead stream.
+    #[tokio::test]
+    async fn an_offer_dropped_unclosed_is_not_offered_again() {
+        let streams = Arc::new(Streams::default());
+        let (key, hash) = (StoreKey::from_raw("k"), RequestHash::new([7; 32]));
+        drop(offered(&streams, &key, hash));
+        assert!(streams.join(&key, &hash).is_none());
+    }
+
+    /// A joiner of an offer dropped unclosed gets the bytes so far, then an error.
+    #[tokio::test]
+    async fn the_joiner_of_a_dropped_offer_ends_in_an_error() {
+        let streams = Arc::new(Streams::default());
+        let (key, hash) = (StoreKey::from_raw("k"), RequestHash::new([7; 32]));
+        let opened = offered(&streams, &key, hash);
+        let mut body = streams.join(&key, &hash).unwrap().into_body();
+        drop(opened);
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "part");
+        let next = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the joiner's body ends");
+        assert!(matches!(next, Some(Err(_))), "broken off, not whole");
+    }
+
+    /// A closed offer ends only its own entry: a newer offer for the key stays joinable.
+    #[tokio::test]
+    async fn closing_an_old_offer_leaves_a_newer_one_for_the_key() {
+        let streams = Arc::new(Streams::default());
+        let (key, hash) = (StoreKey::from_raw("k"), RequestHash::new([7; 32]));
+        let old = offered(&streams, &key, hash);
+        let new = offered(&streams, &key, hash);
+        old.close(true);
+        assert!(streams.join(&key, &hash).is_some());
+        new.close(true);
+        assert!(streams.join(&key, &hash).is_none());
     }
 }

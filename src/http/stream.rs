@@ -6,6 +6,7 @@
 //! detour: it is read at once and answered from memory, as a replay would be.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -101,8 +102,11 @@ pub(super) async fn read_ready(mut body: UpstreamBody, limit: u64) -> Ready {
 /// waiting for the end; so is a trailer section, which ends a gRPC call. Dropped
 /// unfinished, it still sends what it holds.
 pub(super) struct Tail {
-    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    tx: Frames,
     held: Vec<Frame<Bytes>>,
+    /// The body arrived whole: the client's stream ends cleanly once the held frames are
+    /// sent (else it ends in an error).
+    whole: bool,
     /// The offer to joiners, closed with the stream (whole, or broken off).
     offer: Option<(Opened, bool)>,
 }
@@ -110,8 +114,12 @@ pub(super) struct Tail {
 impl Tail {
     /// Sends what was held back and ends the client's stream, and the joiners'.
     pub(super) async fn finish(mut self) {
+        let mut sent = true;
         for frame in std::mem::take(&mut self.held) {
-            let _ = self.tx.send(Ok(frame)).await;
+            sent &= self.tx.send(Ok(frame)).await.is_ok();
+        }
+        if self.whole && sent {
+            self.tx.end();
         }
         if let Some((offer, whole)) = self.offer.take() {
             offer.close(whole);
@@ -121,8 +129,13 @@ impl Tail {
 
 impl Drop for Tail {
     fn drop(&mut self) {
+        let mut sent = true;
         for frame in std::mem::take(&mut self.held) {
-            let _ = self.tx.try_send(Ok(frame));
+            sent &= self.tx.try_send(Ok(frame));
+        }
+        // A frame the full channel refused is lost: then the stream did not end whole.
+        if self.whole && sent {
+            self.tx.end();
         }
         if let Some((offer, whole)) = self.offer.take() {
             offer.close(whole);
@@ -142,7 +155,7 @@ pub(super) async fn pump(
     limit: u64,
     idle: Duration,
     length: Option<u64>,
-    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    tx: Frames,
     offer: Option<Opened>,
 ) -> Pumped {
     let Partial {
@@ -161,6 +174,7 @@ pub(super) async fn pump(
     let tail = |tx, held, offer: Option<Opened>, whole| Tail {
         tx,
         held,
+        whole,
         offer: offer.map(|o| (o, whole)),
     };
     let broken = |why: String, tail: Tail| Pumped {
@@ -226,7 +240,7 @@ impl Outgoing {
         frame: Frame<Bytes>,
         length: Option<u64>,
         offer: Option<&Opened>,
-        tx: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+        tx: &Frames,
     ) {
         if let (Some(data), Some(offer)) = (frame.data_ref(), offer) {
             offer.push(data);
@@ -248,6 +262,35 @@ impl Outgoing {
 /// A streamed answer's body: the frames the pump sends.
 pub(super) struct Streamed {
     rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    /// Set by [`Frames::end`]: the sender is gone because the body is whole.
+    whole: Arc<AtomicBool>,
+    /// An error was passed on (the stream is over for the client already).
+    failed: bool,
+}
+
+/// The sending end of a streamed body. Dropped without [`Frames::end`] (its task ended or
+/// was dropped mid-body), the client's body ends in an error, never as if whole: a chunked
+/// answer cut short must not look complete.
+pub(super) struct Frames {
+    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    whole: Arc<AtomicBool>,
+}
+
+impl Frames {
+    /// Sends a frame (or the error the stream ends in); `Err` once the client has gone.
+    pub(super) async fn send(&self, frame: Result<Frame<Bytes>, BoxError>) -> Result<(), ()> {
+        self.tx.send(frame).await.map_err(|_| ())
+    }
+
+    /// Sends a frame if there is room now; whether it went.
+    fn try_send(&self, frame: Result<Frame<Bytes>, BoxError>) -> bool {
+        self.tx.try_send(frame).is_ok()
+    }
+
+    /// Marks the body whole: once this end is dropped, the client's body ends cleanly.
+    pub(super) fn end(&self) {
+        self.whole.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Marks a response whose head went to the client before its body was read.
@@ -255,9 +298,15 @@ pub(super) struct Streamed {
 pub(super) struct StreamedMark;
 
 /// A channel for a streamed answer: the pump's end and the client's body.
-pub(super) fn channel() -> (mpsc::Sender<Result<Frame<Bytes>, BoxError>>, Streamed) {
+pub(super) fn channel() -> (Frames, Streamed) {
     let (tx, rx) = mpsc::channel(CHANNEL_FRAMES);
-    (tx, Streamed { rx })
+    let whole = Arc::new(AtomicBool::new(false));
+    let body = Streamed {
+        rx,
+        whole: whole.clone(),
+        failed: false,
+    };
+    (Frames { tx, whole }, body)
 }
 
 impl HttpBody for Streamed {
@@ -268,7 +317,19 @@ impl HttpBody for Streamed {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.rx.poll_recv(cx)
+        let this = &mut *self;
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                this.failed = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            // Every sender is gone: whole only if the last one said so.
+            Poll::Ready(None) if !this.failed && !this.whole.load(Ordering::SeqCst) => {
+                this.failed = true;
+                Poll::Ready(Some(Err("the answer ended before its body did".into())))
+            }
+            polled => polled,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -321,5 +382,47 @@ impl HttpBody for Tethered {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(bytes: &'static [u8]) -> Result<Frame<Bytes>, BoxError> {
+        Ok(Frame::data(Bytes::from_static(bytes)))
+    }
+
+    /// The sender dropped mid-body (its task panicked or was dropped): the client's body
+    /// ends in an error, so a chunked answer cut short does not look complete.
+    #[tokio::test]
+    async fn a_body_whose_sender_is_dropped_unended_ends_in_an_error() {
+        let (tx, mut body) = channel();
+        tx.send(data(b"half")).await.unwrap();
+        drop(tx);
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(matches!(body.frame().await, Some(Err(_))));
+        assert!(body.frame().await.is_none(), "one error, then the end");
+    }
+
+    #[tokio::test]
+    async fn a_body_marked_whole_ends_cleanly() {
+        let (tx, mut body) = channel();
+        tx.send(data(b"all")).await.unwrap();
+        tx.end();
+        drop(tx);
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(body.frame().await.is_none());
+    }
+
+    /// An error the pump sent is the body's only error.
+    #[tokio::test]
+    async fn a_body_that_broke_off_ends_in_its_own_error() {
+        let (tx, mut body) = channel();
+        tx.send(Err("stalled".into())).await.unwrap();
+        drop(tx);
+        let e = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(e.to_string(), "stalled");
+        assert!(body.frame().await.is_none());
     }
 }
