@@ -198,16 +198,20 @@ mod tests {
         .await
     }
 
+    /// `n` items ready to receive: each receive spends a unit of tokio's budget.
+    fn ready(n: u32) -> tokio::sync::mpsc::UnboundedReceiver<u32> {
+        let (queue, items) = tokio::sync::mpsc::unbounded_channel();
+        (0..n).for_each(|i| queue.send(i).unwrap());
+        items
+    }
+
     /// A task whose last poll spends tokio's whole cooperative budget (128 ready
     /// receives) and then delivers: its answer is the client's, not a 500.
     #[tokio::test]
     async fn an_answer_delivered_on_the_last_unit_of_budget_is_not_lost() {
         let tasks = TaskTracker::new();
         let (tx, rx) = oneshot::channel();
-        let (queue, mut items) = tokio::sync::mpsc::unbounded_channel::<u32>();
-        for i in 0..128 {
-            queue.send(i).unwrap();
-        }
+        let mut items = ready(128);
         let task = Box::pin(async move {
             for _ in 0..128 {
                 items.recv().await.unwrap();
@@ -225,12 +229,7 @@ mod tests {
     async fn an_answer_delivered_after_the_connection_spent_the_budget_is_not_lost() {
         let tasks = TaskTracker::new();
         let (tx, rx) = oneshot::channel();
-        let (queue, mut items) = tokio::sync::mpsc::unbounded_channel::<u32>();
-        for i in 0..128 {
-            queue.send(i).unwrap();
-        }
-        let (one, mut first) = tokio::sync::mpsc::unbounded_channel::<u32>();
-        one.send(0).unwrap();
+        let (mut items, mut first) = (ready(127), ready(1));
         let mut inline = Inline::new(
             Box::pin(async move {
                 first.recv().await.unwrap();
