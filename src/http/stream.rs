@@ -112,17 +112,17 @@ pub(super) struct Tail {
 }
 
 impl Tail {
-    /// Sends what was held back and ends the client's stream, and the joiners'.
+    /// Sends what was held back and ends the client's stream, and the joiners' (as the
+    /// tail is dropped). A frame leaves `held` only once it is sent: cancelled while it
+    /// waits for room, the rest stays for the drop, which ends the stream whole only if
+    /// it can send all of it.
     pub(super) async fn finish(mut self) {
-        let mut sent = true;
-        for frame in std::mem::take(&mut self.held) {
-            sent &= self.tx.send(Ok(frame)).await.is_ok();
-        }
-        if self.whole && sent {
-            self.tx.end();
-        }
-        if let Some((offer, whole)) = self.offer.take() {
-            offer.close(whole);
+        while !self.held.is_empty() {
+            if !self.tx.send_first(&mut self.held).await {
+                // The client has gone: nothing more reaches it.
+                self.held.clear();
+                self.whole = false;
+            }
         }
     }
 }
@@ -282,6 +282,18 @@ impl Frames {
         self.tx.send(frame).await.map_err(|_| ())
     }
 
+    /// Sends the first of `held` once there is room, taking it out of `held` only then
+    /// (cancel-safe); `false` once the client has gone.
+    async fn send_first(&self, held: &mut Vec<Frame<Bytes>>) -> bool {
+        match self.tx.reserve().await {
+            Ok(permit) => {
+                permit.send(Ok(held.remove(0)));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Sends a frame if there is room now; whether it went.
     fn try_send(&self, frame: Result<Frame<Bytes>, BoxError>) -> bool {
         self.tx.try_send(frame).is_ok()
@@ -423,6 +435,47 @@ mod tests {
         drop(tx);
         let e = body.frame().await.unwrap().unwrap_err();
         assert_eq!(e.to_string(), "stalled");
+        assert!(body.frame().await.is_none());
+    }
+
+    /// A tail cancelled while it waits for room (a slow client, its task dropped): the
+    /// frame it could not send is not passed off as the end of a whole body.
+    #[tokio::test]
+    async fn a_tail_cancelled_before_it_sent_its_last_frame_does_not_end_whole() {
+        let (tx, mut body) = channel();
+        for _ in 0..CHANNEL_FRAMES {
+            tx.send(data(b"x")).await.unwrap();
+        }
+        let tail = Tail {
+            tx,
+            held: vec![Frame::data(Bytes::from_static(b"last"))],
+            whole: true,
+            offer: None,
+        };
+        let waited = tokio::time::timeout(Duration::from_millis(50), tail.finish()).await;
+        assert!(waited.is_err(), "the channel is full");
+        for _ in 0..CHANNEL_FRAMES {
+            assert!(body.frame().await.unwrap().is_ok());
+        }
+        assert!(
+            matches!(body.frame().await, Some(Err(_))),
+            "cut off, not whole"
+        );
+    }
+
+    /// A tail that sends its held frames ends the body whole.
+    #[tokio::test]
+    async fn a_finished_tail_ends_the_body_whole() {
+        let (tx, mut body) = channel();
+        let tail = Tail {
+            tx,
+            held: vec![Frame::data(Bytes::from_static(b"last"))],
+            whole: true,
+            offer: None,
+        };
+        tail.finish().await;
+        let last = body.frame().await.unwrap().unwrap();
+        assert_eq!(last.into_data().unwrap(), "last");
         assert!(body.frame().await.is_none());
     }
 }
