@@ -124,7 +124,7 @@ struct Out {
     #[arg(long)]
     admin: String,
     /// The admin bearer token (`[admin] token`).
-    #[arg(long, env = "DEDUPE_ADMIN_TOKEN")]
+    #[arg(long, env = "DEDUPE_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]

@@ -130,7 +130,7 @@ struct DrillArgs {
     /// The admin bearer token (with --target).
     // Not `requires = "target"`: the deployment's DEDUPE_ADMIN_TOKEN, which its config
     // reads (`token = "env:DEDUPE_ADMIN_TOKEN"`), is set for a drill with --config too.
-    #[arg(long, env = "DEDUPE_ADMIN_TOKEN")]
+    #[arg(long, env = "DEDUPE_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A header sent with every --target request, over the generated one ("Name: value").
     #[arg(long = "header", requires = "target")]

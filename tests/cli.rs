@@ -507,3 +507,24 @@ fn check_validates_encryption_keys_without_showing_them() {
     assert!(stderr.contains("DEDUPE_TEST_KEY_1"), "{stderr}");
     assert!(!stderr.contains("d4d4"), "{stderr}");
 }
+
+#[test]
+fn help_never_prints_the_admin_token_from_the_environment() {
+    for args in [
+        &["keys", "list", "--help"][..],
+        &["keys", "resolve", "--help"],
+        &["drill", "--help"],
+    ] {
+        let out = gateway()
+            .args(args)
+            .env("DEDUPE_ADMIN_TOKEN", "tok-3f9a-not-for-eyes")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("DEDUPE_ADMIN_TOKEN"), "{args:?}: {text}");
+        assert!(
+            !text.contains("tok-3f9a-not-for-eyes"),
+            "{args:?} printed the token"
+        );
+    }
+}
