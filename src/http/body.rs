@@ -63,8 +63,10 @@ impl Refusal {
 pub(super) enum ClientBody {
     /// hyper's body, read as it arrives.
     Streaming(Incoming),
-    /// Read whole by the lane, with its head (at most `lane::head::MAX_BODY`).
-    Read(Bytes),
+    /// Read whole by the lane, with its head (at most `lane::head::MAX_BODY`); beside it
+    /// the head a winner sends upstream, written from the client's by the lane (see
+    /// [`crate::lane::head::Head::keyed_upstream`]), until the pipeline takes it.
+    Read(Bytes, Option<Vec<u8>>),
 }
 
 impl ClientBody {
@@ -72,12 +74,20 @@ impl ClientBody {
     pub async fn read(self, parts: &Parts, config: &Config) -> Result<Bytes, Refusal> {
         match self {
             Self::Streaming(body) => read_body(body, parts, config).await,
-            Self::Read(body) if body.len() as u64 > config.server.max_body => {
+            Self::Read(body, _) if body.len() as u64 > config.server.max_body => {
                 Err(Refusal::read(GatewayError::BodyTooLarge {
                     limit: config.server.max_body,
                 }))
             }
-            Self::Read(body) => Ok(body),
+            Self::Read(body, _) => Ok(body),
+        }
+    }
+
+    /// The head the lane wrote for the upstream, taken out (`None` on hyper's path).
+    pub fn take_upstream_head(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Self::Streaming(_) => None,
+            Self::Read(_, head) => head.take(),
         }
     }
 
@@ -86,7 +96,7 @@ impl ClientBody {
     pub async fn refuse(self, error: GatewayError) -> Refusal {
         match self {
             Self::Streaming(body) => Refusal::drained(error, body).await,
-            Self::Read(_) => Refusal::read(error),
+            Self::Read(..) => Refusal::read(error),
         }
     }
 
@@ -94,7 +104,7 @@ impl ClientBody {
     pub fn into_body(self) -> Body {
         match self {
             Self::Streaming(body) => body.map_err(BoxError::from).boxed(),
-            Self::Read(body) => full(body),
+            Self::Read(body, _) => full(body),
         }
     }
 }

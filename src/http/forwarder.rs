@@ -34,6 +34,10 @@ pub(super) struct Forwarder {
     pub route: usize,
     pub parts: Parts,
     pub body: Bytes,
+    /// The head the upstream gets, written by the lane from the client's but for the
+    /// owner's fields (see [`crate::lane::head::Head::keyed_upstream`]): a winner adds
+    /// them and sends it as it is, without a header map. `None` on hyper's path.
+    pub upstream_head: Option<Vec<u8>>,
     /// The client's IP address, for `X-Forwarded-For`.
     pub client_ip: HeaderValue,
     /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
@@ -60,6 +64,7 @@ impl Forwarder {
             route,
             parts,
             body,
+            upstream_head,
             client_ip,
             key,
             scope,
@@ -68,18 +73,16 @@ impl Forwarder {
         } = self;
         let route_idx = route;
         let route: &Route = &live.config.routes[route_idx];
-        let req = Request::from_parts(parts, full(body));
         let fence = match forward {
             Forward::Owned(fence) => fence,
             // Failing open: a plain forward. The protocol does not settle anything for it,
             // so its classification is never read.
             Forward::Unguarded => {
+                let req = Request::from_parts(parts, full(body));
                 let fwd = passthrough::forward(&live, metrics, req, &client_ip, &route.name).await;
                 return Attempt::Unknown(fwd);
             }
         };
-        let mut req = live.upstream.prepare(req, &client_ip);
-        owner_headers(req.headers_mut(), &key, &scope, fence);
         let call = OwnedCall {
             route,
             store_key,
@@ -89,10 +92,30 @@ impl Forwarder {
             join: join.as_ref(),
         };
         let span = telemetry::upstream();
-        telemetry::inject(&span, req.headers_mut());
         let deadline = live.upstream.deadline();
         let started = Instant::now();
-        let resp = match live.upstream.call(req, deadline, span.clone()).await {
+        // The lane's head, with the owner's fields, when it can go as it is (the lane is
+        // off while traces are, so there is no `traceparent` to add).
+        let encoded = upstream_head
+            .filter(|_| live.upstream.lane().is_some() && !telemetry::on())
+            .and_then(|head| owned_head(head, &key, &scope, fence));
+        let called = match encoded {
+            Some(head) => {
+                let request = [head, body];
+                let method = &parts.method;
+                live.upstream
+                    .call_encoded(request, method, deadline, span.clone())
+                    .await
+            }
+            None => {
+                let req = Request::from_parts(parts, full(body));
+                let mut req = live.upstream.prepare(req, &client_ip);
+                owner_headers(req.headers_mut(), &key, &scope, fence);
+                telemetry::inject(&span, req.headers_mut());
+                live.upstream.call(req, deadline, span.clone()).await
+            }
+        };
+        let resp = match called {
             Ok(resp) => resp,
             Err(e) => return call.failed(e),
         };
@@ -116,6 +139,31 @@ fn owner_headers(headers: &mut http::HeaderMap, key: &str, scope: &str, fence: F
     if let Ok(v) = HeaderValue::from_str(scope) {
         headers.insert(IDEMPOTENCY_SCOPE.clone(), v);
     }
+}
+
+/// The lane's head for the upstream (see [`Forwarder::upstream_head`]) ended with the
+/// owner's fields, as [`owner_headers`] sets them on a header map: `None` when the key or
+/// the scope is no valid field value (never, for a header key or a fingerprint), so the
+/// header map's way decides.
+fn owned_head(mut head: Vec<u8>, key: &str, scope: &str, fence: Fence) -> Option<Bytes> {
+    let key = crate::key::forwarded_key(key);
+    if !(field_value(key.as_bytes()) && field_value(scope.as_bytes())) {
+        return None;
+    }
+    head.extend_from_slice(b"idempotency-key: ");
+    head.extend_from_slice(key.as_bytes());
+    head.extend_from_slice(b"\r\nidempotency-fence: ");
+    head.extend_from_slice(itoa::Buffer::new().format(fence.get()).as_bytes());
+    head.extend_from_slice(b"\r\nidempotency-scope: ");
+    head.extend_from_slice(scope.as_bytes());
+    head.extend_from_slice(b"\r\n\r\n");
+    Some(Bytes::from(head))
+}
+
+/// `HeaderValue::from_str` would take it: visible ASCII, spaces and tabs, no
+/// line breaks or other controls.
+fn field_value(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (32..127).contains(&b))
 }
 
 /// A final answer as the store keeps it, with this client's response.

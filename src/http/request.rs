@@ -66,13 +66,17 @@ impl Gateway {
     }
 
     /// Handles a request whose body was read whole with its head (the HTTP/1 lane's keyed
-    /// requests), as [`Gateway::handle`] does.
+    /// requests), as [`Gateway::handle`] does; `upstream` is the head a winner sends
+    /// upstream, written by the lane from the client's but for the owner's fields (see
+    /// [`crate::lane::head::Head::keyed_upstream`]).
     pub async fn handle_read(
         self: Arc<Self>,
         req: Request<bytes::Bytes>,
+        upstream: Vec<u8>,
         conn: ConnInfo,
     ) -> Response<Body> {
-        self.serve(req.map(ClientBody::Read), conn).await
+        let req = req.map(|body| ClientBody::Read(body, Some(upstream)));
+        self.serve(req, conn).await
     }
 
     /// The pipeline, whichever way the body came.
@@ -193,7 +197,8 @@ impl Gateway {
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything (not on a signed route: see
         // `Route::verdict_from_headers`).
-        let (parts, body) = req.into_parts();
+        let (parts, mut body) = req.into_parts();
+        let upstream_head = body.take_upstream_head();
         if let Some(skip) = route.verdict_from_headers(&parts.headers) {
             let req = Request::from_parts(parts, body.into_body());
             return self.skip(live, route, skip, req, conn, started).await;
@@ -220,7 +225,7 @@ impl Gateway {
             return refused(Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
-        let request = self.keyed_request(at, parts, body, keyed, &delivery);
+        let request = self.keyed_request(at, (parts, body, upstream_head), keyed, &delivery);
         self.claim(request, delivery, delivered, &route.errors)
             .await
     }
@@ -230,8 +235,7 @@ impl Gateway {
     fn keyed_request(
         &self,
         at: Routed<'_>,
-        parts: Parts,
-        body: bytes::Bytes,
+        (parts, body, upstream_head): (Parts, bytes::Bytes, Option<Vec<u8>>),
         keyed: route::Keyed,
         delivery: &Delivery,
     ) -> Box<KeyedRequest> {
@@ -245,6 +249,7 @@ impl Gateway {
             route: at.route,
             parts,
             body,
+            upstream_head,
             client_ip: at.conn.client_ip.clone(),
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),

@@ -223,7 +223,24 @@ impl Head<'_> {
     /// `X-Forwarded-For` every prior hop then the client, no `Connection`, and never a
     /// client's `Idempotency-Fence` or `Idempotency-Scope`. Room is left for the body.
     pub fn upstream(&self, hop: &Hop<'_>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len + 160 + self.body);
+        let mut out = self.upstream_fields(hop, false, self.body);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    /// The head a keyed request's winner sends, as [`Head::upstream`] writes it but for
+    /// the owner's fields, which its call adds once the claim is won: without a client's
+    /// `Idempotency-Key` (the owner's replaces it) and without the blank line that ends
+    /// the head (see [`crate::http`]'s forwarder).
+    pub fn keyed_upstream(&self, hop: &Hop<'_>) -> Vec<u8> {
+        // Room for the owner's three fields and the blank line.
+        self.upstream_fields(hop, true, 256)
+    }
+
+    /// The request line and fields the upstream gets, with `room` bytes to spare; `keyed`
+    /// leaves a client's `Idempotency-Key` out.
+    fn upstream_fields(&self, hop: &Hop<'_>, keyed: bool, room: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len + 160 + room);
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(hop.base_path);
@@ -247,6 +264,7 @@ impl Head<'_> {
                     continue;
                 }
                 17 if is("idempotency-fence") || is("idempotency-scope") => continue,
+                15 if keyed && is("idempotency-key") => continue,
                 17 if is("x-forwarded-proto") && hop.tls => continue,
                 17 if is("x-forwarded-proto") => proto = true,
                 16 if is("x-forwarded-host") => forwarded_host = true,
@@ -270,7 +288,6 @@ impl Head<'_> {
             field(&mut out, b"x-forwarded-host", host);
         }
         field(&mut out, b"host", hop.host);
-        out.extend_from_slice(b"\r\n");
         out
     }
 }

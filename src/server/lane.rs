@@ -59,8 +59,9 @@ struct Taken {
 enum Onward {
     /// The upstream, with this head written from the client's.
     Upstream(Vec<u8>),
-    /// The full pipeline (a keyed request), with this head.
-    Pipeline(Box<http::request::Parts>),
+    /// The full pipeline (a keyed request), with this head, and the head its winner
+    /// sends upstream, written from the client's (see [`Head::keyed_upstream`]).
+    Pipeline(Box<http::request::Parts>, Vec<u8>),
 }
 
 /// What the buffer's start holds.
@@ -171,9 +172,9 @@ impl Serving {
             } = taken;
             let ends = (close, to_head);
             let written = match onward {
-                Onward::Pipeline(parts) => {
+                Onward::Pipeline(parts, upstream) => {
                     let req = http::Request::from_parts(*parts, message.slice(len..));
-                    self.keyed(lane, gateway, req, ends).await
+                    self.keyed(lane, gateway, (req, upstream), ends).await
                 }
                 Onward::Upstream(request) => {
                     let call = LaneCall {
@@ -292,7 +293,7 @@ impl Serving {
             let Some(parts) = head.request(tls).filter(|_| whole) else {
                 return Next::Full;
             };
-            Onward::Pipeline(Box::new(parts))
+            Onward::Pipeline(Box::new(parts), head.keyed_upstream(&hop))
         } else {
             Onward::Upstream(head.upstream(&hop))
         };
@@ -342,14 +343,14 @@ impl Serving {
         &self,
         lane: &mut Lane<S>,
         gateway: &Arc<Gateway>,
-        req: http::Request<bytes::Bytes>,
+        (req, upstream): (http::Request<bytes::Bytes>, Vec<u8>),
         (close, to_head): (bool, bool),
     ) -> Result<Ending, AnswerError> {
         let conn = ConnInfo {
             client_ip: lane.client_ip.clone(),
             framing: AmbiguousFraming::default(),
         };
-        let handled = gateway.clone().handle_read(req, conn);
+        let handled = gateway.clone().handle_read(req, upstream, conn);
         let response = answer::watching(&mut lane.io, &mut lane.inbox, handled).await?;
         let close = close || self.stopping.is_cancelled();
         answer::served(&mut lane.io, &mut lane.inbox, response, (close, to_head)).await
@@ -416,9 +417,21 @@ key = { header = "Idempotency-Key", required = true }
         let keyed = taken(raw, false).expect("the lane takes it");
         assert!(keyed.route.keyed());
         assert_eq!((keyed.len, keyed.body), (raw.len() - 2, 2));
-        let Onward::Pipeline(parts) = keyed.onward else {
+        let Onward::Pipeline(parts, upstream) = keyed.onward else {
             panic!("a keyed request goes to the pipeline");
         };
+        // The winner's head, but for the owner's fields and the blank line its call adds.
+        let upstream = String::from_utf8(upstream).unwrap();
+        assert!(
+            upstream.starts_with("POST /orders/1?x=1 HTTP/1.1\r\n")
+                && upstream.ends_with("\r\nhost: 127.0.0.1:9000\r\n"),
+            "{upstream:?}"
+        );
+        assert!(!upstream.contains("idempotency-key") && !upstream.ends_with("\r\n\r\n"));
+        assert!(
+            upstream.contains("\r\nx-dup: 1\r\nx-dup: 2\r\n"),
+            "{upstream:?}"
+        );
         assert_eq!(
             (&parts.method, parts.uri.to_string().as_str()),
             (&Method::POST, "/orders/1?x=1")
@@ -429,7 +442,7 @@ key = { header = "Idempotency-Key", required = true }
         assert_eq!(dups, ["1", "2"]);
         assert_eq!(parts.headers["x-forwarded-proto"], "http");
         // Over TLS the upstream is told so, whatever the client said, as on hyper's path.
-        let Onward::Pipeline(parts) = taken(raw, true).unwrap().onward else {
+        let Onward::Pipeline(parts, _) = taken(raw, true).unwrap().onward else {
             panic!("a keyed request goes to the pipeline");
         };
         let protos: Vec<_> = parts.headers.get_all("x-forwarded-proto").iter().collect();

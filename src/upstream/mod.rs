@@ -307,6 +307,27 @@ impl Upstream {
         let sent = tokio::time::timeout_at(deadline, pool.relay(request, method, out)).await;
         sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
     }
+
+    /// Sends a request already encoded, head and body (the head as the lane writes it:
+    /// origin form under the base path, `Host` the upstream's, see [`Upstream::lane`]),
+    /// on the plain pool, and reads the response head into a header map, as
+    /// [`Upstream::call`] does (within `deadline`, in `span`).
+    pub async fn call_encoded(
+        &self,
+        request: [bytes::Bytes; 2],
+        method: &http::Method,
+        deadline: tokio::time::Instant,
+        span: tracing::Span,
+    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+        let Transport::Plain(pool) = &self.transport else {
+            return Err(UpstreamFailure::Connect(
+                "the upstream is not plain HTTP".into(),
+            ));
+        };
+        let sending = tracing::Instrument::instrument(pool.send_encoded(request, method), span);
+        let sent = tokio::time::timeout_at(deadline, sending).await;
+        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+    }
 }
 
 /// Where the lane's requests go: the `Host` they carry and the path they go under.

@@ -142,6 +142,32 @@ impl Pool {
         }
     }
 
+    /// As [`Pool::relay`], the response head parsed into a header map as [`Pool::send`]
+    /// gives it.
+    pub(super) async fn send_encoded(
+        self: &Arc<Self>,
+        request: [Bytes; 2],
+        method: &Method,
+    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+        loop {
+            let (conn, reused) = match self.checkout() {
+                Some(c) => (c, true),
+                None => (self.connect().await?, false),
+            };
+            match conn.exchange_encoded(request.clone(), method).await {
+                Ok(resp) => {
+                    let home = Arc::downgrade(self);
+                    return Ok(resp.map(|body| UpstreamBody::pooled(body, home)));
+                }
+                Err(RawFailed::Unsent(_)) if reused => {}
+                Err(RawFailed::Unsent(e)) => {
+                    return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
+                }
+                Err(RawFailed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
+            }
+        }
+    }
+
     /// The `Host` every request to this upstream carries.
     pub(super) fn host(&self) -> &HeaderValue {
         &self.host

@@ -120,14 +120,7 @@ impl Conn {
             .answer(&mut upload, |read| head::parse_response(read, &method))
             .await;
         match answered {
-            Ok(head) => {
-                let mut response =
-                    Response::new(WireBody::new(self, head.framing, head.keep_alive, upload));
-                *response.status_mut() = head.status;
-                *response.version_mut() = head.version;
-                *response.headers_mut() = head.headers;
-                Ok(response)
-            }
+            Ok(head) => Ok(response(self, head, upload)),
             // A failed upload is the client's, not the connection's: never sent again.
             Err(e @ (WireError::Upload(_) | WireError::BodyLength)) => Err(Failed::Broken(e)),
             Err(e) => match upload.and_then(Upload::take_back) {
@@ -137,6 +130,24 @@ impl Conn {
                 )),
                 None => Err(Failed::Broken(e)),
             },
+        }
+    }
+
+    /// As [`Conn::exchange`], for a request already encoded (its head, then its body; its
+    /// `Host` set): the response head is parsed into a header map as there.
+    pub async fn exchange_encoded(
+        mut self,
+        request: [bytes::Bytes; 2],
+        method: &http::Method,
+    ) -> Result<Response<WireBody>, RawFailed> {
+        let mut upload = Some(Upload::bytes(request));
+        let answered = self
+            .answer(&mut upload, |read| head::parse_response(read, method))
+            .await;
+        match answered {
+            Ok(head) => Ok(response(self, head, upload)),
+            Err(e) if upload.as_ref().is_some_and(Upload::unsent) => Err(RawFailed::Unsent(e)),
+            Err(e) => Err(RawFailed::Broken(e)),
         }
     }
 
@@ -215,6 +226,16 @@ impl Conn {
             }
         }
     }
+}
+
+/// The response to `head`, its body read from `conn` (`upload` is what is left to send
+/// of a request the upstream answered early).
+fn response(conn: Conn, head: head::ResponseHead, upload: Option<Upload>) -> Response<WireBody> {
+    let mut response = Response::new(WireBody::new(conn, head.framing, head.keep_alive, upload));
+    *response.status_mut() = head.status;
+    *response.version_mut() = head.version;
+    *response.headers_mut() = head.headers;
+    response
 }
 
 /// A parsed final response head, as [`Conn::answer`] reads it.
