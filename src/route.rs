@@ -204,6 +204,9 @@ enum Shape {
     Exact,
     /// `base/**` with a literal base: `base` and anything under `base/`.
     Collection(String),
+    /// A literal prefix and one `*` at the end: every path that starts with the prefix, as
+    /// the glob would match it (`*` takes any run, slashes included), without a regex.
+    Prefix(String),
     /// Anything else with a glob character; for `base/**` with a glob base, the base's own
     /// matcher goes with it.
     Glob(GlobMatcher, Option<GlobMatcher>),
@@ -240,8 +243,15 @@ impl PathPattern {
         let shape = match pattern.strip_suffix("/**") {
             Some(base) if !base.contains(GLOB_CHARS) => Shape::Collection(base.to_owned()),
             Some(base) => Shape::Glob(glob(&format!("{base}/*"))?, Some(glob(base)?)),
-            None if pattern.contains(GLOB_CHARS) => Shape::Glob(glob(pattern)?, None),
-            None => Shape::Exact,
+            None => match pattern.strip_suffix('*') {
+                // A backslash escapes in a glob: such a prefix is left to the glob.
+                Some(prefix) if !prefix.contains(GLOB_CHARS) && !prefix.contains('\\') => {
+                    glob(pattern)?;
+                    Shape::Prefix(prefix.to_owned())
+                }
+                _ if pattern.contains(GLOB_CHARS) => Shape::Glob(glob(pattern)?, None),
+                _ => Shape::Exact,
+            },
         };
         Ok(Self {
             source: pattern.to_owned(),
@@ -259,6 +269,7 @@ impl PathPattern {
                         .strip_prefix(base.as_str())
                         .is_some_and(|rest| rest.starts_with('/'))
             }
+            Shape::Prefix(prefix) => path.starts_with(prefix.as_str()),
             Shape::Glob(m, base) => {
                 m.is_match(path) || base.as_ref().is_some_and(|b| b.is_match(path))
             }
@@ -276,11 +287,13 @@ impl PathPattern {
         let literal = match &later.shape {
             Shape::Exact => return self.matches(&later.source),
             Shape::Collection(base) => base.as_str(),
+            Shape::Prefix(prefix) => prefix.as_str(),
             Shape::Glob(..) => later.source.split(GLOB_CHARS).next().unwrap_or_default(),
         };
         let catch_all = match &self.shape {
             Shape::Exact => return false,
             Shape::Collection(base) => format!("{base}/"),
+            Shape::Prefix(prefix) => prefix.clone(),
             Shape::Glob(..) => match self.source.strip_suffix('*') {
                 Some(prefix) if !prefix.contains(GLOB_CHARS) => prefix.to_owned(),
                 _ => return false,

@@ -131,6 +131,41 @@ fn collections_match_themselves_and_everything_below() {
 }
 
 #[test]
+fn a_trailing_star_matches_as_the_glob_does_without_it() {
+    // `prefix*` is matched by its prefix alone; the glob it stands for must agree.
+    let paths = [
+        "/",
+        "/v1",
+        "/v1/",
+        "/v1/payments",
+        "/v1/payments/",
+        "/v1/payments/1",
+        "/v1/payments/1/refunds",
+        "/v1/paymentsX",
+        "/v1/payments%2F1",
+        "/v2/payments/1",
+        "/v1/payments/a*b",
+        "/v1/payments/%C3%A9",
+    ];
+    for pattern in ["/v1/payments/*", "/v1/pay*", "/*", "/v1/payments/x-*"] {
+        let fast = PathPattern::new(pattern).unwrap();
+        assert!(matches!(fast.shape, Shape::Prefix(_)), "{pattern}");
+        let slow = glob(pattern).unwrap();
+        for path in paths {
+            assert_eq!(
+                fast.matches(path),
+                slow.is_match(path),
+                "{pattern} on {path}"
+            );
+        }
+    }
+    for globbed in ["/v1/*/x", "/v1/pay?ents/*", "/v1/[ab]/*", "/v1/**/x*"] {
+        let p = PathPattern::new(globbed).unwrap();
+        assert!(matches!(p.shape, Shape::Glob(..)), "{globbed}");
+    }
+}
+
+#[test]
 fn coverage_between_patterns() {
     let p = |s: &str| PathPattern::new(s).unwrap();
     assert!(p("/webhooks/*").covers(&p("/webhooks/shopify")));
