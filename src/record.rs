@@ -73,41 +73,12 @@ pub enum RecordError {
 impl StoredResponse {
     /// Encodes the response under `key`.
     pub fn encode(&self, key: &StoreKey) -> Bytes {
-        let key = key.as_str();
-        let body_len = match &self.body {
-            StoredBody::Stored(b) => b.len(),
-            _ => 0,
+        let fields = Fields {
+            headers: &self.headers,
+            keep: &|_| true,
+            trailers: &self.trailers,
         };
-        let fields_len = |h: &HeaderMap| -> usize {
-            h.iter().map(|(n, v)| 6 + n.as_str().len() + v.len()).sum()
-        };
-        let headers_len = fields_len(&self.headers) + 2 + fields_len(&self.trailers);
-        let mut out =
-            BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
-        let with_trailers = !self.trailers.is_empty();
-        out.put_slice(if with_trailers { MAGIC } else { MAGIC_V2 });
-        put_u16_bytes(&mut out, key.as_bytes());
-        out.put_u64(
-            self.expires
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs()),
-        );
-        out.put_u16(self.status.as_u16());
-        out.put_u8(match self.body {
-            StoredBody::Stored(_) => 0,
-            StoredBody::TooLarge => 1,
-            StoredBody::Incomplete => 2,
-            StoredBody::NotStored => 3,
-        });
-        put_fields(&mut out, &self.headers);
-        if let StoredBody::Stored(b) = &self.body {
-            out.put_u32(b.len() as u32);
-            out.put_slice(b);
-        }
-        if with_trailers {
-            put_fields(&mut out, &self.trailers);
-        }
-        out.freeze()
+        encode(key, self.status, fields, &self.body, self.expires)
     }
 
     /// Decodes a record, refusing it unless it was stored under `expected_key`.
@@ -171,11 +142,74 @@ impl StoredResponse {
     }
 }
 
-/// A header or trailer section: its count, then each field.
-fn put_fields(out: &mut BytesMut, fields: &HeaderMap) {
-    let count = fields.len().min(u16::MAX as usize);
+/// The fields of a response as a record keeps them: its headers that `keep` keeps (all but
+/// what a replay policy leaves out, say), and its trailers.
+pub struct Fields<'a> {
+    /// The response's headers.
+    pub headers: &'a HeaderMap,
+    /// Whether a header goes into the record.
+    pub keep: &'a dyn Fn(&HeaderName) -> bool,
+    /// The body's trailer section (empty when there was none).
+    pub trailers: &'a HeaderMap,
+}
+
+/// Encodes a response under `key` as [`StoredResponse::encode`] does, its headers those
+/// `fields` keeps: for a caller that still needs the whole header map (the client's
+/// answer), so that nothing is copied to leave fields out.
+pub fn encode(
+    key: &StoreKey,
+    status: StatusCode,
+    fields: Fields<'_>,
+    body: &StoredBody,
+    expires: Option<SystemTime>,
+) -> Bytes {
+    let key = key.as_str();
+    let body_len = match body {
+        StoredBody::Stored(b) => b.len(),
+        _ => 0,
+    };
+    let all = |_: &HeaderName| true;
+    let fields_len = |h: &HeaderMap, keep: &dyn Fn(&HeaderName) -> bool| -> usize {
+        h.iter()
+            .filter(|(n, _)| keep(n))
+            .map(|(n, v)| 6 + n.as_str().len() + v.len())
+            .sum()
+    };
+    let headers_len =
+        fields_len(fields.headers, fields.keep) + 2 + fields_len(fields.trailers, &all);
+    let mut out = BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
+    let with_trailers = !fields.trailers.is_empty();
+    out.put_slice(if with_trailers { MAGIC } else { MAGIC_V2 });
+    put_u16_bytes(&mut out, key.as_bytes());
+    out.put_u64(
+        expires
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs()),
+    );
+    out.put_u16(status.as_u16());
+    out.put_u8(match body {
+        StoredBody::Stored(_) => 0,
+        StoredBody::TooLarge => 1,
+        StoredBody::Incomplete => 2,
+        StoredBody::NotStored => 3,
+    });
+    put_fields(&mut out, fields.headers, fields.keep);
+    if let StoredBody::Stored(b) = body {
+        out.put_u32(b.len() as u32);
+        out.put_slice(b);
+    }
+    if with_trailers {
+        put_fields(&mut out, fields.trailers, &all);
+    }
+    out.freeze()
+}
+
+/// A header or trailer section (the fields `keep` keeps): its count, then each field.
+fn put_fields(out: &mut BytesMut, fields: &HeaderMap, keep: &dyn Fn(&HeaderName) -> bool) {
+    let kept = || fields.iter().filter(|(n, _)| keep(n));
+    let count = kept().count().min(u16::MAX as usize);
     out.put_u16(count as u16);
-    for (name, value) in fields.iter().take(count) {
+    for (name, value) in kept().take(count) {
         put_u16_bytes(out, name.as_str().as_bytes());
         out.put_u32(value.len() as u32);
         out.put_slice(value.as_bytes());
@@ -260,6 +294,23 @@ mod tests {
             expires: Some(UNIX_EPOCH + Duration::from_secs(1_900_000_000)),
             trailers,
         }
+    }
+
+    #[test]
+    fn fields_left_out_as_it_is_written_make_the_record_of_the_map_without_them() {
+        let r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+        let k = StoreKey::from_raw("k");
+        let keep = |n: &HeaderName| n != "x-multi";
+        let fields = Fields {
+            headers: &r.headers,
+            keep: &keep,
+            trailers: &r.trailers,
+        };
+        let written = encode(&k, r.status, fields, &r.body, r.expires);
+        let mut without = r.clone();
+        without.headers.remove("x-multi");
+        assert_eq!(written, without.encode(&k));
+        assert_eq!(StoredResponse::decode(&written, &k).unwrap(), without);
     }
 
     #[test]

@@ -340,6 +340,12 @@ impl HeaderPattern {
     }
 }
 
+/// Whether a replay keeps the header `name`: never `Set-Cookie` (one client's cookie is no
+/// other's), nor one of the route's `replay_drop_headers` (`patterns`).
+pub fn replay_keeps(patterns: &[HeaderPattern], name: &HeaderName) -> bool {
+    name != http::header::SET_COOKIE && !patterns.iter().any(|p| p.matches(name))
+}
+
 /// Removes every header `patterns` name from `headers`.
 pub fn drop_headers(patterns: &[HeaderPattern], headers: &mut HeaderMap) {
     if patterns.is_empty() {

@@ -14,6 +14,7 @@ use tracing::warn;
 use super::capture::Gathered;
 use crate::config::Config;
 use crate::problem::GatewayError;
+use crate::upstream::sent::SentHead;
 use crate::{full, Body, BoxError};
 
 /// How much of a refused request body is read and thrown away before the refusal is sent.
@@ -64,9 +65,9 @@ pub(super) enum ClientBody {
     /// hyper's body, read as it arrives.
     Streaming(Incoming),
     /// Read whole by the lane, with its head (at most `lane::head::MAX_BODY`); beside it
-    /// the head a winner sends upstream, written from the client's by the lane (see
-    /// [`crate::lane::head::Head::keyed_upstream`]), until the pipeline takes it.
-    Read(Bytes, Option<Vec<u8>>),
+    /// the head as the client sent it, for the head a winner sends upstream (see
+    /// [`SentHead::keyed_upstream`]), until the pipeline takes it.
+    Read(Bytes, Option<SentHead>),
 }
 
 impl ClientBody {
@@ -83,8 +84,8 @@ impl ClientBody {
         }
     }
 
-    /// The head the lane wrote for the upstream, taken out (`None` on hyper's path).
-    pub fn take_upstream_head(&mut self) -> Option<Vec<u8>> {
+    /// The head as the client sent it, taken out (`None` on hyper's path).
+    pub fn take_sent_head(&mut self) -> Option<SentHead> {
         match self {
             Self::Streaming(_) => None,
             Self::Read(_, head) => head.take(),

@@ -21,10 +21,11 @@ use crate::dedupe::{Attempt, Forward};
 use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
-use crate::record::{StoredBody, StoredResponse};
+use crate::record::{self, StoredBody};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
 use crate::telemetry;
+use crate::upstream::sent::SentHead;
 use crate::upstream::{UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
@@ -34,10 +35,10 @@ pub(super) struct Forwarder {
     pub route: usize,
     pub parts: Parts,
     pub body: Bytes,
-    /// The head the upstream gets, written by the lane from the client's but for the
-    /// owner's fields (see [`crate::lane::head::Head::keyed_upstream`]): a winner adds
-    /// them and sends it as it is, without a header map. `None` on hyper's path.
-    pub upstream_head: Option<Vec<u8>>,
+    /// The head as the client sent it, read by the HTTP/1 lane: a winner writes the
+    /// upstream's head from it, adds the owner's fields and sends it as it is, without a
+    /// header map (see [`SentHead::keyed_upstream`]). `None` on hyper's path.
+    pub sent: Option<SentHead>,
     /// The client's IP address, for `X-Forwarded-For`.
     pub client_ip: HeaderValue,
     /// The client's key (or fingerprint), forwarded as `Idempotency-Key`.
@@ -64,7 +65,7 @@ impl Forwarder {
             route,
             parts,
             body,
-            upstream_head,
+            sent,
             client_ip,
             key,
             scope,
@@ -94,11 +95,16 @@ impl Forwarder {
         let span = telemetry::upstream();
         let deadline = live.upstream.deadline();
         let started = Instant::now();
-        // The lane's head, with the owner's fields, when it can go as it is (the lane is
-        // off while traces are, so there is no `traceparent` to add).
-        let encoded = upstream_head
-            .filter(|_| live.upstream.lane().is_some() && !telemetry::on())
-            .and_then(|head| owned_head(head, &key, &scope, fence));
+        // The head from the client's bytes, with the owner's fields, when the lane's rules
+        // hold (a plain upstream; the lane is off while traces are, so there is no
+        // `traceparent` to add).
+        let encoded = sent
+            .zip(live.upstream.lane())
+            .filter(|_| !telemetry::on())
+            .and_then(|(sent, to)| {
+                let head = sent.keyed_upstream(to, client_ip.as_bytes());
+                owned_head(head, &key, &scope, fence)
+            });
         let called = match encoded {
             Some(head) => {
                 let request = [head, body];
@@ -141,7 +147,7 @@ fn owner_headers(headers: &mut http::HeaderMap, key: &str, scope: &str, fence: F
     }
 }
 
-/// The lane's head for the upstream (see [`Forwarder::upstream_head`]) ended with the
+/// The head written for the upstream from the client's (see [`Forwarder::sent`]) ended with the
 /// owner's fields, as [`owner_headers`] sets them on a header map: `None` when the key or
 /// the scope is no valid field value (never, for a header key or a fingerprint), so the
 /// header map's way decides.
@@ -166,13 +172,10 @@ fn field_value(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (32..127).contains(&b))
 }
 
-/// A final answer as the store keeps it, with this client's response.
+/// A final answer's record, with this client's response.
 struct Kept {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    body: StoredBody,
-    /// The body's trailer section.
-    trailers: http::HeaderMap,
+    /// The record, encoded under the store key.
+    record: Bytes,
     response: Result<Response<crate::Body>, GatewayError>,
     /// A streamed answer's end, sent once the record is stored.
     tail: Option<stream::Tail>,
@@ -251,16 +254,8 @@ impl OwnedCall<'_> {
 
     /// A final answer's record, with this client's response.
     fn settled(&self, kept: Kept, expires: SystemTime, took: Duration) -> Attempt<Forwarded> {
-        let record = StoredResponse {
-            status: kept.status,
-            headers: kept.headers,
-            body: kept.body,
-            expires: Some(expires),
-            trailers: kept.trailers,
-        }
-        .encode(self.store_key);
         Attempt::Final {
-            record,
+            record: kept.record,
             response: Forwarded {
                 response: kept.response,
                 upstream: Some(took),
@@ -279,11 +274,9 @@ impl OwnedCall<'_> {
         took: Duration,
     ) -> Attempt<Forwarded> {
         let expires = SystemTime::now() + self.route.window;
+        let none = http::HeaderMap::new();
         let kept = Kept {
-            status: head.status,
-            headers: http::HeaderMap::new(),
-            body: StoredBody::NotStored,
-            trailers: http::HeaderMap::new(),
+            record: self.record(head.status, (&none, &none), &StoredBody::NotStored, expires),
             response: Ok(Response::from_parts(head, body)),
             tail: None,
         };
@@ -335,36 +328,44 @@ impl OwnedCall<'_> {
     async fn kept(&self, head: http::response::Parts, ready: Ready, expires: SystemTime) -> Kept {
         let route = self.route;
         let limit = route.max_cached_body;
-        // The replay policy applies before the store: dropped headers never reach it.
-        let mut headers = head.headers.clone();
-        headers.remove(SET_COOKIE);
-        routes::drop_headers(&route.replay_drop_headers, &mut headers);
         let status = head.status;
-        // Joiners get the head a replay would.
-        let offered_headers = self.join.map(|_| headers.clone());
-        let kept = |body, trailers, response, tail| Kept {
-            status,
-            headers,
-            body,
-            trailers,
-            response,
-            tail,
-        };
         let partial = match ready {
             Ready::Whole(bytes, trailers) => {
+                // Written now, from the head the client gets: no copy of its header map.
+                let body = StoredBody::Stored(bytes.clone());
+                let record = self.record(status, (&head.headers, &trailers), &body, expires);
                 let mut head = head;
-                let body = full_with_trailers(&mut head.headers, bytes.clone(), trailers.clone());
+                let body = full_with_trailers(&mut head.headers, bytes, trailers);
                 let response = Ok(Response::from_parts(head, body));
-                return kept(StoredBody::Stored(bytes), trailers, response, None);
+                return Kept {
+                    record,
+                    response,
+                    tail: None,
+                };
             }
             Ready::Broken(reason) => {
                 self.broke(&reason);
                 let broken = UpstreamFailure::Broken("the response body broke off".into());
                 let none = http::HeaderMap::new();
-                return kept(StoredBody::Incomplete, none, Err(broken.into()), None);
+                let body = &StoredBody::Incomplete;
+                return Kept {
+                    record: self.record(status, (&none, &none), body, expires),
+                    response: Err(broken.into()),
+                    tail: None,
+                };
             }
             Ready::More(partial) => partial,
         };
+        // The head as it came, for the record written at the body's end (the client's
+        // head takes `Idempotency-Expires` first).
+        let headers = head.headers.clone();
+        // Joiners get the head a replay would.
+        let offered_headers = self.join.map(|_| {
+            let mut offered = headers.clone();
+            offered.remove(SET_COOKIE);
+            routes::drop_headers(&route.replay_drop_headers, &mut offered);
+            offered
+        });
         if partial.over {
             info!(
                 route = &*route.name,
@@ -399,12 +400,31 @@ impl OwnedCall<'_> {
         let mut delivered = Response::new(full(Bytes::new()));
         *delivered.status_mut() = status;
         delivered.extensions_mut().insert(StreamedMark);
-        kept(
-            pumped.body,
-            pumped.trailers,
-            Ok(delivered),
-            Some(pumped.tail),
-        )
+        let fields = (&headers, &pumped.trailers);
+        Kept {
+            record: self.record(status, fields, &pumped.body, expires),
+            response: Ok(delivered),
+            tail: Some(pumped.tail),
+        }
+    }
+
+    /// The record of a final answer: its headers under the replay policy (dropped headers
+    /// never reach the store), its trailers and its body, expiring at `expires`.
+    fn record(
+        &self,
+        status: StatusCode,
+        (headers, trailers): (&http::HeaderMap, &http::HeaderMap),
+        body: &StoredBody,
+        expires: SystemTime,
+    ) -> Bytes {
+        let drops = &self.route.replay_drop_headers;
+        let keep = |name: &http::HeaderName| routes::replay_keeps(drops, name);
+        let fields = record::Fields {
+            headers,
+            keep: &keep,
+            trailers,
+        };
+        record::encode(self.store_key, status, fields, body, Some(expires))
     }
 
     fn broke(&self, reason: &str) {

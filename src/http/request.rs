@@ -29,6 +29,7 @@ use crate::metrics::ClaimEvent;
 use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
+use crate::upstream::sent::SentHead;
 use crate::{full, Body};
 
 /// A request's response, and what it did, for the access record.
@@ -66,16 +67,15 @@ impl Gateway {
     }
 
     /// Handles a request whose body was read whole with its head (the HTTP/1 lane's keyed
-    /// requests), as [`Gateway::handle`] does; `upstream` is the head a winner sends
-    /// upstream, written by the lane from the client's but for the owner's fields (see
-    /// [`crate::lane::head::Head::keyed_upstream`]).
+    /// requests), as [`Gateway::handle`] does; `sent` is its head as the client sent it,
+    /// which a winner's upstream head is written from (see [`SentHead::keyed_upstream`]).
     pub async fn handle_read(
         self: Arc<Self>,
         req: Request<bytes::Bytes>,
-        upstream: Vec<u8>,
+        sent: SentHead,
         conn: ConnInfo,
     ) -> Response<Body> {
-        let req = req.map(|body| ClientBody::Read(body, Some(upstream)));
+        let req = req.map(|body| ClientBody::Read(body, Some(sent)));
         self.serve(req, conn).await
     }
 
@@ -198,7 +198,7 @@ impl Gateway {
         // optional-key route, before buffering anything (not on a signed route: see
         // `Route::verdict_from_headers`).
         let (parts, mut body) = req.into_parts();
-        let upstream_head = body.take_upstream_head();
+        let sent = body.take_sent_head();
         if let Some(skip) = route.verdict_from_headers(&parts.headers) {
             let req = Request::from_parts(parts, body.into_body());
             return self.skip(live, route, skip, req, conn, started).await;
@@ -225,7 +225,7 @@ impl Gateway {
             return refused(Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
-        let request = self.keyed_request(at, (parts, body, upstream_head), keyed, &delivery);
+        let request = self.keyed_request(at, (parts, body, sent), keyed, &delivery);
         self.claim(request, delivery, delivered, &route.errors)
             .await
     }
@@ -235,7 +235,7 @@ impl Gateway {
     fn keyed_request(
         &self,
         at: Routed<'_>,
-        (parts, body, upstream_head): (Parts, bytes::Bytes, Option<Vec<u8>>),
+        (parts, body, sent): (Parts, bytes::Bytes, Option<SentHead>),
         keyed: route::Keyed,
         delivery: &Delivery,
     ) -> Box<KeyedRequest> {
@@ -249,7 +249,7 @@ impl Gateway {
             route: at.route,
             parts,
             body,
-            upstream_head,
+            sent,
             client_ip: at.conn.client_ip.clone(),
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),

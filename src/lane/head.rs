@@ -12,6 +12,8 @@ use std::mem::MaybeUninit;
 
 use http::Method;
 
+use crate::upstream::sent::{write_head, SentLayout};
+
 /// The most header fields a request head may have in the lane (hyper's default).
 const MAX_FIELDS: usize = 100;
 /// The longest target the lane takes: what the `http` crate's URIs hold (hyper answers a
@@ -203,92 +205,37 @@ impl Field {
     }
 }
 
-/// What the upstream is told about the hop.
-pub struct Hop<'a> {
-    /// The upstream's `Host`.
-    pub host: &'a [u8],
-    /// The path every target goes under.
-    pub base_path: &'a [u8],
-    /// The client's address, for `X-Forwarded-For`.
-    pub client_ip: &'a [u8],
-    /// The client's hop is TLS: `X-Forwarded-Proto` is `https`, whatever the client said.
-    pub tls: bool,
-}
+pub use crate::upstream::sent::Hop;
 
 impl Head<'_> {
-    /// The head the upstream gets, as the full path writes it: origin form under the base
-    /// path, names in lower case, `Host` the upstream's, the client's `Host` as
-    /// `X-Forwarded-Host` and `http` as `X-Forwarded-Proto` unless the client set them
-    /// (`https` over TLS, whatever the client set),
-    /// `X-Forwarded-For` every prior hop then the client, no `Connection`, and never a
-    /// client's `Idempotency-Fence` or `Idempotency-Scope`. Room is left for the body.
+    /// The head the upstream gets, as the full path writes it (see
+    /// [`crate::upstream::sent::write_head`]). Room is left for the body.
     pub fn upstream(&self, hop: &Hop<'_>) -> Vec<u8> {
-        let mut out = self.upstream_fields(hop, false, self.body);
+        let fields = self.fields.iter().map(|&(n, v)| (n.as_bytes(), v));
+        let room = self.len + 160 + self.body;
+        let mut out = write_head(&self.method, self.target.as_bytes(), fields, hop, room);
         out.extend_from_slice(b"\r\n");
         out
     }
 
-    /// The head a keyed request's winner sends, as [`Head::upstream`] writes it but for
-    /// the owner's fields, which its call adds once the claim is won: without a client's
-    /// `Idempotency-Key` (the owner's replaces it) and without the blank line that ends
-    /// the head (see [`crate::http`]'s forwarder).
-    pub fn keyed_upstream(&self, hop: &Hop<'_>) -> Vec<u8> {
-        // Room for the owner's three fields and the blank line.
-        self.upstream_fields(hop, true, 256)
-    }
-
-    /// The request line and fields the upstream gets, with `room` bytes to spare; `keyed`
-    /// leaves a client's `Idempotency-Key` out.
-    fn upstream_fields(&self, hop: &Hop<'_>, keyed: bool, room: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len + 160 + room);
-        out.extend_from_slice(self.method.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(hop.base_path);
-        out.extend_from_slice(self.target.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        let (mut proto, mut forwarded_host) = (false, false);
-        let mut host: &[u8] = b"";
-        let mut prior: Vec<&[u8]> = Vec::new();
-        for &(name, value) in &self.fields {
-            let is = |known: &str| name.eq_ignore_ascii_case(known);
-            match name.len() {
-                4 if is("host") => {
-                    host = value;
-                    continue;
-                }
-                10 if is("connection") => continue,
-                15 if is("x-forwarded-for") => {
-                    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
-                        prior.push(value);
-                    }
-                    continue;
-                }
-                17 if is("idempotency-fence") || is("idempotency-scope") => continue,
-                15 if keyed && is("idempotency-key") => continue,
-                17 if is("x-forwarded-proto") && hop.tls => continue,
-                17 if is("x-forwarded-proto") => proto = true,
-                16 if is("x-forwarded-host") => forwarded_host = true,
-                _ => {}
-            }
-            field(&mut out, name.as_bytes(), value);
+    /// Where this head's target and fields are in `buf` (the buffer it was read from, whose
+    /// start is the head's), for the head a winner sends upstream once the claim is won
+    /// ([`crate::upstream::sent::SentHead::keyed_upstream`]): nothing is written for a request that never calls.
+    pub fn layout(&self, buf: &[u8], tls: bool) -> SentLayout {
+        let at = |part: &[u8]| {
+            let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+            start..start + part.len()
+        };
+        SentLayout {
+            method: self.method.clone(),
+            target: at(self.target.as_bytes()),
+            fields: self
+                .fields
+                .iter()
+                .map(|&(n, v)| (at(n.as_bytes()), at(v)))
+                .collect(),
+            tls,
         }
-        out.extend_from_slice(b"x-forwarded-for: ");
-        for hop in prior {
-            out.extend_from_slice(hop);
-            out.extend_from_slice(b", ");
-        }
-        out.extend_from_slice(hop.client_ip);
-        out.extend_from_slice(b"\r\n");
-        if hop.tls {
-            out.extend_from_slice(b"x-forwarded-proto: https\r\n");
-        } else if !proto {
-            out.extend_from_slice(b"x-forwarded-proto: http\r\n");
-        }
-        if !forwarded_host {
-            field(&mut out, b"x-forwarded-host", host);
-        }
-        field(&mut out, b"host", hop.host);
-        out
     }
 }
 
@@ -316,16 +263,6 @@ impl Head<'_> {
         }
         Some(parts)
     }
-}
-
-/// `name: value`, the name in lower case.
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    let at = out.len();
-    out.extend_from_slice(name);
-    out[at..].make_ascii_lowercase();
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use crate::framing::AmbiguousFraming;
 use crate::http::{ConnInfo, Gateway, LaneAnswer, LaneCall, LaneRoute, Live};
 use crate::lane::answer::{self, AnswerError, Ending, Inbox};
 use crate::lane::head::{self, Hop, Read};
+use crate::upstream::sent::{SentHead, SentLayout};
 
 /// How much room a read asks for.
 const READ_ROOM: usize = 8 * 1024;
@@ -59,9 +60,9 @@ struct Taken {
 enum Onward {
     /// The upstream, with this head written from the client's.
     Upstream(Vec<u8>),
-    /// The full pipeline (a keyed request), with this head, and the head its winner
-    /// sends upstream, written from the client's (see [`Head::keyed_upstream`]).
-    Pipeline(Box<http::request::Parts>, Vec<u8>),
+    /// The full pipeline (a keyed request), with this head, and where its fields are for
+    /// the head its winner sends upstream (see [`SentHead::keyed_upstream`]).
+    Pipeline(Box<(http::request::Parts, SentLayout)>),
 }
 
 /// What the buffer's start holds.
@@ -172,9 +173,11 @@ impl Serving {
             } = taken;
             let ends = (close, to_head);
             let written = match onward {
-                Onward::Pipeline(parts, upstream) => {
-                    let req = http::Request::from_parts(*parts, message.slice(len..));
-                    self.keyed(lane, gateway, (req, upstream), ends).await
+                Onward::Pipeline(keyed) => {
+                    let (parts, layout) = *keyed;
+                    let req = http::Request::from_parts(parts, message.slice(len..));
+                    let sent = layout.sent(message.slice(..len));
+                    self.keyed(lane, gateway, (req, sent), ends).await
                 }
                 Onward::Upstream(request) => {
                     let call = LaneCall {
@@ -293,7 +296,7 @@ impl Serving {
             let Some(parts) = head.request(tls).filter(|_| whole) else {
                 return Next::Full;
             };
-            Onward::Pipeline(Box::new(parts), head.keyed_upstream(&hop))
+            Onward::Pipeline(Box::new((parts, head.layout(buf, tls))))
         } else {
             Onward::Upstream(head.upstream(&hop))
         };
@@ -343,14 +346,14 @@ impl Serving {
         &self,
         lane: &mut Lane<S>,
         gateway: &Arc<Gateway>,
-        (req, upstream): (http::Request<bytes::Bytes>, Vec<u8>),
+        (req, sent): (http::Request<bytes::Bytes>, SentHead),
         (close, to_head): (bool, bool),
     ) -> Result<Ending, AnswerError> {
         let conn = ConnInfo {
             client_ip: lane.client_ip.clone(),
             framing: AmbiguousFraming::default(),
         };
-        let handled = gateway.clone().handle_read(req, upstream, conn);
+        let handled = gateway.clone().handle_read(req, sent, conn);
         let response = answer::watching(&mut lane.io, &mut lane.inbox, handled).await?;
         let close = close || self.stopping.is_cancelled();
         answer::served(&mut lane.io, &mut lane.inbox, response, (close, to_head)).await
@@ -417,11 +420,17 @@ key = { header = "Idempotency-Key", required = true }
         let keyed = taken(raw, false).expect("the lane takes it");
         assert!(keyed.route.keyed());
         assert_eq!((keyed.len, keyed.body), (raw.len() - 2, 2));
-        let Onward::Pipeline(parts, upstream) = keyed.onward else {
+        let Onward::Pipeline(pipeline) = keyed.onward else {
             panic!("a keyed request goes to the pipeline");
         };
+        let (parts, layout) = *pipeline;
         // The winner's head, but for the owner's fields and the blank line its call adds.
-        let upstream = String::from_utf8(upstream).unwrap();
+        let to = crate::upstream::LaneTarget {
+            host: b"127.0.0.1:9000",
+            base_path: b"",
+        };
+        let sent = layout.sent(bytes::Bytes::copy_from_slice(raw));
+        let upstream = String::from_utf8(sent.keyed_upstream(to, b"10.0.0.1")).unwrap();
         assert!(
             upstream.starts_with("POST /orders/1?x=1 HTTP/1.1\r\n")
                 && upstream.ends_with("\r\nhost: 127.0.0.1:9000\r\n"),
@@ -442,9 +451,10 @@ key = { header = "Idempotency-Key", required = true }
         assert_eq!(dups, ["1", "2"]);
         assert_eq!(parts.headers["x-forwarded-proto"], "http");
         // Over TLS the upstream is told so, whatever the client said, as on hyper's path.
-        let Onward::Pipeline(parts, _) = taken(raw, true).unwrap().onward else {
+        let Onward::Pipeline(pipeline) = taken(raw, true).unwrap().onward else {
             panic!("a keyed request goes to the pipeline");
         };
+        let (parts, _) = *pipeline;
         let protos: Vec<_> = parts.headers.get_all("x-forwarded-proto").iter().collect();
         assert_eq!(protos, ["https"]);
     }

@@ -19,6 +19,7 @@ use crate::{Body, BoxError};
 mod body;
 mod hops;
 mod pool;
+pub mod sent;
 mod wire;
 
 pub use self::body::UpstreamBody;
