@@ -349,7 +349,7 @@ impl OwnedCall<'_> {
                 let none = http::HeaderMap::new();
                 let body = &StoredBody::Incomplete;
                 return Kept {
-                    record: self.record(status, (&none, &none), body, expires),
+                    record: self.record(status, (&head.headers, &none), body, expires),
                     response: Err(broken.into()),
                     tail: None,
                 };
