@@ -79,8 +79,8 @@ impl AccessLine<'_> {
             out.extend_from_slice(b"\":");
             match value {
                 Value::Str(s) => json_str(out, s),
-                Value::Int(n) => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
-                Value::Float(f) => json_f64(out, f),
+                Value::Int(n) => json(out, &n),
+                Value::Float(f) => json(out, &f),
             }
         }
         out.extend_from_slice(b",\"target\":\"");
@@ -192,18 +192,6 @@ fn needs_escape(bytes: &[u8]) -> bool {
         .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
-/// A number as `serde_json` writes one (and so `tracing-subscriber`'s JSON): the shortest
-/// decimal that reads back as it, written here with ryu and no serializer around it. Where
-/// ryu would write an exponent (`1e21`, where `serde_json` writes `1e+21`) or the number is
-/// NaN or infinite (`null`), `serde_json` writes it: never for a duration in milliseconds.
-fn json_f64(out: &mut Vec<u8>, f: f64) {
-    let mut buf = ryu::Buffer::new();
-    match f.is_finite().then(|| buf.format_finite(f)) {
-        Some(text) if !text.contains('e') => out.extend_from_slice(text.as_bytes()),
-        _ => json(out, &f),
-    }
-}
-
 fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Strings and numbers always serialise, and a Vec takes every byte.
     let _ = serde_json::to_writer(out, value);
@@ -213,28 +201,6 @@ fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 mod tests {
     use super::super::captured::Out;
     use super::*;
-
-    #[test]
-    fn numbers_are_written_as_serde_json_writes_them() {
-        let floats = [
-            0.0,
-            1.0,
-            1.362,
-            0.001,
-            12_345.678,
-            1e21,
-            1e-7,
-            2.5e16,
-            -0.0,
-            f64::NAN,
-            f64::INFINITY,
-        ];
-        for f in floats {
-            let mut ours = Vec::new();
-            json_f64(&mut ours, f);
-            assert_eq!(ours, serde_json::to_vec(&f).unwrap(), "{f}");
-        }
-    }
     use std::time::{Duration, UNIX_EPOCH};
 
     fn line() -> AccessLine<'static> {
