@@ -330,30 +330,8 @@ impl OwnedCall<'_> {
         let limit = route.max_cached_body;
         let status = head.status;
         let partial = match ready {
-            Ready::Whole(bytes, trailers) => {
-                // Written now, from the head the client gets: no copy of its header map.
-                let body = StoredBody::Stored(bytes.clone());
-                let record = self.record(status, (&head.headers, &trailers), &body, expires);
-                let mut head = head;
-                let body = full_with_trailers(&mut head.headers, bytes, trailers);
-                let response = Ok(Response::from_parts(head, body));
-                return Kept {
-                    record,
-                    response,
-                    tail: None,
-                };
-            }
-            Ready::Broken(reason) => {
-                self.broke(&reason);
-                let broken = UpstreamFailure::Broken("the response body broke off".into());
-                let none = http::HeaderMap::new();
-                let body = &StoredBody::Incomplete;
-                return Kept {
-                    record: self.record(status, (&head.headers, &none), body, expires),
-                    response: Err(broken.into()),
-                    tail: None,
-                };
-            }
+            Ready::Whole(bytes, trailers) => return self.whole(head, (bytes, trailers), expires),
+            Ready::Broken(reason) => return self.cut_off(&head, &reason, expires),
             Ready::More(partial) => partial,
         };
         // The head as it came, for the record written at the body's end (the client's
@@ -405,6 +383,38 @@ impl OwnedCall<'_> {
             record: self.record(status, fields, &pumped.body, expires),
             response: Ok(delivered),
             tail: Some(pumped.tail),
+        }
+    }
+
+    /// An answer read whole: its record written now, from the head the client gets (no copy
+    /// of its header map), and the client's response from memory.
+    fn whole(
+        &self,
+        mut head: http::response::Parts,
+        (bytes, trailers): (Bytes, http::HeaderMap),
+        expires: SystemTime,
+    ) -> Kept {
+        let body = StoredBody::Stored(bytes.clone());
+        let record = self.record(head.status, (&head.headers, &trailers), &body, expires);
+        let body = full_with_trailers(&mut head.headers, bytes, trailers);
+        Kept {
+            record,
+            response: Ok(Response::from_parts(head, body)),
+            tail: None,
+        }
+    }
+
+    /// An answer whose body broke off before it was whole: executed, stored without a
+    /// replayable body; its client gets the failure.
+    fn cut_off(&self, head: &http::response::Parts, reason: &str, expires: SystemTime) -> Kept {
+        self.broke(reason);
+        let broken = UpstreamFailure::Broken("the response body broke off".into());
+        let none = http::HeaderMap::new();
+        let body = &StoredBody::Incomplete;
+        Kept {
+            record: self.record(head.status, (&head.headers, &none), body, expires),
+            response: Err(broken.into()),
+            tail: None,
         }
     }
 
