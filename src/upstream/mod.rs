@@ -251,8 +251,7 @@ impl Upstream {
         span: tracing::Span,
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         let sending = tracing::Instrument::instrument(self.send(req), span);
-        let sent = tokio::time::timeout_at(deadline, sending).await;
-        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+        self.within(deadline, sending).await
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
@@ -300,13 +299,9 @@ impl Upstream {
         out: &mut Vec<u8>,
         deadline: tokio::time::Instant,
     ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
-        let Transport::Plain(pool) = &self.transport else {
-            return Err(UpstreamFailure::Connect(
-                "the upstream is not plain HTTP".into(),
-            ));
-        };
-        let sent = tokio::time::timeout_at(deadline, pool.relay(request, method, out)).await;
-        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+        let pool = self.plain()?;
+        self.within(deadline, pool.relay(request, method, out))
+            .await
     }
 
     /// Sends a request already encoded, head and body (the head as the lane writes it:
@@ -320,12 +315,27 @@ impl Upstream {
         deadline: tokio::time::Instant,
         span: tracing::Span,
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
-        let Transport::Plain(pool) = &self.transport else {
-            return Err(UpstreamFailure::Connect(
+        let sending = self.plain()?.send_encoded(request, method);
+        self.within(deadline, tracing::Instrument::instrument(sending, span))
+            .await
+    }
+
+    /// The pool the lane's encoded requests go through: only a plain-`http` upstream's.
+    fn plain(&self) -> Result<&Arc<Pool>, UpstreamFailure> {
+        match &self.transport {
+            Transport::Plain(pool) => Ok(pool),
+            Transport::Tls(_) => Err(UpstreamFailure::Connect(
                 "the upstream is not plain HTTP".into(),
-            ));
-        };
-        let sending = tracing::Instrument::instrument(pool.send_encoded(request, method), span);
+            )),
+        }
+    }
+
+    /// `sending`, or a timeout (`server.upstream_timeout`) once `deadline` has passed.
+    async fn within<T>(
+        &self,
+        deadline: tokio::time::Instant,
+        sending: impl std::future::Future<Output = Result<T, UpstreamFailure>>,
+    ) -> Result<T, UpstreamFailure> {
         let sent = tokio::time::timeout_at(deadline, sending).await;
         sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
     }

@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use super::body::UpstreamBody;
-use super::wire::{Conn, Failed, RawFailed, RawHead};
+use super::wire::{Conn, Failed, RawFailed, RawHead, WireBody};
 use super::UpstreamFailure;
 use crate::Body;
 
@@ -93,15 +93,9 @@ impl Pool {
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         req.headers_mut().insert(header::HOST, self.host.clone());
         loop {
-            let (conn, reused) = match self.checkout() {
-                Some(c) => (c, true),
-                None => (self.connect().await?, false),
-            };
+            let (conn, reused) = self.lend().await?;
             match conn.exchange(req).await {
-                Ok(resp) => {
-                    let home = Arc::downgrade(self);
-                    return Ok(resp.map(|body| UpstreamBody::pooled(body, home)));
-                }
+                Ok(resp) => return Ok(resp.map(|body| self.pooled(body))),
                 Err(Failed::Unsent(back, _)) if reused => req = *back,
                 Err(Failed::Unsent(_, e)) => {
                     return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
@@ -124,20 +118,10 @@ impl Pool {
             // A head parsed off a connection whose answer was not this request's (and the
             // request sent again) leaves nothing behind.
             out.clear();
-            let (conn, reused) = match self.checkout() {
-                Some(c) => (c, true),
-                None => (self.connect().await?, false),
-            };
+            let (conn, reused) = self.lend().await?;
             match conn.relay(request.clone(), method, out).await {
-                Ok((head, body)) => {
-                    let home = Arc::downgrade(self);
-                    return Ok((head, UpstreamBody::pooled(body, home)));
-                }
-                Err(RawFailed::Unsent(_)) if reused => {}
-                Err(RawFailed::Unsent(e)) => {
-                    return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
-                }
-                Err(RawFailed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
+                Ok((head, body)) => return Ok((head, self.pooled(body))),
+                Err(failed) => self.unsent_again(failed, reused)?,
             }
         }
     }
@@ -150,21 +134,36 @@ impl Pool {
         method: &Method,
     ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         loop {
-            let (conn, reused) = match self.checkout() {
-                Some(c) => (c, true),
-                None => (self.connect().await?, false),
-            };
+            let (conn, reused) = self.lend().await?;
             match conn.exchange_encoded(request.clone(), method).await {
-                Ok(resp) => {
-                    let home = Arc::downgrade(self);
-                    return Ok(resp.map(|body| UpstreamBody::pooled(body, home)));
-                }
-                Err(RawFailed::Unsent(_)) if reused => {}
-                Err(RawFailed::Unsent(e)) => {
-                    return Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e))))
-                }
-                Err(RawFailed::Broken(e)) => return Err(UpstreamFailure::Broken(e.into())),
+                Ok(resp) => return Ok(resp.map(|body| self.pooled(body))),
+                Err(failed) => self.unsent_again(failed, reused)?,
             }
+        }
+    }
+
+    /// A connection for one exchange: the most recent idle one (`true`: reused), or a new one.
+    async fn lend(&self) -> Result<(Conn, bool), UpstreamFailure> {
+        match self.checkout() {
+            Some(c) => Ok((c, true)),
+            None => Ok((self.connect().await?, false)),
+        }
+    }
+
+    /// An answer's body that takes its connection home to this pool at its end.
+    fn pooled(self: &Arc<Self>, body: WireBody) -> UpstreamBody {
+        UpstreamBody::pooled(body, Arc::downgrade(self))
+    }
+
+    /// Whether an encoded request whose exchange got no head goes out again: `Ok` when a
+    /// reused connection refused it before a byte left (the upstream closed it as it was
+    /// taken); a new connection that did so is a connect error (the upstream never saw it),
+    /// and one that may have reached the upstream is broken.
+    fn unsent_again(&self, failed: RawFailed, reused: bool) -> Result<(), UpstreamFailure> {
+        match failed {
+            RawFailed::Unsent(_) if reused => Ok(()),
+            RawFailed::Unsent(e) => Err(UpstreamFailure::Connect(Box::new(ClosedUnsent(e)))),
+            RawFailed::Broken(e) => Err(UpstreamFailure::Broken(e.into())),
         }
     }
 

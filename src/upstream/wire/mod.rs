@@ -146,8 +146,7 @@ impl Conn {
             .await;
         match answered {
             Ok(head) => Ok(response(self, head, upload)),
-            Err(e) if upload.as_ref().is_some_and(Upload::unsent) => Err(RawFailed::Unsent(e)),
-            Err(e) => Err(RawFailed::Broken(e)),
+            Err(e) => Err(RawFailed::of(e, upload.as_ref())),
         }
     }
 

@@ -42,6 +42,17 @@ pub enum RawFailed {
     Broken(WireError),
 }
 
+impl RawFailed {
+    /// An encoded exchange that failed with `e` before its head: unsent while no byte of
+    /// `upload` (what is left of the request) has left.
+    pub(super) fn of(e: WireError, upload: Option<&Upload>) -> Self {
+        match upload {
+            Some(u) if u.unsent() => Self::Unsent(e),
+            _ => Self::Broken(e),
+        }
+    }
+}
+
 impl Conn {
     /// Writes `request` (a whole message: its head, then its body) and reads the answer's head,
     /// written for the client into `out` (status line and fields, without the blank line
@@ -62,8 +73,7 @@ impl Conn {
                 let body = WireBody::new(self, head.framing, head.keep_alive, upload);
                 Ok((head, body))
             }
-            Err(e) if upload.is_some_and(|u| u.unsent()) => Err(RawFailed::Unsent(e)),
-            Err(e) => Err(RawFailed::Broken(e)),
+            Err(e) => Err(RawFailed::of(e, upload.as_ref())),
         }
     }
 }
