@@ -74,8 +74,7 @@ impl StoredResponse {
     /// Encodes the response under `key`.
     pub fn encode(&self, key: &StoreKey) -> Bytes {
         let fields = Fields {
-            headers: &self.headers,
-            keep: &|_| true,
+            headers: || map_fields(&self.headers),
             trailers: &self.trailers,
         };
         encode(key, self.status, fields, &self.body, self.expires)
@@ -142,41 +141,50 @@ impl StoredResponse {
     }
 }
 
-/// The fields of a response as a record keeps them: its headers that `keep` keeps (all but
-/// what a replay policy leaves out, say), and its trailers.
-pub struct Fields<'a> {
-    /// The response's headers.
-    pub headers: &'a HeaderMap,
-    /// Whether a header goes into the record.
-    pub keep: &'a dyn Fn(&HeaderName) -> bool,
+/// A field as a record keeps it: its name (lower case) and its value.
+pub type Field<'a> = (&'a [u8], &'a [u8]);
+
+/// The fields of a response as a record keeps them: its headers (those a replay keeps: the
+/// caller leaves out what the replay policy drops as it goes, so nothing is copied), and
+/// its trailers.
+pub struct Fields<'a, H> {
+    /// The response's headers, walked twice (to size the record, then to write it): each
+    /// call walks them from the start.
+    pub headers: H,
     /// The body's trailer section (empty when there was none).
     pub trailers: &'a HeaderMap,
 }
 
-/// Encodes a response under `key` as [`StoredResponse::encode`] does, its headers those
-/// `fields` keeps: for a caller that still needs the whole header map (the client's
-/// answer), so that nothing is copied to leave fields out.
-pub fn encode(
+/// The fields of a header map, as [`Fields::headers`] takes them.
+pub fn map_fields(map: &HeaderMap) -> impl Iterator<Item = Field<'_>> {
+    map.iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+}
+
+/// Encodes a response under `key` as [`StoredResponse::encode`] does, from its fields
+/// wherever they are: a header map, or a head already written for the client (the
+/// lane's winner, whose answer never becomes a header map).
+pub fn encode<'h, H, I>(
     key: &StoreKey,
     status: StatusCode,
-    fields: Fields<'_>,
+    fields: Fields<'_, H>,
     body: &StoredBody,
     expires: Option<SystemTime>,
-) -> Bytes {
+) -> Bytes
+where
+    H: Fn() -> I,
+    I: Iterator<Item = Field<'h>>,
+{
     let key = key.as_str();
     let body_len = match body {
         StoredBody::Stored(b) => b.len(),
         _ => 0,
     };
-    let all = |_: &HeaderName| true;
-    let fields_len = |h: &HeaderMap, keep: &dyn Fn(&HeaderName) -> bool| -> usize {
-        h.iter()
-            .filter(|(n, _)| keep(n))
-            .map(|(n, v)| 6 + n.as_str().len() + v.len())
-            .sum()
+    let fields_len = |h: &mut dyn Iterator<Item = Field<'_>>| -> usize {
+        h.map(|(n, v)| 6 + n.len() + v.len()).sum()
     };
     let headers_len =
-        fields_len(fields.headers, fields.keep) + 2 + fields_len(fields.trailers, &all);
+        fields_len(&mut (fields.headers)()) + 2 + fields_len(&mut map_fields(fields.trailers));
     let mut out = BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
     let with_trailers = !fields.trailers.is_empty();
     out.put_slice(if with_trailers { MAGIC } else { MAGIC_V2 });
@@ -193,26 +201,25 @@ pub fn encode(
         StoredBody::Incomplete => 2,
         StoredBody::NotStored => 3,
     });
-    put_fields(&mut out, fields.headers, fields.keep);
+    put_fields(&mut out, &fields.headers);
     if let StoredBody::Stored(b) = body {
         out.put_u32(b.len() as u32);
         out.put_slice(b);
     }
     if with_trailers {
-        put_fields(&mut out, fields.trailers, &all);
+        put_fields(&mut out, &|| map_fields(fields.trailers));
     }
     out.freeze()
 }
 
-/// A header or trailer section (the fields `keep` keeps): its count, then each field.
-fn put_fields(out: &mut BytesMut, fields: &HeaderMap, keep: &dyn Fn(&HeaderName) -> bool) {
-    let kept = || fields.iter().filter(|(n, _)| keep(n));
-    let count = kept().count().min(u16::MAX as usize);
+/// A header or trailer section: its count, then each field.
+fn put_fields<'h, I: Iterator<Item = Field<'h>>>(out: &mut BytesMut, fields: &impl Fn() -> I) {
+    let count = fields().count().min(u16::MAX as usize);
     out.put_u16(count as u16);
-    for (name, value) in kept().take(count) {
-        put_u16_bytes(out, name.as_str().as_bytes());
+    for (name, value) in fields().take(count) {
+        put_u16_bytes(out, name);
         out.put_u32(value.len() as u32);
-        out.put_slice(value.as_bytes());
+        out.put_slice(value);
     }
 }
 
@@ -300,10 +307,8 @@ mod tests {
     fn fields_left_out_as_it_is_written_make_the_record_of_the_map_without_them() {
         let r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
         let k = StoreKey::from_raw("k");
-        let keep = |n: &HeaderName| n != "x-multi";
         let fields = Fields {
-            headers: &r.headers,
-            keep: &keep,
+            headers: || map_fields(&r.headers).filter(|(n, _)| *n != b"x-multi"),
             trailers: &r.trailers,
         };
         let written = encode(&k, r.status, fields, &r.body, r.expires);

@@ -332,18 +332,20 @@ impl HeaderPattern {
         }
     }
 
-    fn matches(&self, name: &HeaderName) -> bool {
+    /// Whether the field `name` (in lower case, as a `HeaderName` is) is one of these.
+    fn matches(&self, name: &[u8]) -> bool {
         match self {
-            Self::Name(n) => n == name,
-            Self::Prefix(p) => name.as_str().starts_with(p.as_str()),
+            Self::Name(n) => n.as_str().as_bytes() == name,
+            Self::Prefix(p) => name.starts_with(p.as_bytes()),
         }
     }
 }
 
 /// Whether a replay keeps the header `name`: never `Set-Cookie` (one client's cookie is no
-/// other's), nor one of the route's `replay_drop_headers` (`patterns`).
-pub fn replay_keeps(patterns: &[HeaderPattern], name: &HeaderName) -> bool {
-    name != http::header::SET_COOKIE && !patterns.iter().any(|p| p.matches(name))
+/// other's), nor one of the route's `replay_drop_headers` (`patterns`). `name` is in lower
+/// case, as a `HeaderName` is and as the lane writes an answer's fields.
+pub fn replay_keeps(patterns: &[HeaderPattern], name: &[u8]) -> bool {
+    name != b"set-cookie" && !patterns.iter().any(|p| p.matches(name))
 }
 
 /// Removes every header `patterns` name from `headers`.
@@ -353,7 +355,7 @@ pub fn drop_headers(patterns: &[HeaderPattern], headers: &mut HeaderMap) {
     }
     let doomed: Vec<HeaderName> = headers
         .keys()
-        .filter(|n| patterns.iter().any(|p| p.matches(n)))
+        .filter(|n| patterns.iter().any(|p| p.matches(n.as_str().as_bytes())))
         .cloned()
         .collect();
     for name in doomed {

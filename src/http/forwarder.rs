@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, SET_COOKIE};
+use http::header::{HeaderValue, CONTENT_LENGTH, SET_COOKIE};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -21,12 +21,14 @@ use crate::dedupe::{Attempt, Forward};
 use crate::headers::{IDEMPOTENCY_FENCE, IDEMPOTENCY_KEY, IDEMPOTENCY_SCOPE};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
-use crate::record::{self, StoredBody};
+use crate::record::{self, Field, StoredBody};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
 use crate::telemetry;
 use crate::upstream::sent::SentHead;
-use crate::upstream::{UpstreamBody, UpstreamFailure};
+use crate::upstream::{
+    after_status_line, written_fields, RawHead, UpstreamBody, UpstreamFailure, Written,
+};
 use crate::{full, BoxError};
 
 /// A keyed request, buffered, ready to go upstream once the protocol says how.
@@ -107,30 +109,36 @@ impl Forwarder {
             });
         let called = match encoded {
             Some(head) => {
+                // The answer's head is written for the client as it is read, as the lane's
+                // plain requests' are: no header map on either side.
                 let request = [head, body];
-                let method = &parts.method;
-                live.upstream
-                    .call_encoded(request, method, deadline, span.clone())
-                    .await
+                let mut out = Vec::with_capacity(256);
+                let relayed = live
+                    .upstream
+                    .relay(request, &parts.method, &mut out, deadline);
+                let relayed = relayed.instrument(span.clone()).await;
+                relayed.map(|(head, body)| Answer::Relayed(Relayed { head, out, body }))
             }
             None => {
                 let req = Request::from_parts(parts, full(body));
                 let mut req = live.upstream.prepare(req, &client_ip);
                 owner_headers(req.headers_mut(), &key, &scope, fence);
                 telemetry::inject(&span, req.headers_mut());
-                live.upstream.call(req, deadline, span.clone()).await
+                let called = live.upstream.call(req, deadline, span.clone()).await;
+                called.map(Answer::Map)
             }
         };
-        let resp = match called {
-            Ok(resp) => resp,
+        let answer = match called {
+            Ok(answer) => answer,
             Err(e) => return call.failed(e),
         };
         let took = started.elapsed();
-        span.record("http.response.status_code", resp.status().as_u16());
-        metrics.upstream(&route.name, resp.status().as_u16(), took);
+        let status = answer.status().as_u16();
+        span.record("http.response.status_code", status);
+        metrics.upstream(&route.name, status, took);
         live.recent[route_idx].record(took);
         // The body the store keeps is read under the same span.
-        call.answered(resp, took).instrument(span).await
+        call.answered(answer, took).instrument(span).await
     }
 }
 
@@ -172,6 +180,40 @@ fn field_value(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (32..127).contains(&b))
 }
 
+/// The upstream's answer to the owner's call, as it was read.
+enum Answer {
+    /// Its head in a header map.
+    Map(Response<UpstreamBody>),
+    /// Its head written for the client: a lane request's winner (see [`Forwarder::sent`]).
+    Relayed(Relayed),
+}
+
+/// An answer whose head was written for the client as it was read.
+struct Relayed {
+    head: RawHead,
+    /// The status line and the fields, as the lane writes them (see
+    /// [`crate::upstream::written_fields`]).
+    out: Vec<u8>,
+    body: UpstreamBody,
+}
+
+impl Answer {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Map(resp) => resp.status(),
+            Self::Relayed(w) => w.head.status,
+        }
+    }
+
+    /// The answer with its head in a header map.
+    fn into_response(self) -> Response<UpstreamBody> {
+        match self {
+            Self::Map(resp) => resp,
+            Self::Relayed(w) => Response::from_parts(w.head.parts(&w.out), w.body),
+        }
+    }
+}
+
 /// A final answer's record, with this client's response.
 struct Kept {
     /// The record, encoded under the store key.
@@ -207,8 +249,17 @@ impl OwnedCall<'_> {
 
     /// A response head: what its status means for the claim, and for a final one, the
     /// record to store once its body has been read (streamed to the client meanwhile).
-    async fn answered(&self, resp: Response<UpstreamBody>, took: Duration) -> Attempt<Forwarded> {
+    async fn answered(&self, answer: Answer, took: Duration) -> Attempt<Forwarded> {
         let route = self.route;
+        let final_status =
+            route.statuses.classify(answer.status().as_u16()) == StatusMeaning::Final;
+        let resp = match answer {
+            // A final answer the store keeps whole, as most are: read from its written head.
+            Answer::Relayed(w) if final_status && route.store_body && !route.grpc => {
+                return self.relayed(w, took).await
+            }
+            answer => answer.into_response(),
+        };
         let forwarded = |response| Forwarded {
             response,
             upstream: Some(took),
@@ -252,6 +303,64 @@ impl OwnedCall<'_> {
         self.settled(kept, expires, took)
     }
 
+    /// A final answer whose head was written for the client as it was read: when its body
+    /// is whole already (and has no trailers), its record is written from those lines and
+    /// the client gets them as they are ([`Written`]); otherwise it goes on as a header
+    /// map does.
+    async fn relayed(&self, relayed: Relayed, took: Duration) -> Attempt<Forwarded> {
+        let Relayed { head, out, body } = relayed;
+        let ready = stream::read_ready(body, self.route.max_cached_body).await;
+        let expires = SystemTime::now() + self.route.window;
+        let status_line = out.len() - after_status_line(&out).len();
+        // The gateway's own `Idempotency-Expires` replaces an upstream's: the map's way.
+        let advertised = self.route.advertise_expiry
+            && written_fields(&out[status_line..]).any(|(name, _)| name == b"idempotency-expires");
+        let kept = match ready {
+            Ready::Whole(bytes, trailers) if trailers.is_empty() && !advertised => {
+                let fields = Bytes::from(out).slice(status_line..);
+                self.whole_written(&head, fields, bytes, expires)
+            }
+            ready => self.kept(head.parts(&out), ready, expires).await,
+        };
+        self.settled(kept, expires, took)
+    }
+
+    /// An answer read whole, its head written for the client (`fields`, after the status
+    /// line): its record written from those lines, the replay policy's fields left out, and
+    /// the client's response from memory.
+    fn whole_written(
+        &self,
+        head: &RawHead,
+        fields: Bytes,
+        bytes: Bytes,
+        expires: SystemTime,
+    ) -> Kept {
+        let drops = &self.route.replay_drop_headers;
+        let kept = || written_fields(&fields).filter(|(name, _)| routes::replay_keeps(drops, name));
+        let body = StoredBody::Stored(bytes.clone());
+        let record = self.record(head.status, (kept, &http::HeaderMap::new()), &body, expires);
+        let length = bytes.len() as u64;
+        let mut response = Response::new(full(bytes));
+        *response.status_mut() = head.status;
+        if head.http10 {
+            *response.version_mut() = http::Version::HTTP_10;
+        }
+        // An answer to `HEAD` declares the length of the body it did not send.
+        if let Some(n) = head.declared.filter(|n| *n != length) {
+            response.headers_mut().insert(CONTENT_LENGTH, n.into());
+        }
+        let written = Written {
+            fields,
+            dated: head.dated,
+        };
+        response.extensions_mut().insert(written);
+        Kept {
+            record,
+            response: Ok(response),
+            tail: None,
+        }
+    }
+
     /// A final answer's record, with this client's response.
     fn settled(&self, kept: Kept, expires: SystemTime, took: Duration) -> Attempt<Forwarded> {
         Attempt::Final {
@@ -275,8 +384,9 @@ impl OwnedCall<'_> {
     ) -> Attempt<Forwarded> {
         let expires = SystemTime::now() + self.route.window;
         let none = http::HeaderMap::new();
+        let fields = (|| record::map_fields(&none), &none);
         let kept = Kept {
-            record: self.record(head.status, (&none, &none), &StoredBody::NotStored, expires),
+            record: self.record(head.status, fields, &StoredBody::NotStored, expires),
             response: Ok(Response::from_parts(head, body)),
             tail: None,
         };
@@ -378,7 +488,7 @@ impl OwnedCall<'_> {
         let mut delivered = Response::new(full(Bytes::new()));
         *delivered.status_mut() = status;
         delivered.extensions_mut().insert(StreamedMark);
-        let fields = (&headers, &pumped.trailers);
+        let fields = (|| self.kept_fields(&headers), &pumped.trailers);
         Kept {
             record: self.record(status, fields, &pumped.body, expires),
             response: Ok(delivered),
@@ -395,7 +505,8 @@ impl OwnedCall<'_> {
         expires: SystemTime,
     ) -> Kept {
         let body = StoredBody::Stored(bytes.clone());
-        let record = self.record(head.status, (&head.headers, &trailers), &body, expires);
+        let fields = (|| self.kept_fields(&head.headers), &trailers);
+        let record = self.record(head.status, fields, &body, expires);
         let body = full_with_trailers(&mut head.headers, bytes, trailers);
         Kept {
             record,
@@ -412,29 +523,37 @@ impl OwnedCall<'_> {
         let none = http::HeaderMap::new();
         let body = &StoredBody::Incomplete;
         Kept {
-            record: self.record(head.status, (&head.headers, &none), body, expires),
+            record: self.record(
+                head.status,
+                (|| self.kept_fields(&head.headers), &none),
+                body,
+                expires,
+            ),
             response: Err(broken.into()),
             tail: None,
         }
     }
 
-    /// The record of a final answer: its headers under the replay policy (dropped headers
-    /// never reach the store), its trailers and its body, expiring at `expires`.
-    fn record(
+    /// The record of a final answer: its headers (those the replay policy keeps: dropped
+    /// headers never reach the store), its trailers and its body, expiring at `expires`.
+    fn record<'h, I: Iterator<Item = Field<'h>>>(
         &self,
         status: StatusCode,
-        (headers, trailers): (&http::HeaderMap, &http::HeaderMap),
+        (headers, trailers): (impl Fn() -> I, &http::HeaderMap),
         body: &StoredBody,
         expires: SystemTime,
     ) -> Bytes {
-        let drops = &self.route.replay_drop_headers;
-        let keep = |name: &http::HeaderName| routes::replay_keeps(drops, name);
-        let fields = record::Fields {
-            headers,
-            keep: &keep,
-            trailers,
-        };
+        let fields = record::Fields { headers, trailers };
         record::encode(self.store_key, status, fields, body, Some(expires))
+    }
+
+    /// The fields of `headers` the replay policy keeps.
+    fn kept_fields<'h>(
+        &self,
+        headers: &'h http::HeaderMap,
+    ) -> impl Iterator<Item = Field<'h>> + use<'h, '_> {
+        let drops = &self.route.replay_drop_headers;
+        record::map_fields(headers).filter(move |(name, _)| routes::replay_keeps(drops, name))
     }
 
     fn broke(&self, reason: &str) {

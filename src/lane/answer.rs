@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::upstream::{Framing, RawHead, UpstreamBody};
+use crate::upstream::{Framing, RawHead, UpstreamBody, Written};
 use crate::Body;
 
 /// The most bytes of a body gathered behind the head for one write.
@@ -183,7 +183,8 @@ pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
     response: Response<Body>,
     (close, to_head): (bool, bool),
 ) -> Result<Ending, AnswerError> {
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    let written = parts.extensions.remove::<Written>();
     let http10 = parts.version == http::Version::HTTP_10;
     let declared = parts
         .headers
@@ -199,7 +200,7 @@ pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
     let bodiless = parts.status.is_informational() || matches!(parts.status.as_u16(), 204 | 304);
     let mut close = close || asks_close(&parts.headers);
     let mut out = Vec::with_capacity(512);
-    status_and_fields(&mut out, &parts);
+    status_and_fields(&mut out, &parts, written.as_ref());
     let chunked = match length {
         _ if bodiless => false,
         Some(n) => {
@@ -217,7 +218,8 @@ pub async fn served<C: AsyncRead + AsyncWrite + Unpin>(
             true
         }
     };
-    end_head(&mut out, &parts.headers, close);
+    let dated = written.as_ref().is_some_and(|w| w.dated) || parts.headers.contains_key(DATE);
+    end_head(&mut out, dated, close);
     let ending = if close {
         Ending::Close
     } else {
@@ -275,9 +277,10 @@ impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for Cut<B> {
     }
 }
 
-/// The status line and every field but the framing and `Connection`, which the writer
-/// sets (hyper writes a status without a reason of its own as `<none>`).
-fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts) {
+/// The status line, the fields already `written`, and every field of the map but the
+/// framing and `Connection`, which the writer sets (hyper writes a status without a reason
+/// of its own as `<none>`).
+fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts, written: Option<&Written>) {
     let version: &[u8] = if parts.version == http::Version::HTTP_10 {
         b"HTTP/1.0 "
     } else {
@@ -289,6 +292,9 @@ fn status_and_fields(out: &mut Vec<u8>, parts: &http::response::Parts) {
     let reason = parts.status.canonical_reason().unwrap_or("<none>");
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
+    if let Some(written) = written {
+        out.extend_from_slice(&written.fields);
+    }
     for (name, value) in &parts.headers {
         if *name == CONTENT_LENGTH || *name == TRANSFER_ENCODING || *name == CONNECTION {
             continue;
@@ -308,10 +314,10 @@ fn asks_close(headers: &http::HeaderMap) -> bool {
         .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
 }
 
-/// A `Date` unless the response has one, `Connection: close` when it closes, the blank
-/// line.
-fn end_head(out: &mut Vec<u8>, headers: &http::HeaderMap, close: bool) {
-    if !headers.contains_key(DATE) {
+/// A `Date` unless the response has one (`dated`), `Connection: close` when it closes, the
+/// blank line.
+fn end_head(out: &mut Vec<u8>, dated: bool, close: bool) {
+    if !dated {
         date(out);
     }
     if close {

@@ -26,7 +26,7 @@ pub use self::body::UpstreamBody;
 pub(crate) use self::hops::hop_by_hop;
 pub use self::hops::strip_hop_by_hop;
 use self::pool::{Limits, Pool};
-pub use self::wire::{Framing, RawHead};
+pub use self::wire::{after_status_line, written_fields, Framing, RawHead, Written, WrittenFields};
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -301,22 +301,6 @@ impl Upstream {
     ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
         let pool = self.plain()?;
         self.within(deadline, pool.relay(request, method, out))
-            .await
-    }
-
-    /// Sends a request already encoded, head and body (the head as the lane writes it:
-    /// origin form under the base path, `Host` the upstream's, see [`Upstream::lane`]),
-    /// on the plain pool, and reads the response head into a header map, as
-    /// [`Upstream::call`] does (within `deadline`, in `span`).
-    pub async fn call_encoded(
-        &self,
-        request: [bytes::Bytes; 2],
-        method: &http::Method,
-        deadline: tokio::time::Instant,
-        span: tracing::Span,
-    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
-        let sending = self.plain()?.send_encoded(request, method);
-        self.within(deadline, tracing::Instrument::instrument(sending, span))
             .await
     }
 

@@ -126,22 +126,6 @@ impl Pool {
         }
     }
 
-    /// As [`Pool::relay`], the response head parsed into a header map as [`Pool::send`]
-    /// gives it.
-    pub(super) async fn send_encoded(
-        self: &Arc<Self>,
-        request: [Bytes; 2],
-        method: &Method,
-    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
-        loop {
-            let (conn, reused) = self.lend().await?;
-            match conn.exchange_encoded(request.clone(), method).await {
-                Ok(resp) => return Ok(resp.map(|body| self.pooled(body))),
-                Err(failed) => self.unsent_again(failed, reused)?,
-            }
-        }
-    }
-
     /// A connection for one exchange: the most recent idle one (`true`: reused), or a new one.
     async fn lend(&self) -> Result<(Conn, bool), UpstreamFailure> {
         match self.checkout() {

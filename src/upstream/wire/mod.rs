@@ -31,7 +31,9 @@ mod upload;
 pub use self::body::WireBody;
 pub use self::head::Framing;
 use self::head::Parsed;
-pub use self::raw::{RawFailed, RawHead};
+pub use self::raw::{
+    after_status_line, written_fields, RawFailed, RawHead, Written, WrittenFields,
+};
 use self::upload::Upload;
 
 /// The connection's socket, its writes coalesced.
@@ -130,23 +132,6 @@ impl Conn {
                 )),
                 None => Err(Failed::Broken(e)),
             },
-        }
-    }
-
-    /// As [`Conn::exchange`], for a request already encoded (its head, then its body; its
-    /// `Host` set): the response head is parsed into a header map as there.
-    pub async fn exchange_encoded(
-        mut self,
-        request: [bytes::Bytes; 2],
-        method: &http::Method,
-    ) -> Result<Response<WireBody>, RawFailed> {
-        let mut upload = Some(Upload::bytes(request));
-        let answered = self
-            .answer(&mut upload, |read| head::parse_response(read, method))
-            .await;
-        match answered {
-            Ok(head) => Ok(response(self, head, upload)),
-            Err(e) => Err(RawFailed::of(e, upload.as_ref())),
         }
     }
 

@@ -27,6 +27,84 @@ pub struct RawHead {
     pub declared: Option<u64>,
 }
 
+/// A response's fields already written for the client (`name: value` lines, as the relay
+/// writes an upstream answer's: hop-by-hop fields and `Content-Length` cut), which
+/// the lane's writer (`lane::answer::served`) puts after the status line and before the header map's own. A keyed
+/// request's winner in the lane answers with one (its upstream answer never becomes a
+/// header map); only responses to the lane's requests carry it, since hyper's writer does
+/// not read it.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The lines.
+    pub fields: Bytes,
+    /// They hold a `Date`.
+    pub dated: bool,
+}
+
+impl RawHead {
+    /// The head as a header map would hold it, from what [`parse_response`] wrote
+    /// (`written`, its status line first): for an answer that goes on as a header map after
+    /// all (one the protocol does not store whole). The `Content-Length` the head had comes
+    /// back, after the other fields.
+    pub fn parts(&self, written: &[u8]) -> http::response::Parts {
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        parts.status = self.status;
+        if self.http10 {
+            parts.version = Version::HTTP_10;
+        }
+        let fields = written_fields(after_status_line(written));
+        parts.headers.reserve(fields.clone().count() + 1);
+        for (name, value) in fields {
+            // Both were valid as they were read.
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(name),
+                http::HeaderValue::from_bytes(value),
+            ) {
+                parts.headers.append(n, v);
+            }
+        }
+        if let Some(n) = self.declared {
+            parts.headers.insert(http::header::CONTENT_LENGTH, n.into());
+        }
+        parts
+    }
+}
+
+/// What follows the status line of a head [`parse_response`] wrote: its fields.
+pub fn after_status_line(written: &[u8]) -> &[u8] {
+    match written.iter().position(|&b| b == b'\n') {
+        Some(end) => &written[end + 1..],
+        None => &[],
+    }
+}
+
+/// The fields of a head [`parse_response`] wrote (`name: value` lines, names in lower
+/// case), after its status line: each one's name and value.
+pub fn written_fields(fields: &[u8]) -> WrittenFields<'_> {
+    WrittenFields { rest: fields }
+}
+
+/// The fields [`written_fields`] reads.
+#[derive(Debug, Clone)]
+pub struct WrittenFields<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for WrittenFields<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let end = self.rest.iter().position(|&b| b == b'\n')?;
+        let line = &self.rest[..end];
+        self.rest = &self.rest[end + 1..];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // A name holds no colon: the first one ends it, and one space follows.
+        let colon = line.iter().position(|&b| b == b':')?;
+        let value = &line[colon + 1..];
+        Some((&line[..colon], value.strip_prefix(b" ").unwrap_or(value)))
+    }
+}
+
 impl Answer for RawHead {
     fn close(&mut self) {
         self.keep_alive = false;
@@ -224,6 +302,45 @@ mod tests {
         );
         assert_eq!(out, "HTTP/1.1 200 OK\r\n");
         assert_eq!(h.framing, Framing::Length(5));
+    }
+
+    #[test]
+    fn written_fields_read_back_as_the_head_had_them() {
+        let raw = "HTTP/1.1 201 Created\r\nContent-Type: a/b\r\nX-Multi: 1\r\nx-multi: 2: two\r\n\
+                   X-Empty:\r\nContent-Length: 2\r\nDate: d\r\n\r\nok";
+        let (h, out) = head(raw, Method::POST);
+        let fields: Vec<_> = written_fields(after_status_line(out.as_bytes())).collect();
+        let want: [(&[u8], &[u8]); 5] = [
+            (b"content-type", b"a/b"),
+            (b"x-multi", b"1"),
+            (b"x-multi", b"2: two"),
+            (b"x-empty", b""),
+            (b"date", b"d"),
+        ];
+        assert_eq!(fields, want);
+        // As a header map: the same fields, and the length back.
+        let parts = h.parts(out.as_bytes());
+        assert_eq!(parts.status, StatusCode::CREATED);
+        assert_eq!(parts.version, Version::HTTP_11);
+        let map: Vec<_> = parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            map,
+            [
+                ("content-type", "a/b"),
+                ("x-multi", "1"),
+                ("x-multi", "2: two"),
+                ("x-empty", ""),
+                ("date", "d"),
+                ("content-length", "2"),
+            ]
+        );
+        let (h, out) = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET);
+        assert_eq!(h.parts(out.as_bytes()).version, Version::HTTP_10);
+        assert_eq!(written_fields(after_status_line(out.as_bytes())).count(), 0);
     }
 
     #[test]
