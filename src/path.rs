@@ -101,18 +101,24 @@ fn rebuild(path: &str) -> Result<Cow<'_, str>, PathError> {
 /// allocating: no escape, no backslash, no empty segment but the last, no dot segment.
 /// Most paths are; [`normalise`] builds the normal form only for the others.
 fn is_normal(path: &str) -> bool {
-    let body = &path[1..];
-    if body.bytes().any(|b| b == b'%' || b == b'\\') {
-        return false;
-    }
-    let mut segments = body.split('/').peekable();
-    while let Some(segment) = segments.next() {
-        let last = segments.peek().is_none();
-        if (segment.is_empty() && !last) || segment == "." || segment == ".." {
-            return false;
+    // One pass over the bytes (splitting at '/' as a `str` pattern cost five times as
+    // much, twice a request): a percent sign or a backslash, an empty segment but the
+    // last, or a dot segment anywhere is not normal.
+    let body = &path.as_bytes()[1..];
+    let mut start = 0;
+    for (i, &b) in body.iter().enumerate() {
+        match b {
+            b'%' | b'\\' => return false,
+            b'/' => {
+                if matches!(&body[start..i], b"" | b"." | b"..") {
+                    return false;
+                }
+                start = i + 1;
+            }
+            _ => {}
         }
     }
-    true
+    !matches!(&body[start..], b"." | b"..")
 }
 
 fn decode_unreserved(segment: &str) -> Result<String, PathError> {
@@ -178,6 +184,46 @@ pub fn match_form(normal: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass reading agrees with the segment-by-segment one on every path of up to
+    /// seven bytes over the bytes that matter, and a normal path rebuilds as itself.
+    #[test]
+    fn a_normal_path_is_found_in_one_pass() {
+        fn by_segments(path: &str) -> bool {
+            let body = &path[1..];
+            if body.bytes().any(|b| b == b'%' || b == b'\\') {
+                return false;
+            }
+            let mut segments = body.split('/').peekable();
+            while let Some(segment) = segments.next() {
+                let last = segments.peek().is_none();
+                if (segment.is_empty() && !last) || segment == "." || segment == ".." {
+                    return false;
+                }
+            }
+            true
+        }
+        let alphabet = [b'a', b'.', b'/', b'%', b'\\'];
+        let mut paths = vec![String::from("/")];
+        let mut all = paths.clone();
+        for _ in 0..6 {
+            paths = paths
+                .iter()
+                .flat_map(|p| alphabet.iter().map(move |&b| format!("{p}{}", b as char)))
+                .collect();
+            all.extend(paths.iter().cloned());
+        }
+        for path in &all {
+            assert_eq!(is_normal(path), by_segments(path), "{path:?}");
+            if is_normal(path) {
+                assert_eq!(
+                    rebuild(path).ok().as_deref(),
+                    Some(path.as_str()),
+                    "{path:?}"
+                );
+            }
+        }
+    }
 
     fn n(p: &str) -> String {
         normalise(p).unwrap().into_owned()

@@ -74,7 +74,8 @@ impl StoredResponse {
     /// Encodes the response under `key`.
     pub fn encode(&self, key: &StoreKey) -> Bytes {
         let fields = Fields {
-            headers: || map_fields(&self.headers),
+            size: map_size(&self.headers),
+            headers: map_fields(&self.headers),
             trailers: &self.trailers,
         };
         encode(key, self.status, fields, &self.body, self.expires)
@@ -148,9 +149,11 @@ pub type Field<'a> = (&'a [u8], &'a [u8]);
 /// caller leaves out what the replay policy drops as it goes, so nothing is copied), and
 /// its trailers.
 pub struct Fields<'a, H> {
-    /// The response's headers, walked twice (to size the record, then to write it): each
-    /// call walks them from the start.
+    /// The response's headers.
     pub headers: H,
+    /// About how many bytes they take in the record (see [`map_size`]): the record is
+    /// sized for it, and grows if they take more.
+    pub size: usize,
     /// The body's trailer section (empty when there was none).
     pub trailers: &'a HeaderMap,
 }
@@ -161,30 +164,29 @@ pub fn map_fields(map: &HeaderMap) -> impl Iterator<Item = Field<'_>> {
         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
 }
 
+/// How many bytes the fields of `map` take in a record.
+pub fn map_size(map: &HeaderMap) -> usize {
+    map.iter()
+        .map(|(n, v)| 6 + n.as_str().len() + v.len())
+        .sum()
+}
+
 /// Encodes a response under `key` as [`StoredResponse::encode`] does, from its fields
 /// wherever they are: a header map, or a head already written for the client (the
 /// lane's winner, whose answer never becomes a header map).
-pub fn encode<'h, H, I>(
+pub fn encode<'h>(
     key: &StoreKey,
     status: StatusCode,
-    fields: Fields<'_, H>,
+    fields: Fields<'_, impl Iterator<Item = Field<'h>>>,
     body: &StoredBody,
     expires: Option<SystemTime>,
-) -> Bytes
-where
-    H: Fn() -> I,
-    I: Iterator<Item = Field<'h>>,
-{
+) -> Bytes {
     let key = key.as_str();
     let body_len = match body {
         StoredBody::Stored(b) => b.len(),
         _ => 0,
     };
-    let fields_len = |h: &mut dyn Iterator<Item = Field<'_>>| -> usize {
-        h.map(|(n, v)| 6 + n.len() + v.len()).sum()
-    };
-    let headers_len =
-        fields_len(&mut (fields.headers)()) + 2 + fields_len(&mut map_fields(fields.trailers));
+    let headers_len = fields.size + 2 + map_size(fields.trailers);
     let mut out = BytesMut::with_capacity(4 + 2 + key.len() + 8 + 5 + headers_len + 4 + body_len);
     let with_trailers = !fields.trailers.is_empty();
     out.put_slice(if with_trailers { MAGIC } else { MAGIC_V2 });
@@ -201,26 +203,30 @@ where
         StoredBody::Incomplete => 2,
         StoredBody::NotStored => 3,
     });
-    put_fields(&mut out, &fields.headers);
+    put_fields(&mut out, fields.headers);
     if let StoredBody::Stored(b) = body {
         out.put_u32(b.len() as u32);
         out.put_slice(b);
     }
     if with_trailers {
-        put_fields(&mut out, &|| map_fields(fields.trailers));
+        put_fields(&mut out, map_fields(fields.trailers));
     }
     out.freeze()
 }
 
-/// A header or trailer section: its count, then each field.
-fn put_fields<'h, I: Iterator<Item = Field<'h>>>(out: &mut BytesMut, fields: &impl Fn() -> I) {
-    let count = fields().count().min(u16::MAX as usize);
-    out.put_u16(count as u16);
-    for (name, value) in fields().take(count) {
+/// A header or trailer section: its count (written once the fields are), then each field
+/// (at most `u16::MAX`).
+fn put_fields<'h>(out: &mut BytesMut, fields: impl Iterator<Item = Field<'h>>) {
+    let at = out.len();
+    out.put_u16(0);
+    let mut count: u16 = 0;
+    for (name, value) in fields.take(u16::MAX as usize) {
         put_u16_bytes(out, name);
         out.put_u32(value.len() as u32);
         out.put_slice(value);
+        count += 1;
     }
+    out[at..at + 2].copy_from_slice(&count.to_be_bytes());
 }
 
 fn put_u16_bytes(out: &mut BytesMut, b: &[u8]) {
@@ -308,7 +314,8 @@ mod tests {
         let r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
         let k = StoreKey::from_raw("k");
         let fields = Fields {
-            headers: || map_fields(&r.headers).filter(|(n, _)| *n != b"x-multi"),
+            headers: map_fields(&r.headers).filter(|(n, _)| *n != b"x-multi"),
+            size: 0,
             trailers: &r.trailers,
         };
         let written = encode(&k, r.status, fields, &r.body, r.expires);

@@ -27,7 +27,8 @@ use crate::store::{Fence, RequestHash, StoreKey};
 use crate::telemetry;
 use crate::upstream::sent::SentHead;
 use crate::upstream::{
-    after_status_line, written_fields, RawHead, UpstreamBody, UpstreamFailure, Written,
+    after_status_line, has_written_field, written_fields, RawHead, UpstreamBody, UpstreamFailure,
+    Written,
 };
 use crate::{full, BoxError};
 
@@ -180,6 +181,9 @@ fn field_value(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (32..127).contains(&b))
 }
 
+/// A record's fields: the headers it keeps, about how many bytes they take, the trailers.
+type Section<'h, I> = (I, usize, &'h http::HeaderMap);
+
 /// The upstream's answer to the owner's call, as it was read.
 enum Answer {
     /// Its head in a header map.
@@ -313,8 +317,8 @@ impl OwnedCall<'_> {
         let expires = SystemTime::now() + self.route.window;
         let status_line = out.len() - after_status_line(&out).len();
         // The gateway's own `Idempotency-Expires` replaces an upstream's: the map's way.
-        let advertised = self.route.advertise_expiry
-            && written_fields(&out[status_line..]).any(|(name, _)| name == b"idempotency-expires");
+        let advertised =
+            self.route.advertise_expiry && has_written_field(&out, b"idempotency-expires");
         let kept = match ready {
             Ready::Whole(bytes, trailers) if trailers.is_empty() && !advertised => {
                 let fields = Bytes::from(out).slice(status_line..);
@@ -336,9 +340,16 @@ impl OwnedCall<'_> {
         expires: SystemTime,
     ) -> Kept {
         let drops = &self.route.replay_drop_headers;
-        let kept = || written_fields(&fields).filter(|(name, _)| routes::replay_keeps(drops, name));
+        let kept = written_fields(&fields).filter(|(name, _)| routes::replay_keeps(drops, name));
+        // A line's `: ` and line end take four bytes, a record's lengths six.
+        let size = fields.len() * 3 / 2;
         let body = StoredBody::Stored(bytes.clone());
-        let record = self.record(head.status, (kept, &http::HeaderMap::new()), &body, expires);
+        let record = self.record(
+            head.status,
+            (kept, size, &http::HeaderMap::new()),
+            &body,
+            expires,
+        );
         let length = bytes.len() as u64;
         let mut response = Response::new(full(bytes));
         *response.status_mut() = head.status;
@@ -384,7 +395,7 @@ impl OwnedCall<'_> {
     ) -> Attempt<Forwarded> {
         let expires = SystemTime::now() + self.route.window;
         let none = http::HeaderMap::new();
-        let fields = (|| record::map_fields(&none), &none);
+        let fields = (record::map_fields(&none), 0, &none);
         let kept = Kept {
             record: self.record(head.status, fields, &StoredBody::NotStored, expires),
             response: Ok(Response::from_parts(head, body)),
@@ -488,7 +499,7 @@ impl OwnedCall<'_> {
         let mut delivered = Response::new(full(Bytes::new()));
         *delivered.status_mut() = status;
         delivered.extensions_mut().insert(StreamedMark);
-        let fields = (|| self.kept_fields(&headers), &pumped.trailers);
+        let fields = self.kept_fields(&headers, &pumped.trailers);
         Kept {
             record: self.record(status, fields, &pumped.body, expires),
             response: Ok(delivered),
@@ -505,7 +516,7 @@ impl OwnedCall<'_> {
         expires: SystemTime,
     ) -> Kept {
         let body = StoredBody::Stored(bytes.clone());
-        let fields = (|| self.kept_fields(&head.headers), &trailers);
+        let fields = self.kept_fields(&head.headers, &trailers);
         let record = self.record(head.status, fields, &body, expires);
         let body = full_with_trailers(&mut head.headers, bytes, trailers);
         Kept {
@@ -525,7 +536,7 @@ impl OwnedCall<'_> {
         Kept {
             record: self.record(
                 head.status,
-                (|| self.kept_fields(&head.headers), &none),
+                self.kept_fields(&head.headers, &none),
                 body,
                 expires,
             ),
@@ -536,24 +547,31 @@ impl OwnedCall<'_> {
 
     /// The record of a final answer: its headers (those the replay policy keeps: dropped
     /// headers never reach the store), its trailers and its body, expiring at `expires`.
-    fn record<'h, I: Iterator<Item = Field<'h>>>(
+    fn record<'h>(
         &self,
         status: StatusCode,
-        (headers, trailers): (impl Fn() -> I, &http::HeaderMap),
+        (headers, size, trailers): Section<'h, impl Iterator<Item = Field<'h>>>,
         body: &StoredBody,
         expires: SystemTime,
     ) -> Bytes {
-        let fields = record::Fields { headers, trailers };
+        let fields = record::Fields {
+            headers,
+            size,
+            trailers,
+        };
         record::encode(self.store_key, status, fields, body, Some(expires))
     }
 
-    /// The fields of `headers` the replay policy keeps.
+    /// The fields of `headers` the replay policy keeps, with `trailers`, for [`Self::record`].
     fn kept_fields<'h>(
         &self,
         headers: &'h http::HeaderMap,
-    ) -> impl Iterator<Item = Field<'h>> + use<'h, '_> {
+        trailers: &'h http::HeaderMap,
+    ) -> Section<'h, impl Iterator<Item = Field<'h>> + use<'h, '_>> {
         let drops = &self.route.replay_drop_headers;
-        record::map_fields(headers).filter(move |(name, _)| routes::replay_keeps(drops, name))
+        let kept =
+            record::map_fields(headers).filter(move |(name, _)| routes::replay_keeps(drops, name));
+        (kept, record::map_size(headers), trailers)
     }
 
     fn broke(&self, reason: &str) {

@@ -26,7 +26,9 @@ pub use self::body::UpstreamBody;
 pub(crate) use self::hops::hop_by_hop;
 pub use self::hops::strip_hop_by_hop;
 use self::pool::{Limits, Pool};
-pub use self::wire::{after_status_line, written_fields, Framing, RawHead, Written, WrittenFields};
+pub use self::wire::{
+    after_status_line, has_written_field, written_fields, Framing, RawHead, Written, WrittenFields,
+};
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -32,7 +32,8 @@ pub use self::body::WireBody;
 pub use self::head::Framing;
 use self::head::Parsed;
 pub use self::raw::{
-    after_status_line, written_fields, RawFailed, RawHead, Written, WrittenFields,
+    after_status_line, has_written_field, written_fields, RawFailed, RawHead, Written,
+    WrittenFields,
 };
 use self::upload::Upload;
 

@@ -72,7 +72,7 @@ impl RawHead {
 
 /// What follows the status line of a head [`parse_response`] wrote: its fields.
 pub fn after_status_line(written: &[u8]) -> &[u8] {
-    match written.iter().position(|&b| b == b'\n') {
+    match memchr::memchr(b'\n', written) {
         Some(end) => &written[end + 1..],
         None => &[],
     }
@@ -82,6 +82,17 @@ pub fn after_status_line(written: &[u8]) -> &[u8] {
 /// case), after its status line: each one's name and value.
 pub fn written_fields(fields: &[u8]) -> WrittenFields<'_> {
     WrittenFields { rest: fields }
+}
+
+/// Whether a head [`parse_response`] wrote has a field `name` (lower case, with no colon).
+pub fn has_written_field(written: &[u8], name: &[u8]) -> bool {
+    // Every field follows a line's end; a value holds no line end.
+    // (A `memmem` search built its searcher each call: more than the rest of the answer's
+    // record.)
+    memchr::memchr_iter(b'\n', written).any(|end| {
+        let line = &written[end + 1..];
+        line.len() > name.len() && line.starts_with(name) && line[name.len()] == b':'
+    })
 }
 
 /// The fields [`written_fields`] reads.
@@ -94,12 +105,12 @@ impl<'a> Iterator for WrittenFields<'a> {
     type Item = (&'a [u8], &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let end = self.rest.iter().position(|&b| b == b'\n')?;
+        let end = memchr::memchr(b'\n', self.rest)?;
         let line = &self.rest[..end];
         self.rest = &self.rest[end + 1..];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         // A name holds no colon: the first one ends it, and one space follows.
-        let colon = line.iter().position(|&b| b == b':')?;
+        let colon = memchr::memchr(b':', line)?;
         let value = &line[colon + 1..];
         Some((&line[..colon], value.strip_prefix(b" ").unwrap_or(value)))
     }
@@ -338,6 +349,10 @@ mod tests {
                 ("content-length", "2"),
             ]
         );
+        assert!(has_written_field(out.as_bytes(), b"x-multi"));
+        assert!(has_written_field(out.as_bytes(), b"date"));
+        assert!(!has_written_field(out.as_bytes(), b"created"));
+        assert!(!has_written_field(out.as_bytes(), b"two"));
         let (h, out) = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET);
         assert_eq!(h.parts(out.as_bytes()).version, Version::HTTP_10);
         assert_eq!(written_fields(after_status_line(out.as_bytes())).count(), 0);
