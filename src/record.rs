@@ -84,62 +84,98 @@ impl StoredResponse {
     /// Decodes a record, refusing it unless it was stored under `expected_key`.
     /// The body is a zero-copy slice of `bytes`.
     pub fn decode(bytes: &Bytes, expected_key: &StoreKey) -> Result<Self, RecordError> {
-        let expected_key = expected_key.as_str();
-        let mut r = Reader { buf: bytes, pos: 0 };
-        let version = match r.take(4)? {
-            m if m == MAGIC => 3,
-            m if m == MAGIC_V2 => 2,
-            m if m == MAGIC_V1 => 1,
-            _ => return Err(RecordError::Corrupt("bad magic")),
-        };
-        let key_len = r.u16()? as usize;
-        if r.take(key_len)? != expected_key.as_bytes() {
-            return Err(RecordError::WrongKey);
-        }
-        let expires = match version >= 2 {
-            true => match r.u64()? {
-                0 => None,
-                secs => Some(
-                    UNIX_EPOCH
-                        .checked_add(Duration::from_secs(secs))
-                        .ok_or(RecordError::Corrupt("bad expiry"))?,
-                ),
-            },
-            false => None,
-        };
-        let status =
-            StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
-        let state = r.u8()?;
+        let (mut r, start) = Reader::open(bytes, expected_key)?;
         // Room for the two fields a replay adds (`Idempotent-Replayed`, `Idempotency-Expires`):
         // a map sized to the stored ones grew, rehashing them all, to take those.
         let headers = r.fields(2)?;
-        let body = match state {
-            0 => {
-                let len = r.u32()? as usize;
-                let start = r.pos;
-                r.take(len)?;
-                StoredBody::Stored(bytes.slice(start..start + len))
-            }
-            1 => StoredBody::TooLarge,
-            2 => StoredBody::Incomplete,
-            3 => StoredBody::NotStored,
-            _ => return Err(RecordError::Corrupt("bad body state")),
-        };
-        let trailers = match version {
+        let body = r.body(bytes, start.state)?;
+        let trailers = match start.version {
             3 => r.fields(0)?,
             _ => HeaderMap::new(),
         };
-        if r.pos != bytes.len() {
-            return Err(RecordError::Corrupt("trailing bytes"));
-        }
+        r.end()?;
         Ok(Self {
-            status,
+            status: start.status,
             headers,
             body,
-            expires,
+            expires: start.expires,
             trailers,
         })
     }
+}
+
+/// A record decoded with its headers as lines (`name: value`, each ended by CRLF), as an
+/// HTTP/1.1 head carries them: what the lane writes to a client without a header map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenRecord {
+    /// The stored status.
+    pub status: StatusCode,
+    /// The stored headers as lines, their names in lower case.
+    pub lines: Vec<u8>,
+    /// One of them is `Date`.
+    pub dated: bool,
+    /// The stored body.
+    pub body: StoredBody,
+    /// When the store forgets the key.
+    pub expires: Option<SystemTime>,
+}
+
+impl WrittenRecord {
+    /// Decodes a record as [`StoredResponse::decode`] does (the same checks: a field name
+    /// or value a header map would refuse makes the record corrupt), its headers into
+    /// lines with `extra` bytes of room after them, but those `aside` takes (it is given
+    /// each field and answers whether it keeps it itself). `Ok(None)` for a record with
+    /// trailers, which only a header map's response carries.
+    pub fn decode(
+        bytes: &Bytes,
+        expected_key: &StoreKey,
+        extra: usize,
+        mut aside: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<Option<Self>, RecordError> {
+        let (mut r, start) = Reader::open(bytes, expected_key)?;
+        let mut lines = Vec::with_capacity(bytes.len().min(4096) + extra);
+        let mut dated = false;
+        r.section(|name, value| {
+            if name.is_empty() || !name.iter().all(|&b| is_token(b)) {
+                return Err(RecordError::Corrupt("bad header name"));
+            }
+            if !value
+                .iter()
+                .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+            {
+                return Err(RecordError::Corrupt("bad header value"));
+            }
+            if aside(name, value) {
+                return Ok(());
+            }
+            dated |= name.eq_ignore_ascii_case(b"date");
+            let at = lines.len();
+            lines.extend_from_slice(name);
+            lines[at..].make_ascii_lowercase();
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(value);
+            lines.extend_from_slice(b"\r\n");
+            Ok(())
+        })?;
+        let body = r.body(bytes, start.state)?;
+        if start.version == 3 && r.u16()? != 0 {
+            return Ok(None);
+        }
+        r.end()?;
+        Ok(Some(Self {
+            status: start.status,
+            lines,
+            dated,
+            body,
+            expires: start.expires,
+        }))
+    }
+}
+
+/// A byte `HeaderName` takes in a name: a token character (RFC 9110 §5.6.2).
+fn is_token(b: u8) -> bool {
+    matches!(b, b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*'
+        | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
 }
 
 /// A field as a record keeps it: its name (lower case) and its value.
@@ -241,7 +277,92 @@ struct Reader<'a> {
     pos: usize,
 }
 
+/// What a record says before its fields.
+struct Start {
+    version: u8,
+    expires: Option<SystemTime>,
+    status: StatusCode,
+    /// The body's state byte.
+    state: u8,
+}
+
 impl<'a> Reader<'a> {
+    /// Reads a record's start, refusing it unless it was stored under `expected_key`.
+    fn open(bytes: &'a Bytes, expected_key: &StoreKey) -> Result<(Self, Start), RecordError> {
+        let expected_key = expected_key.as_str();
+        let mut r = Reader { buf: bytes, pos: 0 };
+        let version = match r.take(4)? {
+            m if m == MAGIC => 3,
+            m if m == MAGIC_V2 => 2,
+            m if m == MAGIC_V1 => 1,
+            _ => return Err(RecordError::Corrupt("bad magic")),
+        };
+        let key_len = r.u16()? as usize;
+        if r.take(key_len)? != expected_key.as_bytes() {
+            return Err(RecordError::WrongKey);
+        }
+        let expires = match version >= 2 {
+            true => match r.u64()? {
+                0 => None,
+                secs => Some(
+                    UNIX_EPOCH
+                        .checked_add(Duration::from_secs(secs))
+                        .ok_or(RecordError::Corrupt("bad expiry"))?,
+                ),
+            },
+            false => None,
+        };
+        let status =
+            StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;
+        let state = r.u8()?;
+        let start = Start {
+            version,
+            expires,
+            status,
+            state,
+        };
+        Ok((r, start))
+    }
+
+    /// The body, in the state `state` says (a stored one a zero-copy slice of `bytes`).
+    fn body(&mut self, bytes: &Bytes, state: u8) -> Result<StoredBody, RecordError> {
+        Ok(match state {
+            0 => {
+                let len = self.u32()? as usize;
+                let start = self.pos;
+                self.take(len)?;
+                StoredBody::Stored(bytes.slice(start..start + len))
+            }
+            1 => StoredBody::TooLarge,
+            2 => StoredBody::Incomplete,
+            3 => StoredBody::NotStored,
+            _ => return Err(RecordError::Corrupt("bad body state")),
+        })
+    }
+
+    /// Nothing may follow the record's last section.
+    fn end(&self) -> Result<(), RecordError> {
+        if self.pos != self.buf.len() {
+            return Err(RecordError::Corrupt("trailing bytes"));
+        }
+        Ok(())
+    }
+
+    /// Each field of a section, given to `each`.
+    fn section(
+        &mut self,
+        mut each: impl FnMut(&'a [u8], &'a [u8]) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
+        let count = self.u16()? as usize;
+        for _ in 0..count {
+            let name_len = self.u16()? as usize;
+            let name = self.take(name_len)?;
+            let value_len = self.u32()? as usize;
+            each(name, self.take(value_len)?)?;
+        }
+        Ok(())
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
         let end = self
             .pos
@@ -265,20 +386,21 @@ impl<'a> Reader<'a> {
     }
     /// A section of fields, in a map with room for `extra` more.
     fn fields(&mut self, extra: usize) -> Result<HeaderMap, RecordError> {
+        let at = self.pos;
         let count = self.u16()? as usize;
+        self.pos = at;
         // A hostile count must not size the map (past 32768 `HeaderMap` panics): each
         // field takes at least six bytes of what is left.
         let mut fields =
             HeaderMap::with_capacity(count.min((self.buf.len() - self.pos) / 6) + extra);
-        for _ in 0..count {
-            let name_len = self.u16()? as usize;
-            let name = HeaderName::from_bytes(self.take(name_len)?)
+        self.section(|name, value| {
+            let name = HeaderName::from_bytes(name)
                 .map_err(|_| RecordError::Corrupt("bad header name"))?;
-            let value_len = self.u32()? as usize;
-            let value = HeaderValue::from_bytes(self.take(value_len)?)
+            let value = HeaderValue::from_bytes(value)
                 .map_err(|_| RecordError::Corrupt("bad header value"))?;
             fields.append(name, value);
-        }
+            Ok(())
+        })?;
         Ok(fields)
     }
     fn u64(&mut self) -> Result<u64, RecordError> {
@@ -323,6 +445,69 @@ mod tests {
         without.headers.remove("x-multi");
         assert_eq!(written, without.encode(&k));
         assert_eq!(StoredResponse::decode(&written, &k).unwrap(), without);
+    }
+
+    /// The lines a record decodes to, from its header map.
+    fn lines_of(headers: &HeaderMap) -> Vec<u8> {
+        let mut lines = Vec::new();
+        for (n, v) in headers {
+            lines.extend_from_slice(format!("{}: ", n.as_str()).as_bytes());
+            lines.extend_from_slice(v.as_bytes());
+            lines.extend_from_slice(b"\r\n");
+        }
+        lines
+    }
+
+    #[test]
+    fn a_record_decodes_to_lines_as_to_a_header_map() {
+        let k = StoreKey::from_raw("k");
+        let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+        r.trailers = HeaderMap::new();
+        r.headers.insert(
+            "date",
+            HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT"),
+        );
+        let written = WrittenRecord::decode(&r.encode(&k), &k, 0, |_, _| false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(written.lines, lines_of(&r.headers));
+        assert!(written.dated);
+        assert_eq!(
+            (written.status, &written.body, written.expires),
+            (r.status, &r.body, r.expires)
+        );
+        // With trailers: only a header map's response carries them.
+        let with = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+        assert_eq!(
+            WrittenRecord::decode(&with.encode(&k), &k, 0, |_, _| false),
+            Ok(None)
+        );
+        // A name or value a header map refuses makes the record corrupt either way.
+        for (name, value) in [("x y", "1"), ("", "1"), ("x", "a\rb"), ("x", "a\u{7f}")] {
+            let mut bad = r.clone();
+            bad.headers = HeaderMap::new();
+            let mut enc = BytesMut::new();
+            put_fields(&mut enc, [(name.as_bytes(), value.as_bytes())].into_iter());
+            let good = r.encode(&k);
+            let fields_at = 4 + 2 + 1 + 8 + 2 + 1;
+            let rest = {
+                let (mut rd, _) = Reader::open(&good, &k).unwrap();
+                rd.fields(0).unwrap();
+                rd.pos
+            };
+            let mut record = good[..fields_at].to_vec();
+            record.extend_from_slice(&enc);
+            record.extend_from_slice(&good[rest..]);
+            let record = Bytes::from(record);
+            assert!(
+                StoredResponse::decode(&record, &k).is_err(),
+                "{name:?} {value:?}"
+            );
+            assert!(
+                WrittenRecord::decode(&record, &k, 0, |_, _| false).is_err(),
+                "{name:?} {value:?}"
+            );
+        }
     }
 
     #[test]
@@ -436,7 +621,20 @@ mod tests {
                     bytes.insert(at.min(bytes.len()), (x >> 16) as u8);
                 }
             }
-            let _ = StoredResponse::decode(&Bytes::from(bytes), &StoreKey::from_raw("k"));
+            let bytes = Bytes::from(bytes);
+            let k = StoreKey::from_raw("k");
+            let map = StoredResponse::decode(&bytes, &k);
+            // The lines agree with the map: both refuse, or both read the same.
+            match WrittenRecord::decode(&bytes, &k, 0, |_, _| false) {
+                Ok(Some(w)) => {
+                    let map = map.expect("the map reads what the lines read");
+                    assert_eq!(w.lines, lines_of(&map.headers));
+                    assert_eq!((w.status, w.body), (map.status, map.body));
+                }
+                // Trailers, which the lines leave to the map (or a corrupt trailer section).
+                Ok(None) => assert!(map.map_or(true, |m| !m.trailers.is_empty())),
+                Err(e) => assert_eq!(map.err(), Some(e)),
+            }
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, TRAILER};
+use http::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRAILER, TRANSFER_ENCODING,
+};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
@@ -12,21 +14,31 @@ use tracing::error;
 
 use crate::headers::{IDEMPOTENCY_EXPIRES, REPLAYED};
 use crate::problem::GatewayError;
-use crate::record::{StoredBody, StoredResponse};
+use crate::record::{StoredBody, StoredResponse, WrittenRecord};
 use crate::route::Dialect;
 use crate::store::StoreKey;
+use crate::upstream::Written;
 use crate::{full, Body};
 
 /// The stored response, byte for byte and with its trailers, marked `Idempotent-Replayed: true`, after checking
 /// it was stored under this very key. A record without a body answers the original status
 /// with a `response-not-stored` problem. With `advertise_expiry`, both carry
 /// `Idempotency-Expires`. The problem is in the route's dialect, `errors`.
+///
+/// For the lane (`lane`), a record with a body and no trailers is answered from lines
+/// ([`written`]); anything else, or a record those lines cannot carry, as a header map.
 pub(super) fn respond(
     record: &bytes::Bytes,
     store_key: &StoreKey,
-    advertise_expiry: bool,
+    (advertise_expiry, lane): (bool, bool),
     errors: &Dialect,
 ) -> Result<Response<Body>, GatewayError> {
+    if let Some(resp) = lane
+        .then(|| written(record, store_key, advertise_expiry))
+        .flatten()
+    {
+        return Ok(resp);
+    }
     let stored = StoredResponse::decode(record, store_key).map_err(|e| {
         error!(error = %e, store_key = %store_key, "stored record unusable; refusing to replay it");
         GatewayError::CorruptRecord
@@ -52,6 +64,57 @@ pub(super) fn respond(
         advertise(resp.headers_mut(), stored.expires);
     }
     Ok(resp)
+}
+
+/// A replay the lane writes ([`Written`]): the stored fields decoded straight into the
+/// lines it sends, `Idempotent-Replayed` and `Idempotency-Expires` added as lines, no header
+/// map. The stored `Content-Length` (what an answer to `HEAD` declares) goes into the map,
+/// for the writer's framing. `None` when the record is not one a header map would be
+/// read from the same way: no body, trailers, a field the gateway sets itself, or corrupt
+/// (the header map's way then answers it).
+fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Option<Response<Body>> {
+    let (mut length, mut ours) = (None, false);
+    let framing = |name: &[u8], value: &[u8]| {
+        let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
+        if is(&CONTENT_LENGTH) {
+            length = HeaderValue::from_bytes(value).ok();
+        }
+        ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
+        is(&CONTENT_LENGTH) || is(&TRANSFER_ENCODING) || is(&CONNECTION)
+    };
+    // Room for the two fields added here.
+    let stored = WrittenRecord::decode(record, store_key, 96, framing).ok()??;
+    let StoredBody::Stored(body) = stored.body else {
+        return None;
+    };
+    if ours {
+        return None;
+    }
+    let mut lines = stored.lines;
+    let mut line = |name: &HeaderName, value: &[u8]| {
+        lines.extend_from_slice(name.as_str().as_bytes());
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(value);
+        lines.extend_from_slice(b"\r\n");
+    };
+    line(&REPLAYED, b"true");
+    if let Some(at) = stored
+        .expires
+        .filter(|_| advertise_expiry)
+        .and_then(http_date)
+    {
+        line(&IDEMPOTENCY_EXPIRES, at.as_bytes());
+    }
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = stored.status;
+    if let Some(n) = length {
+        resp.headers_mut().insert(CONTENT_LENGTH, n);
+    }
+    resp.extensions_mut().insert(Written {
+        fields: Bytes::from(lines),
+        dated: stored.dated,
+    });
+    Some(resp)
 }
 
 /// Sets `Idempotency-Expires` to `expires` as an HTTP-date, when it is known.
