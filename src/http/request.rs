@@ -199,10 +199,13 @@ impl Gateway {
         // `Route::verdict_from_headers`).
         let (parts, mut body) = req.into_parts();
         let sent = body.take_sent_head();
-        if let Some(skip) = route.verdict_from_headers(&parts.headers) {
-            let req = Request::from_parts(parts, body.into_body());
-            return self.skip(live, route, skip, req, conn, started).await;
-        }
+        let header_key = match route.header_key(&parts.headers) {
+            Ok(key) => key,
+            Err(skip) => {
+                let req = Request::from_parts(parts, body.into_body());
+                return self.skip(live, route, skip, req, conn, started).await;
+            }
+        };
         let body = match body.read(&parts, &live.config).await {
             Ok(body) => body,
             Err(refusal) => return refused(refusal),
@@ -210,10 +213,11 @@ impl Gateway {
         if let Err(e) = self.check_signature(route, &parts.headers, &body) {
             return refused(Refusal::read(e));
         }
-        let keyed = match route.verdict(
+        let keyed = match route.verdict_with(
             live.config.store.namespace(),
             live.config.server.max_body,
             &view(&parts, matched, &body),
+            header_key,
         ) {
             Verdict::Claim(keyed) => keyed,
             Verdict::Skip(skip) => {

@@ -119,11 +119,18 @@ impl Route {
     /// request on a signed route, which trusts nothing of a request before its signature
     /// over the body verifies).
     pub fn verdict_from_headers(&self, headers: &HeaderMap) -> Option<Skip> {
+        self.header_key(headers).err()
+    }
+
+    /// As [`Route::verdict_from_headers`], with the header key it read when the request
+    /// goes on (`Ok(None)`: the body decides), for [`Route::verdict_with`] to take rather
+    /// than read it again.
+    pub fn header_key(&self, headers: &HeaderMap) -> Result<Option<String>, Skip> {
         let KeyRule::Header { .. } = self.key else {
-            return None;
+            return Ok(None);
         };
         if self.verify.is_some() {
-            return None;
+            return Ok(None);
         }
         let view = RequestView {
             method: &http::Method::POST,
@@ -133,15 +140,27 @@ impl Route {
             body: &[],
         };
         match self.key.derive(&view) {
-            Ok(Some(_)) => None,
-            Ok(None) => Some(Skip::NoKey),
-            Err(error) => Some(self.refuse(error)),
+            Ok(Some(key)) => Ok(Some(key)),
+            Ok(None) => Err(Skip::NoKey),
+            Err(error) => Err(self.refuse(error)),
         }
     }
 
     /// The verdict on a whole request (its path normalised, its body read, at most
     /// `max_body` bytes once its content coding is undone).
     pub fn verdict(&self, ns: Namespace<'_>, max_body: u64, req: &RequestView<'_>) -> Verdict {
+        self.verdict_with(ns, max_body, req, None)
+    }
+
+    /// [`Route::verdict`], with the header key [`Route::header_key`] read from the same
+    /// headers, when it read one (the key is the headers', whatever the body).
+    pub fn verdict_with(
+        &self,
+        ns: Namespace<'_>,
+        max_body: u64,
+        req: &RequestView<'_>,
+        header_key: Option<String>,
+    ) -> Verdict {
         let body = match self.content(req, max_body) {
             Ok(body) => body,
             Err(error) => return Verdict::Skip(self.refuse(error)),
@@ -150,7 +169,7 @@ impl Route {
             body: &body,
             ..*req
         };
-        match self.derive(&req) {
+        match self.derive_with(&req, header_key) {
             Ok(Some(derived)) => Verdict::Claim(self.keyed(ns, derived)),
             Ok(None) => Verdict::Skip(Skip::NoKey),
             Err(error) => Verdict::Skip(self.refuse(error)),
@@ -202,7 +221,16 @@ impl Route {
     /// Key, scope, request hash and order of a request; `Ok(None)` when an optional key
     /// header is absent.
     pub fn derive(&self, req: &RequestView<'_>) -> Result<Option<Derived>, KeyError> {
-        let Some((key, scope)) = self.key_and_scope(req)? else {
+        self.derive_with(req, None)
+    }
+
+    /// [`Route::derive`], the key already read when `known`.
+    fn derive_with(
+        &self,
+        req: &RequestView<'_>,
+        known: Option<String>,
+    ) -> Result<Option<Derived>, KeyError> {
+        let Some((key, scope)) = self.key_and_scope(req, known)? else {
             return Ok(None);
         };
         Ok(Some(Derived {
@@ -215,9 +243,17 @@ impl Route {
 
     /// The key and scope hash of a request (both steps of [`Route::derive`] and
     /// [`Route::record_of`]); `Ok(None)` when an optional key header is absent.
-    fn key_and_scope(&self, req: &RequestView<'_>) -> Result<Option<(String, String)>, KeyError> {
-        let Some(key) = self.key.derive(req)? else {
-            return Ok(None);
+    fn key_and_scope(
+        &self,
+        req: &RequestView<'_>,
+        known: Option<String>,
+    ) -> Result<Option<(String, String)>, KeyError> {
+        let key = match known {
+            Some(key) => key,
+            None => match self.key.derive(req)? {
+                Some(key) => key,
+                None => return Ok(None),
+            },
         };
         Ok(Some((key, key::scope_hash(&self.scope, req)?)))
     }
@@ -243,7 +279,7 @@ impl Route {
             body: &body,
             ..*req
         };
-        let Some((key, scope)) = self.key_and_scope(&req)? else {
+        let Some((key, scope)) = self.key_and_scope(&req, None)? else {
             return Ok(None);
         };
         let entity = self.ordered(&req)?.map(|o| o.entity);
