@@ -277,6 +277,9 @@ struct Reader<'a> {
     pos: usize,
 }
 
+/// The most fields a decoded section's map is sized for up front (it grows past that).
+const MAP_ROOM: usize = 256;
+
 /// What a record says before its fields.
 struct Start {
     version: u8,
@@ -389,16 +392,18 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let count = self.u16()? as usize;
         self.pos = at;
-        // A hostile count must not size the map (past 32768 `HeaderMap` panics): each
-        // field takes at least six bytes of what is left.
-        let mut fields =
-            HeaderMap::with_capacity(count.min((self.buf.len() - self.pos) / 6) + extra);
+        // A hostile count must not size the map (`HeaderMap` panics past about 24,000):
+        // each field takes at least six bytes of what is left, and the map is sized for
+        // a real head's count at most; one that holds more than a map can is corrupt.
+        let room = count.min((self.buf.len() - self.pos) / 6).min(MAP_ROOM) + extra;
+        let mut fields = HeaderMap::with_capacity(room);
+        let too_many = || RecordError::Corrupt("more fields than a header map holds");
         self.section(|name, value| {
             let name = HeaderName::from_bytes(name)
                 .map_err(|_| RecordError::Corrupt("bad header name"))?;
             let value = HeaderValue::from_bytes(value)
                 .map_err(|_| RecordError::Corrupt("bad header value"))?;
-            fields.append(name, value);
+            fields.try_append(name, value).map_err(|_| too_many())?;
             Ok(())
         })?;
         Ok(fields)
@@ -456,6 +461,22 @@ mod tests {
             lines.extend_from_slice(b"\r\n");
         }
         lines
+    }
+
+    /// The header map of lines.
+    fn map_of(lines: &[u8]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        let mut rest = lines;
+        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let line = &rest[..end];
+            rest = &rest[end + 2..];
+            let colon = line.iter().position(|&b| b == b':').unwrap();
+            map.append(
+                HeaderName::from_bytes(&line[..colon]).unwrap(),
+                HeaderValue::from_bytes(&line[colon + 2..]).unwrap(),
+            );
+        }
+        map
     }
 
     #[test]
@@ -597,6 +618,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_field_count_in_a_large_record_is_refused_without_panicking() {
+        // A count of 65,535 where a header map holds about 24,000, and bytes enough that
+        // the count is not ruled out by the record's length alone.
+        let k = StoreKey::from_raw("k");
+        let mut record = b"DGR2".to_vec();
+        record.extend_from_slice(&[0, 1, b'k']);
+        record.extend_from_slice(&[0; 8]);
+        record.extend_from_slice(&[0, 200, 0, 0xff, 0xff]);
+        for i in 0..40_000u32 {
+            let name = format!("x{i}");
+            record.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            record.extend_from_slice(name.as_bytes());
+            record.extend_from_slice(&1u32.to_be_bytes());
+            record.push(b'v');
+        }
+        let record = Bytes::from(record);
+        assert!(StoredResponse::decode(&record, &k).is_err());
+        assert!(WrittenRecord::decode(&record, &k, 0, |_, _| false).is_err());
+    }
+
+    #[test]
     fn random_bytes_never_panic() {
         // A fixed xorshift stream: hostile or corrupted store contents must decode to an
         // error, never a panic or a replay.
@@ -628,7 +670,9 @@ mod tests {
             match WrittenRecord::decode(&bytes, &k, 0, |_, _| false) {
                 Ok(Some(w)) => {
                     let map = map.expect("the map reads what the lines read");
-                    assert_eq!(w.lines, lines_of(&map.headers));
+                    // The same fields (a map groups a name's values; the lines keep the
+                    // record's order).
+                    assert_eq!(map_of(&w.lines), map.headers);
                     assert_eq!((w.status, w.body), (map.status, map.body));
                 }
                 // Trailers, which the lines leave to the map (or a corrupt trailer section).

@@ -347,8 +347,8 @@ impl OwnedCall<'_> {
             .declared
             .map(|n| (&b"content-length"[..], digits.format(n).as_bytes()));
         let kept = written_fields(&fields)
-            .filter(|(name, _)| routes::replay_keeps(drops, name))
-            .chain(declared);
+            .chain(declared)
+            .filter(|(name, _)| routes::replay_keeps(drops, name));
         // A line's `: ` and line end take four bytes, a record's lengths six.
         let size = fields.len() * 3 / 2 + 32;
         let body = StoredBody::Stored(bytes.clone());
@@ -365,7 +365,8 @@ impl OwnedCall<'_> {
             *response.version_mut() = http::Version::HTTP_10;
         }
         // An answer to `HEAD` declares the length of the body it did not send.
-        if let Some(n) = head.declared.filter(|n| *n != length) {
+        // (An empty body's `0` too: the writer takes a bodiless `HEAD` answer's length from it.)
+        if let Some(n) = head.declared.filter(|n| *n != length || length == 0) {
             response.headers_mut().insert(CONTENT_LENGTH, n.into());
         }
         let written = Written {
