@@ -104,37 +104,32 @@ impl StoredResponse {
     }
 }
 
-/// A record decoded with its headers as lines (`name: value`, each ended by CRLF), as an
-/// HTTP/1.1 head carries them: what the lane writes to a client without a header map.
+/// A record read without a header map: its status, body and expiry, its header fields
+/// handed one by one to the reader ([`FieldRecord::decode`]). What the lane writes a
+/// replay from: the fields go to the client as lines, never into a map.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrittenRecord {
+pub struct FieldRecord {
     /// The stored status.
     pub status: StatusCode,
-    /// The stored headers as lines, their names in lower case.
-    pub lines: Vec<u8>,
-    /// One of them is `Date`.
-    pub dated: bool,
     /// The stored body.
     pub body: StoredBody,
     /// When the store forgets the key.
     pub expires: Option<SystemTime>,
 }
 
-impl WrittenRecord {
-    /// Decodes a record as [`StoredResponse::decode`] does (the same checks: a field name
-    /// or value a header map would refuse makes the record corrupt), its headers into
-    /// lines with `extra` bytes of room after them, but those `aside` takes (it is given
-    /// each field and answers whether it keeps it itself). `Ok(None)` for a record with
-    /// trailers, which only a header map's response carries.
+impl FieldRecord {
+    /// Decodes a record as [`StoredResponse::decode`] does, with the same checks (a field
+    /// name or value a header map would refuse makes the record corrupt), each header
+    /// field given to `each` (its name as stored: lower case from every writer, but a
+    /// header map takes any case, so this does too). `Ok(None)` for a record with
+    /// trailers, which only a header map's response carries; `each` may have seen its
+    /// fields by then.
     pub fn decode(
         bytes: &Bytes,
         expected_key: &StoreKey,
-        extra: usize,
-        mut aside: impl FnMut(&[u8], &[u8]) -> bool,
+        mut each: impl FnMut(&[u8], &[u8]),
     ) -> Result<Option<Self>, RecordError> {
         let (mut r, start) = Reader::open(bytes, expected_key)?;
-        let mut lines = Vec::with_capacity(bytes.len().min(4096) + extra);
-        let mut dated = false;
         r.section(|name, value| {
             if name.is_empty() || !name.iter().all(|&b| is_token(b)) {
                 return Err(RecordError::Corrupt("bad header name"));
@@ -145,16 +140,7 @@ impl WrittenRecord {
             {
                 return Err(RecordError::Corrupt("bad header value"));
             }
-            if aside(name, value) {
-                return Ok(());
-            }
-            dated |= name.eq_ignore_ascii_case(b"date");
-            let at = lines.len();
-            lines.extend_from_slice(name);
-            lines[at..].make_ascii_lowercase();
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(value);
-            lines.extend_from_slice(b"\r\n");
+            each(name, value);
             Ok(())
         })?;
         let body = r.body(bytes, start.state)?;
@@ -164,8 +150,6 @@ impl WrittenRecord {
         r.end()?;
         Ok(Some(Self {
             status: start.status,
-            lines,
-            dated,
             body,
             expires: start.expires,
         }))
@@ -452,35 +436,23 @@ mod tests {
         assert_eq!(StoredResponse::decode(&written, &k).unwrap(), without);
     }
 
-    /// The lines a record decodes to, from its header map.
-    fn lines_of(headers: &HeaderMap) -> Vec<u8> {
-        let mut lines = Vec::new();
-        for (n, v) in headers {
-            lines.extend_from_slice(format!("{}: ", n.as_str()).as_bytes());
-            lines.extend_from_slice(v.as_bytes());
-            lines.extend_from_slice(b"\r\n");
-        }
-        lines
-    }
-
-    /// The header map of lines.
-    fn map_of(lines: &[u8]) -> HeaderMap {
+    /// A record's fields as [`FieldRecord::decode`] gives them, in a header map.
+    fn fields_of(
+        bytes: &Bytes,
+        k: &StoreKey,
+    ) -> Result<Option<(FieldRecord, HeaderMap)>, RecordError> {
         let mut map = HeaderMap::new();
-        let mut rest = lines;
-        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
-            let line = &rest[..end];
-            rest = &rest[end + 2..];
-            let colon = line.iter().position(|&b| b == b':').unwrap();
+        let read = FieldRecord::decode(bytes, k, |name, value| {
             map.append(
-                HeaderName::from_bytes(&line[..colon]).unwrap(),
-                HeaderValue::from_bytes(&line[colon + 2..]).unwrap(),
+                HeaderName::from_bytes(name).unwrap(),
+                HeaderValue::from_bytes(value).unwrap(),
             );
-        }
-        map
+        })?;
+        Ok(read.map(|r| (r, map)))
     }
 
     #[test]
-    fn a_record_decodes_to_lines_as_to_a_header_map() {
+    fn a_record_decodes_field_by_field_as_into_a_header_map() {
         let k = StoreKey::from_raw("k");
         let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
         r.trailers = HeaderMap::new();
@@ -488,19 +460,16 @@ mod tests {
             "date",
             HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT"),
         );
-        let written = WrittenRecord::decode(&r.encode(&k), &k, 0, |_, _| false)
-            .unwrap()
-            .unwrap();
-        assert_eq!(written.lines, lines_of(&r.headers));
-        assert!(written.dated);
+        let (read, fields) = fields_of(&r.encode(&k), &k).unwrap().unwrap();
+        assert_eq!(fields, r.headers);
         assert_eq!(
-            (written.status, &written.body, written.expires),
+            (read.status, &read.body, read.expires),
             (r.status, &r.body, r.expires)
         );
         // With trailers: only a header map's response carries them.
         let with = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
         assert_eq!(
-            WrittenRecord::decode(&with.encode(&k), &k, 0, |_, _| false),
+            FieldRecord::decode(&with.encode(&k), &k, |_, _| {}),
             Ok(None)
         );
         // A name or value a header map refuses makes the record corrupt either way.
@@ -525,7 +494,7 @@ mod tests {
                 "{name:?} {value:?}"
             );
             assert!(
-                WrittenRecord::decode(&record, &k, 0, |_, _| false).is_err(),
+                FieldRecord::decode(&record, &k, |_, _| {}).is_err(),
                 "{name:?} {value:?}"
             );
         }
@@ -635,7 +604,7 @@ mod tests {
         }
         let record = Bytes::from(record);
         assert!(StoredResponse::decode(&record, &k).is_err());
-        assert!(WrittenRecord::decode(&record, &k, 0, |_, _| false).is_err());
+        assert!(FieldRecord::decode(&record, &k, |_, _| {}).is_err());
     }
 
     #[test]
@@ -667,15 +636,13 @@ mod tests {
             let k = StoreKey::from_raw("k");
             let map = StoredResponse::decode(&bytes, &k);
             // The lines agree with the map: both refuse, or both read the same.
-            match WrittenRecord::decode(&bytes, &k, 0, |_, _| false) {
-                Ok(Some(w)) => {
-                    let map = map.expect("the map reads what the lines read");
-                    // The same fields (a map groups a name's values; the lines keep the
-                    // record's order).
-                    assert_eq!(map_of(&w.lines), map.headers);
-                    assert_eq!((w.status, w.body), (map.status, map.body));
+            match fields_of(&bytes, &k) {
+                Ok(Some((read, fields))) => {
+                    let map = map.expect("the map reads what the fields read");
+                    assert_eq!(fields, map.headers);
+                    assert_eq!((read.status, read.body), (map.status, map.body));
                 }
-                // Trailers, which the lines leave to the map (or a corrupt trailer section).
+                // Trailers, which only the map carries (or a corrupt trailer section).
                 Ok(None) => assert!(map.map_or(true, |m| !m.trailers.is_empty())),
                 Err(e) => assert_eq!(map.err(), Some(e)),
             }

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRAILER, TRANSFER_ENCODING,
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRAILER, TRANSFER_ENCODING,
 };
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
@@ -14,9 +14,10 @@ use tracing::error;
 
 use crate::headers::{IDEMPOTENCY_EXPIRES, REPLAYED};
 use crate::problem::GatewayError;
-use crate::record::{StoredBody, StoredResponse, WrittenRecord};
+use crate::record::{FieldRecord, StoredBody, StoredResponse};
 use crate::route::Dialect;
 use crate::store::StoreKey;
+use crate::upstream::sent::field;
 use crate::upstream::Written;
 use crate::{full, Body};
 
@@ -73,37 +74,37 @@ pub(super) fn respond(
 /// read from the same way: no body, trailers, a field the gateway sets itself, or corrupt
 /// (the header map's way then answers it).
 fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Option<Response<Body>> {
-    let (mut length, mut ours) = (None, false);
-    let framing = |name: &[u8], value: &[u8]| {
+    // Room for the two fields added here.
+    let mut lines = Vec::with_capacity(record.len().min(4096) + 96);
+    let (mut length, mut ours, mut dated) = (None, false, false);
+    let each = |name: &[u8], value: &[u8]| {
         let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
         if is(&CONTENT_LENGTH) {
             length = HeaderValue::from_bytes(value).ok();
+        } else if !(is(&TRANSFER_ENCODING) || is(&CONNECTION)) {
+            ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
+            dated |= is(&DATE);
+            field(&mut lines, name, value);
         }
-        ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
-        is(&CONTENT_LENGTH) || is(&TRANSFER_ENCODING) || is(&CONNECTION)
     };
-    // Room for the two fields added here.
-    let stored = WrittenRecord::decode(record, store_key, 96, framing).ok()??;
+    let stored = FieldRecord::decode(record, store_key, each).ok()??;
     let StoredBody::Stored(body) = stored.body else {
         return None;
     };
     if ours {
         return None;
     }
-    let mut lines = stored.lines;
-    let mut line = |name: &HeaderName, value: &[u8]| {
-        lines.extend_from_slice(name.as_str().as_bytes());
-        lines.extend_from_slice(b": ");
-        lines.extend_from_slice(value);
-        lines.extend_from_slice(b"\r\n");
-    };
-    line(&REPLAYED, b"true");
+    field(&mut lines, REPLAYED.as_str().as_bytes(), b"true");
     if let Some(at) = stored
         .expires
         .filter(|_| advertise_expiry)
         .and_then(http_date)
     {
-        line(&IDEMPOTENCY_EXPIRES, at.as_bytes());
+        field(
+            &mut lines,
+            IDEMPOTENCY_EXPIRES.as_str().as_bytes(),
+            at.as_bytes(),
+        );
     }
     let mut resp = Response::new(full(body));
     *resp.status_mut() = stored.status;
@@ -112,7 +113,7 @@ fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Opti
     }
     resp.extensions_mut().insert(Written {
         fields: Bytes::from(lines),
-        dated: stored.dated,
+        dated,
     });
     Some(resp)
 }

@@ -86,8 +86,8 @@ pub fn write_head<'f>(
     out
 }
 
-/// `name: value`, the name in lower case.
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+/// `name: value`, the name in lower case: a field line as the lane writes heads.
+pub fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     let at = out.len();
     out.extend_from_slice(name);
     out[at..].make_ascii_lowercase();

@@ -228,12 +228,7 @@ fn write_head(
             continue;
         }
         dated |= name.eq_ignore_ascii_case(b"date");
-        let at = out.len();
-        out.extend_from_slice(name);
-        out[at..].make_ascii_lowercase();
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(field.value);
-        out.extend_from_slice(b"\r\n");
+        crate::upstream::sent::field(out, name, field.value);
     }
     Ok(RawHead {
         status,
