@@ -109,17 +109,7 @@ impl Forwarder {
                 owned_head(head, &key, &scope, fence)
             });
         let called = match encoded {
-            Some(head) => {
-                // The answer's head is written for the client as it is read, as the lane's
-                // plain requests' are: no header map on either side.
-                let request = [head, body];
-                let mut out = Vec::with_capacity(256);
-                let relayed = live
-                    .upstream
-                    .relay(request, &parts.method, &mut out, deadline);
-                let relayed = relayed.instrument(span.clone()).await;
-                relayed.map(|(head, body)| Answer::Relayed(Relayed { head, out, body }))
-            }
+            Some(head) => relayed_call(&live, [head, body], &parts.method, (deadline, &span)).await,
             None => {
                 let req = Request::from_parts(parts, full(body));
                 let mut req = live.upstream.prepare(req, &client_ip);
@@ -141,6 +131,21 @@ impl Forwarder {
         // The body the store keeps is read under the same span.
         call.answered(answer, took).instrument(span).await
     }
+}
+
+/// The winner's request in bytes (`request`: its head, then its body), its answer's head
+/// written for the client as it is read, as the lane's plain requests' are: no header map
+/// on either side. By `deadline`, in `span`.
+async fn relayed_call(
+    live: &Live,
+    request: [Bytes; 2],
+    method: &http::Method,
+    (deadline, span): (tokio::time::Instant, &tracing::Span),
+) -> Result<Answer, UpstreamFailure> {
+    let mut out = Vec::with_capacity(256);
+    let relayed = live.upstream.relay(request, method, &mut out, deadline);
+    let (head, body) = relayed.instrument(span.clone()).await?;
+    Ok(Answer::Relayed(Relayed { head, out, body }))
 }
 
 /// What the owner's call tells the upstream: the key, its fence and its scope.
