@@ -1,0 +1,244 @@
+use super::*;
+
+fn sample(body: StoredBody) -> StoredResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.append("x-multi", HeaderValue::from_static("1"));
+    headers.append("x-multi", HeaderValue::from_static("2"));
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("3"));
+    trailers.insert("grpc-message", HeaderValue::from_static("bad%20amount"));
+    StoredResponse {
+        status: StatusCode::CREATED,
+        headers,
+        body,
+        expires: Some(UNIX_EPOCH + Duration::from_secs(1_900_000_000)),
+        trailers,
+    }
+}
+
+#[test]
+fn fields_left_out_as_it_is_written_make_the_record_of_the_map_without_them() {
+    let r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+    let k = StoreKey::from_raw("k");
+    let fields = Fields {
+        headers: map_fields(&r.headers).filter(|(n, _)| *n != b"x-multi"),
+        size: 0,
+        trailers: &r.trailers,
+    };
+    let written = encode(&k, r.status, fields, &r.body, r.expires);
+    let mut without = r.clone();
+    without.headers.remove("x-multi");
+    assert_eq!(written, without.encode(&k));
+    assert_eq!(StoredResponse::decode(&written, &k).unwrap(), without);
+}
+
+/// A record's fields as [`FieldRecord::decode`] gives them, in a header map.
+fn fields_of(bytes: &Bytes, k: &StoreKey) -> Result<Option<(FieldRecord, HeaderMap)>, RecordError> {
+    let mut map = HeaderMap::new();
+    let read = FieldRecord::decode(bytes, k, |name, value| {
+        map.append(
+            HeaderName::from_bytes(name).unwrap(),
+            HeaderValue::from_bytes(value).unwrap(),
+        );
+    })?;
+    Ok(read.map(|r| (r, map)))
+}
+
+#[test]
+fn a_record_decodes_field_by_field_as_into_a_header_map() {
+    let k = StoreKey::from_raw("k");
+    let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+    r.trailers = HeaderMap::new();
+    r.headers.insert(
+        "date",
+        HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT"),
+    );
+    let (read, fields) = fields_of(&r.encode(&k), &k).unwrap().unwrap();
+    assert_eq!(fields, r.headers);
+    assert_eq!(
+        (read.status, &read.body, read.expires),
+        (r.status, &r.body, r.expires)
+    );
+    // With trailers: only a header map's response carries them.
+    let with = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+    assert_eq!(
+        FieldRecord::decode(&with.encode(&k), &k, |_, _| {}),
+        Ok(None)
+    );
+    // A name or value a header map refuses makes the record corrupt either way.
+    for (name, value) in [("x y", "1"), ("", "1"), ("x", "a\rb"), ("x", "a\u{7f}")] {
+        let mut bad = r.clone();
+        bad.headers = HeaderMap::new();
+        let mut enc = BytesMut::new();
+        put_fields(&mut enc, [(name.as_bytes(), value.as_bytes())].into_iter());
+        let good = r.encode(&k);
+        let fields_at = 4 + 2 + 1 + 8 + 2 + 1;
+        let rest = {
+            let (mut rd, _) = Reader::open(&good, &k).unwrap();
+            rd.fields(0).unwrap();
+            rd.pos
+        };
+        let mut record = good[..fields_at].to_vec();
+        record.extend_from_slice(&enc);
+        record.extend_from_slice(&good[rest..]);
+        let record = Bytes::from(record);
+        assert!(
+            StoredResponse::decode(&record, &k).is_err(),
+            "{name:?} {value:?}"
+        );
+        assert!(
+            FieldRecord::decode(&record, &k, |_, _| {}).is_err(),
+            "{name:?} {value:?}"
+        );
+    }
+}
+
+#[test]
+fn a_response_without_trailers_is_written_as_version_2() {
+    let mut r = sample(StoredBody::Stored(Bytes::from_static(b"hi")));
+    r.trailers = HeaderMap::new();
+    let k = StoreKey::from_raw("k");
+    // DGR2, the layout a gateway of the release before trailers reads.
+    let v2 = r.encode(&k);
+    assert_eq!(&v2[..4], b"DGR2");
+    assert_eq!(StoredResponse::decode(&v2, &k).unwrap(), r);
+    // A DGR3 record with an empty trailer section still decodes.
+    let mut v3 = v2.to_vec();
+    v3[..4].copy_from_slice(b"DGR3");
+    v3.extend_from_slice(&[0, 0]);
+    assert_eq!(StoredResponse::decode(&Bytes::from(v3), &k).unwrap(), r);
+    // Trailers with an empty body, as a gRPC error answer has: DGR3.
+    let mut grpc = sample(StoredBody::Stored(Bytes::new()));
+    grpc.headers = HeaderMap::new();
+    let v3 = grpc.encode(&k);
+    assert_eq!(&v3[..4], b"DGR3");
+    assert_eq!(StoredResponse::decode(&v3, &k).unwrap(), grpc);
+}
+
+#[test]
+fn round_trips_every_body_state() {
+    for body in [
+        StoredBody::Stored(Bytes::from_static(b"{\"id\":1}")),
+        StoredBody::Stored(Bytes::new()),
+        StoredBody::TooLarge,
+        StoredBody::Incomplete,
+        StoredBody::NotStored,
+    ] {
+        let r = sample(body);
+        let enc = r.encode(&StoreKey::from_raw("dedupe:{x}:r:-:k"));
+        assert_eq!(
+            StoredResponse::decode(&enc, &StoreKey::from_raw("dedupe:{x}:r:-:k")).unwrap(),
+            r
+        );
+    }
+}
+
+#[test]
+fn an_unknown_expiry_round_trips_and_version_1_records_still_decode() {
+    let mut r = sample(StoredBody::TooLarge);
+    r.expires = None;
+    let k = StoreKey::from_raw("k");
+    assert_eq!(StoredResponse::decode(&r.encode(&k), &k).unwrap(), r);
+    // A DGR1 record: the same layout without the expiry field.
+    let mut v1 = b"DGR1".to_vec();
+    v1.extend_from_slice(&[0, 1, b'k', 0, 201, 1, 0, 0]);
+    let decoded = StoredResponse::decode(&Bytes::from(v1), &k).unwrap();
+    assert_eq!(decoded.status, StatusCode::CREATED);
+    assert_eq!(decoded.body, StoredBody::TooLarge);
+    assert_eq!(decoded.expires, None);
+}
+
+#[test]
+fn refuses_a_record_of_another_key() {
+    let enc = sample(StoredBody::TooLarge).encode(&StoreKey::from_raw("k1"));
+    assert_eq!(
+        StoredResponse::decode(&enc, &StoreKey::from_raw("k2")),
+        Err(RecordError::WrongKey)
+    );
+    assert_eq!(
+        StoredResponse::decode(&enc, &StoreKey::from_raw("k")),
+        Err(RecordError::WrongKey)
+    );
+}
+
+#[test]
+fn refuses_corrupt_records_without_panicking() {
+    let enc =
+        sample(StoredBody::Stored(Bytes::from_static(b"hello"))).encode(&StoreKey::from_raw("k"));
+    for cut in 0..enc.len() {
+        assert!(
+            StoredResponse::decode(&enc.slice(..cut), &StoreKey::from_raw("k")).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut extra = enc.to_vec();
+    extra.push(0);
+    assert!(StoredResponse::decode(&Bytes::from(extra), &StoreKey::from_raw("k")).is_err());
+    assert!(
+        StoredResponse::decode(&Bytes::from_static(b"nope"), &StoreKey::from_raw("k")).is_err()
+    );
+}
+
+#[test]
+fn a_hostile_field_count_in_a_large_record_is_refused_without_panicking() {
+    // A count of 65,535 where a header map holds about 24,000, and bytes enough that
+    // the count is not ruled out by the record's length alone.
+    let k = StoreKey::from_raw("k");
+    let mut record = b"DGR2".to_vec();
+    record.extend_from_slice(&[0, 1, b'k']);
+    record.extend_from_slice(&[0; 8]);
+    record.extend_from_slice(&[0, 200, 0, 0xff, 0xff]);
+    for i in 0..40_000u32 {
+        let name = format!("x{i}");
+        record.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        record.extend_from_slice(name.as_bytes());
+        record.extend_from_slice(&1u32.to_be_bytes());
+        record.push(b'v');
+    }
+    let record = Bytes::from(record);
+    assert!(StoredResponse::decode(&record, &k).is_err());
+    assert!(FieldRecord::decode(&record, &k, |_, _| {}).is_err());
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    // A fixed xorshift stream: hostile or corrupted store contents must decode to an
+    // error, never a panic or a replay.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let valid =
+        sample(StoredBody::Stored(Bytes::from_static(b"body"))).encode(&StoreKey::from_raw("k"));
+    for round in 0u32..5000 {
+        let mut bytes = if round.is_multiple_of(2) {
+            valid.to_vec()
+        } else {
+            b"DGR1".to_vec()
+        };
+        let len = (x % 64) as usize;
+        for _ in 0..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = (x as usize) % (bytes.len() + 1);
+            if at < bytes.len() && x.is_multiple_of(3) {
+                bytes[at] = (x >> 8) as u8;
+            } else {
+                bytes.insert(at.min(bytes.len()), (x >> 16) as u8);
+            }
+        }
+        let bytes = Bytes::from(bytes);
+        let k = StoreKey::from_raw("k");
+        let map = StoredResponse::decode(&bytes, &k);
+        // The lines agree with the map: both refuse, or both read the same.
+        match fields_of(&bytes, &k) {
+            Ok(Some((read, fields))) => {
+                let map = map.expect("the map reads what the fields read");
+                assert_eq!(fields, map.headers);
+                assert_eq!((read.status, read.body), (map.status, map.body));
+            }
+            // Trailers, which only the map carries (or a corrupt trailer section).
+            Ok(None) => assert!(map.map_or(true, |m| !m.trailers.is_empty())),
+            Err(e) => assert_eq!(map.err(), Some(e)),
+        }
+    }
+}
