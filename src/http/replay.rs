@@ -106,16 +106,11 @@ fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Opti
             at.as_bytes(),
         );
     }
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = stored.status;
-    if let Some(n) = length {
-        resp.headers_mut().insert(CONTENT_LENGTH, n);
-    }
-    resp.extensions_mut().insert(Written {
+    let written = Written {
         fields: Bytes::from(lines),
         dated,
-    });
-    Some(resp)
+    };
+    Some(written.response(stored.status, body, length))
 }
 
 /// Sets `Idempotency-Expires` to `expires` as an HTTP-date, when it is known.

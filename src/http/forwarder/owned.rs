@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, SET_COOKIE};
+use http::header::SET_COOKIE;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
@@ -101,11 +101,12 @@ impl OwnedCall<'_> {
     /// record to store once its body has been read (streamed to the client meanwhile).
     pub(super) async fn answered(&self, answer: Answer, took: Duration) -> Attempt<Forwarded> {
         let route = self.route;
-        let final_status =
-            route.statuses.classify(answer.status().as_u16()) == StatusMeaning::Final;
+        let meaning = route.statuses.classify(answer.status().as_u16());
         let resp = match answer {
             // A final answer the store keeps whole, as most are: read from its written head.
-            Answer::Relayed(w) if final_status && route.store_body && !route.grpc => {
+            Answer::Relayed(w)
+                if meaning == StatusMeaning::Final && route.store_body && !route.grpc =>
+            {
                 return self.relayed(w, took).await
             }
             answer => answer.into_response(),
@@ -116,7 +117,7 @@ impl OwnedCall<'_> {
             expires: None,
             tail: None,
         };
-        match route.statuses.classify(resp.status().as_u16()) {
+        match meaning {
             // The upstream says it did not act: the next retry should execute again.
             StatusMeaning::Retry => {
                 return Attempt::NotExecuted(forwarded(Ok(stream_response(resp))));
@@ -205,21 +206,17 @@ impl OwnedCall<'_> {
             expires,
         );
         let length = bytes.len() as u64;
-        let mut response = Response::new(full(bytes));
-        *response.status_mut() = head.status;
-        if head.http10 {
-            *response.version_mut() = http::Version::HTTP_10;
-        }
         // An answer to `HEAD` declares the length of the body it did not send.
         // (An empty body's `0` too: the writer takes a bodiless `HEAD` answer's length from it.)
-        if let Some(n) = head.declared.filter(|n| *n != length || length == 0) {
-            response.headers_mut().insert(CONTENT_LENGTH, n.into());
-        }
+        let declared = head.declared.filter(|n| *n != length || length == 0);
         let written = Written {
             fields,
             dated: head.dated,
         };
-        response.extensions_mut().insert(written);
+        let mut response = written.response(head.status, bytes, declared.map(Into::into));
+        if head.http10 {
+            *response.version_mut() = http::Version::HTTP_10;
+        }
         Kept {
             record,
             response: Ok(response),

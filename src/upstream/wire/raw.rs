@@ -41,6 +41,28 @@ pub struct Written {
     pub dated: bool,
 }
 
+impl Written {
+    /// The response that answers with these lines and `body`: its map holds only
+    /// `length`, a `Content-Length` the body does not show (what an answer to `HEAD`
+    /// declares), for the writer's framing.
+    pub fn response(
+        self,
+        status: StatusCode,
+        body: Bytes,
+        length: Option<http::HeaderValue>,
+    ) -> http::Response<crate::Body> {
+        let mut response = http::Response::new(crate::full(body));
+        *response.status_mut() = status;
+        if let Some(n) = length {
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_LENGTH, n);
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
 impl RawHead {
     /// The head as a header map would hold it, from what [`parse_response`] wrote
     /// (`written`, its status line first): for an answer that goes on as a header map after
