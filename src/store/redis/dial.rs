@@ -1,6 +1,7 @@
-//! Dialling one Redis server. Over plain TCP the gateway dials itself, so that the
-//! connection's writes coalesce (see [`crate::coalesce`]); TLS and Unix sockets are the
-//! redis crate's own dial.
+//! Dialling one Redis server. Over plain TCP the gateway dials itself: its own connection
+//! ([`super::own`]) unless the near-cache needs the crate's (RESP3 pushes), whose writes
+//! then coalesce (see [`crate::coalesce`]); TLS and Unix sockets are the redis crate's own
+//! dial.
 
 use std::net::SocketAddr;
 
@@ -8,9 +9,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisResult};
 use tokio::net::TcpStream;
 
+use super::con::Con;
+use super::own::OwnConnection;
+
 /// A connection, and the task that drives it when the gateway spawned that task.
 pub(super) struct Dialled {
-    pub(super) con: MultiplexedConnection,
+    pub(super) con: Con,
     pub(super) driver: Option<Driver>,
 }
 
@@ -26,26 +30,37 @@ impl Drop for Driver {
     }
 }
 
-/// A connection to `client`'s server.
+/// A connection to `client`'s server; the crate's when `pushes` are wanted.
 pub(super) async fn connect(
     client: &Client,
     config: AsyncConnectionConfig,
+    pushes: bool,
 ) -> RedisResult<Dialled> {
     let info = client.get_connection_info();
     let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
         let con = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        return Ok(Dialled { con, driver: None });
+        return Ok(Dialled {
+            con: Con::Crate(con),
+            driver: None,
+        });
     };
     let tcp = first_to_answer(host, *port).await?;
     tcp.set_nodelay(true)?;
+    if !pushes {
+        let (con, drive) = OwnConnection::new(info.redis_settings(), tcp).await?;
+        return Ok(Dialled {
+            con: Con::Own(con),
+            driver: Some(Driver(tokio::spawn(drive).abort_handle())),
+        });
+    }
     let stream = crate::coalesce::Coalesce::new(tcp);
     let (con, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     let driver = Driver(tokio::spawn(driver).abort_handle());
     Ok(Dialled {
-        con,
+        con: Con::Crate(con),
         driver: Some(driver),
     })
 }

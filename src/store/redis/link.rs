@@ -29,7 +29,6 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
 use std::sync::Arc;
@@ -95,7 +94,7 @@ impl Dialer {
 #[derive(Clone)]
 pub(super) struct Live {
     pub(super) id: u64,
-    pub(super) con: MultiplexedConnection,
+    pub(super) con: super::con::Con,
     /// `host:port`: with Sentinel, the primary found for this connection.
     pub(super) node: std::sync::Arc<str>,
     /// The connection's task, ended when the last copy of this goes (a connection the
@@ -320,7 +319,7 @@ impl Supervisor {
         let dial = async move {
             let client = dialer.client().await?;
             let node = client.get_connection_info().addr().to_string();
-            let mut dialled = super::dial::connect(&client, config).await?;
+            let mut dialled = super::dial::connect(&client, config, near.is_some()).await?;
             let con = &mut dialled.con;
             if let Some(near) = near {
                 // Default mode: Redis remembers the keys this connection reads (the claim

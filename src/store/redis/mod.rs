@@ -26,10 +26,12 @@
 
 mod access;
 mod compare;
+mod con;
 mod dial;
 mod link;
 #[macro_use]
 mod ops;
+mod own;
 mod reply;
 mod scan;
 mod scripts;
@@ -44,7 +46,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
@@ -213,7 +214,7 @@ impl RedisStore {
     /// if silent, replaced (see [`link`]).
     async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(con::Con) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         // The connection the operation is waiting on (0: none yet, still dialling).

@@ -298,14 +298,27 @@ macro_rules! redis_backend {
 
             pub(in crate::store) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
                 self.changing(key);
-                let cmd = &redis::cmd("DEL").arg(key).clone();
-                let n: Result<i64, _> = self
-                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
-                    .await;
+                let inv = self.scripts.string.forget.key(key);
+                let mut n = Ok(-1);
+                // A record is not deleted within the millisecond its fence names (see
+                // the script): a few tries a millisecond apart at most.
+                for _ in 0..$crate::store::redis::ops::FORGET_TRIES {
+                    n = self.call(&inv).await.and_then(|v| match v {
+                        Typed::Reply(v) => int(&v).ok_or_else(|| protocol("forget", &v)),
+                        Typed::OtherLayout => Err(protocol("forget", &Value::Nil)),
+                    });
+                    if !matches!(n, Ok(-1)) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
                 // Again once the delete has run (or may have): a claim of this gateway
                 // that read the record before the delete must not keep its copy.
                 self.changing(key);
-                Ok(n? > 0)
+                match n? {
+                    -1 => Err(StoreError::Unavailable("Redis's clock did not move on: the record was not deleted".into())),
+                    n => Ok(n > 0),
+                }
             }
 
             pub(in crate::store) async fn ping(&self) -> Result<(), StoreError> {
@@ -318,6 +331,9 @@ macro_rules! redis_backend {
         }
     };
 }
+
+/// How many times a forget asks (see [`super::string_scripts`]'s forget).
+pub(super) const FORGET_TRIES: usize = 20;
 
 /// An ordered route's record is always a hash (see [`super::strings`]).
 pub(super) fn ordered_not_hash() -> super::StoreError {

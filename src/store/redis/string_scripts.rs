@@ -156,11 +156,32 @@ local function owns(fence, claimant)
 end
 "#;
 
+/// Deletes a record of either layout (an operator's forget): `1` deleted, `0` none, `-1`
+/// not yet. A string record's next first claim takes its fence from the millisecond it is
+/// made in, so a record is not deleted within the millisecond its own fence names: the
+/// key claimed again at once would be given the same fence number. The caller asks again
+/// a millisecond later.
+const FORGET_TYPE: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+  return redis.call('DEL', KEYS[1])
+end
+"#;
+
+const FORGET: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if v and now <= math.floor(f / 1000) then
+  return -1
+end
+return redis.call('DEL', KEYS[1])
+"#;
+
 /// The string layout's scripts.
 pub(super) struct StringScripts {
     pub(super) claim: Script,
     pub(super) renew: Script,
     pub(super) finish: Script,
+    pub(super) forget: Script,
 }
 
 impl StringScripts {
@@ -169,6 +190,7 @@ impl StringScripts {
         Self {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
+            forget: Script::new(format!("{FORGET_TYPE}{READ}{FORGET}").replace("{F}", LUA_FORMAT)),
             finish: Script::new(
                 format!("{FINISH_ARGS}{READ}{OWNS}{FINISH}")
                     .replace("{F}", LUA_FORMAT)

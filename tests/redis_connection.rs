@@ -1,0 +1,88 @@
+//! The gateway's own connection to a plaintext Redis: an ACL user and a database number
+//! from the URL, a wrong password refused with a clear error that never shows the secret.
+//! (Faults on that connection, `CLIENT KILL`, `CLIENT PAUSE`, SIGSTOP, restarts, are in
+//! `redis_faults.rs` and `redis_ops.rs`: every plaintext store there uses it.)
+
+use std::time::Duration;
+
+use dedupe_test_support::{
+    eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
+};
+use http::StatusCode;
+
+fn config(up: &Upstream, url: String) -> GatewayConfig {
+    GatewayConfig::new(up.url())
+        .store(StoreCfg::redis(url).timeout("1s"))
+        .admin()
+        .route(RouteCfg::header("orders", "/orders/*"))
+}
+
+fn logged(gw: &GatewayProcess) -> Vec<String> {
+    gw.logs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_and_a_database_from_the_url() {
+    let redis = RedisServer::start();
+    let _: String = redis.cmd(&["ACL", "SETUSER", "app", "on", ">s3cret-pw", "~*", "+@all"]);
+    let _: String = redis.cmd(&["ACL", "SETUSER", "default", "off"]);
+    let up = Upstream::start().await;
+    let http = Http::new();
+
+    let wrong = GatewayProcess::start(&config(
+        &up,
+        format!("redis://app:wrong-pw@127.0.0.1:{}/3", redis.port),
+    ));
+    wrong.wait_logged("cannot reach Redis").await;
+    let ready = http.get(&wrong.admin_url("/readyz"), &[]).await.status;
+    assert_eq!(ready, StatusCode::SERVICE_UNAVAILABLE);
+    let lines = logged(&wrong);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("Password authentication failed")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("wrong-pw")), "{lines:#?}");
+    let r = http
+        .post(&wrong.url("/orders/a"), &[("Idempotency-Key", "a")], "{}")
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert_eq!(up.effects(), 0, "fail-closed: nothing forwarded");
+    drop(wrong);
+
+    let gw = GatewayProcess::start(&config(
+        &up,
+        format!("redis://app:s3cret-pw@127.0.0.1:{}/3", redis.port),
+    ));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            http.get(&gw.admin_url("/readyz"), &[]).await.status == StatusCode::OK
+        })
+        .await
+    );
+    let url = gw.url("/orders/db-3");
+    let first = http.post(&url, &[("Idempotency-Key", "db-3")], "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    let second = http.post(&url, &[("Idempotency-Key", "db-3")], "{}").await;
+    assert!(second.replayed(), "{second:?}");
+    assert_eq!(second.body, first.body);
+    assert_eq!(up.effects(), 1);
+
+    // The record is in database 3, and only there.
+    let mut c = redis::Client::open(format!("redis://app:s3cret-pw@127.0.0.1:{}/3", redis.port))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    let in_3: Vec<String> = redis::cmd("KEYS").arg("*db-3*").query(&mut c).unwrap();
+    assert_eq!(in_3.len(), 1, "{in_3:?}");
+    redis::cmd("SELECT").arg(0).exec(&mut c).unwrap();
+    let in_0: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    assert!(in_0.is_empty(), "{in_0:?}");
+    assert!(!logged(&gw).iter().any(|l| l.contains("s3cret-pw")));
+}
