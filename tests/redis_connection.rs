@@ -17,15 +17,6 @@ fn config(up: &Upstream, url: String) -> GatewayConfig {
         .route(RouteCfg::header("orders", "/orders/*"))
 }
 
-fn logged(gw: &GatewayProcess) -> Vec<String> {
-    gw.logs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|l| l.to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_and_a_database_from_the_url() {
     let redis = RedisServer::start();
@@ -41,7 +32,7 @@ async fn an_acl_user_and_a_database_from_the_url() {
     wrong.wait_logged("cannot reach Redis").await;
     let ready = http.get(&wrong.admin_url("/readyz"), &[]).await.status;
     assert_eq!(ready, StatusCode::SERVICE_UNAVAILABLE);
-    let lines = logged(&wrong);
+    let lines = wrong.log_lines();
     assert!(
         lines
             .iter()
@@ -84,5 +75,5 @@ async fn an_acl_user_and_a_database_from_the_url() {
     redis::cmd("SELECT").arg(0).exec(&mut c).unwrap();
     let in_0: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     assert!(in_0.is_empty(), "{in_0:?}");
-    assert!(!logged(&gw).iter().any(|l| l.contains("s3cret-pw")));
+    assert!(!gw.log_lines().iter().any(|l| l.contains("s3cret-pw")));
 }

@@ -45,15 +45,6 @@ async fn dedupes(http: &Http, gw: &GatewayProcess, up: &Upstream, key: &str) {
     assert_eq!(up.effects(), 1);
 }
 
-fn logged_lines(gw: &GatewayProcess) -> Vec<String> {
-    gw.logs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|l| l.to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_replays_and_readiness_go_over_tls() {
     let (ca, redis) = tls_redis(false);
@@ -88,7 +79,7 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     let gw = GatewayProcess::start(&config(&up, store));
     let http = Http::new();
     gw.wait_logged("cannot reach Redis").await;
-    let lines = logged_lines(&gw);
+    let lines = gw.log_lines();
     assert!(
         lines
             .iter()
@@ -154,7 +145,7 @@ async fn an_acl_user_authenticates_from_the_url_or_the_environment() {
     ));
     wrong.wait_logged("cannot reach Redis").await;
     assert_eq!(readyz(&http, &wrong).await, StatusCode::SERVICE_UNAVAILABLE);
-    let lines = logged_lines(&wrong);
+    let lines = wrong.log_lines();
     assert!(
         lines
             .iter()
@@ -177,9 +168,7 @@ async fn an_acl_user_authenticates_from_the_url_or_the_environment() {
         .await
     );
     dedupes(&http, &in_url, &up, "acl-1").await;
-    assert!(!logged_lines(&in_url)
-        .iter()
-        .any(|l| l.contains("s3cret-pw")));
+    assert!(!in_url.log_lines().iter().any(|l| l.contains("s3cret-pw")));
     drop(in_url);
 
     // The user in the URL, the password from DEDUPE_REDIS_PASSWORD: the same record.
@@ -194,9 +183,7 @@ async fn an_acl_user_authenticates_from_the_url_or_the_environment() {
     let r = http.post(&url, &[("Idempotency-Key", "acl-1")], "{}").await;
     assert!(r.replayed(), "{r:?}");
     assert_eq!(up.effects(), 1);
-    assert!(!logged_lines(&from_env)
-        .iter()
-        .any(|l| l.contains("s3cret-pw")));
+    assert!(!from_env.log_lines().iter().any(|l| l.contains("s3cret-pw")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

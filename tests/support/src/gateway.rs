@@ -230,6 +230,16 @@ impl GatewayProcess {
         }
     }
 
+    /// Every log line printed so far, as JSON text.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
+    }
+
     /// Whether a log line with this message has been printed.
     fn logged(&self, message: &str) -> bool {
         self.logs
