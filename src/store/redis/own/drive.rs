@@ -13,7 +13,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::resp::{parse, Parsed};
+use super::resp::{parse, pass, Parsed};
 
 /// Commands already encoded, and what to do with their replies.
 pub(super) struct Request {
@@ -153,7 +153,9 @@ impl Drive {
     /// Hands out the whole replies in the input.
     fn replies(&mut self) -> Result<(), RedisError> {
         while self.input.len() >= self.need && !self.input.is_empty() {
-            match parse(&self.input).map_err(out_of_step)? {
+            let passing = self.waiting.front().is_some_and(|w| w.skip > 0);
+            let read = if passing { pass } else { parse };
+            match read(&self.input).map_err(out_of_step)? {
                 Parsed::Incomplete(need) => {
                     self.need = need;
                     break;

@@ -32,8 +32,19 @@ pub(super) struct Unreadable(pub(super) &'static str);
 
 /// Reads the first reply in `buf`.
 pub(super) fn parse(buf: &[u8]) -> Result<Parsed, Unreadable> {
+    read(buf, true)
+}
+
+/// Reads past the first reply in `buf` (checked as [`parse`] checks it), building it only
+/// if it is an error: any other reply is [`Value::Nil`]. For replies passed over (a
+/// transaction's `OK` and `QUEUED`s), which need no allocation.
+pub(super) fn pass(buf: &[u8]) -> Result<Parsed, Unreadable> {
+    read(buf, false)
+}
+
+fn read(buf: &[u8], keep: bool) -> Result<Parsed, Unreadable> {
     let mut at = 0;
-    match value(buf, &mut at, 0)? {
+    match value(buf, &mut at, 0, keep)? {
         Some(v) => Ok(Parsed::Reply(v, at)),
         None => Ok(Parsed::Incomplete(at)),
     }
@@ -89,7 +100,13 @@ fn length(digits: &[u8], max: usize) -> Result<Option<usize>, Unreadable> {
 
 /// One value at `*at`. On `Ok(None)` (incomplete) `*at` holds the length the buffer must
 /// reach, when known, else 0.
-fn value(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Unreadable> {
+/// Only errors are built unless `keep`.
+fn value(
+    buf: &[u8],
+    at: &mut usize,
+    depth: usize,
+    keep: bool,
+) -> Result<Option<Value>, Unreadable> {
     let start = *at;
     let Some(&kind) = buf.get(start) else {
         *at = 0;
@@ -101,6 +118,7 @@ fn value(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Unre
         return Ok(None);
     };
     let v = match kind {
+        b'+' if !keep => Value::Nil,
         b'+' if text == b"OK" => Value::Okay,
         b'+' => Value::SimpleString(utf8(text)?),
         b'-' => error(&buf[start..*at])?,
@@ -116,9 +134,13 @@ fn value(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Unre
                 if &buf[end..end + 2] != b"\r\n" {
                     return Err(Unreadable("a bulk string not ended by CRLF"));
                 }
-                let bytes = buf[*at..end].to_vec();
+                let v = if keep {
+                    Value::BulkString(buf[*at..end].to_vec())
+                } else {
+                    Value::Nil
+                };
                 *at = end + 2;
-                Value::BulkString(bytes)
+                v
             }
         },
         b'*' => match length(text, ARRAY_MAX)? {
@@ -126,15 +148,20 @@ fn value(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Unre
             Some(_) if depth >= DEPTH_MAX => return Err(Unreadable("arrays nested too deep")),
             Some(n) => {
                 // Never more room reserved than the elements that have arrived could fill.
-                let mut items = Vec::with_capacity(n.min(buf.len() - *at));
+                let mut items = Vec::with_capacity(if keep { n.min(buf.len() - *at) } else { 0 });
                 for _ in 0..n {
-                    match value(buf, at, depth + 1)? {
-                        Some(item) => items.push(item),
+                    match value(buf, at, depth + 1, keep)? {
+                        Some(item) if keep => items.push(item),
+                        Some(_) => {}
                         // `*at` holds what the element needs: a bound for the whole too.
                         None => return Ok(None),
                     }
                 }
-                Value::Array(items)
+                if keep {
+                    Value::Array(items)
+                } else {
+                    Value::Nil
+                }
             }
         },
         _ => return Err(Unreadable("an unknown reply type")),
@@ -215,6 +242,32 @@ mod tests {
             Parsed::Incomplete(need) => assert_eq!(need, 9 + 100_000 + 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn passing_over_reads_as_far_and_keeps_only_errors() {
+        let samples: &[&[u8]] = &[
+            b"+QUEUED\r\n",
+            b"$5\r\nab\r\nc\r\n",
+            b"*3\r\n$3\r\nabc\r\n:1\r\n*2\r\n:1\r\n:2\r\n",
+            b"-ERR syntax error\r\n",
+        ];
+        for s in samples {
+            let Parsed::Reply(v, used) = pass(s).unwrap() else {
+                panic!("{s:?}")
+            };
+            assert_eq!(used, s.len(), "{s:?}");
+            if s[0] == b'-' {
+                assert!(matches!(v, Value::ServerError(_)), "{v:?}");
+            } else {
+                assert_eq!(v, Value::Nil, "{s:?}");
+            }
+            assert!(matches!(
+                pass(&s[..s.len() - 1]).unwrap(),
+                Parsed::Incomplete(_)
+            ));
+        }
+        assert!(pass(b"*1\r\n?\r\n").is_err());
     }
 
     #[test]
