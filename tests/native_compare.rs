@@ -472,3 +472,30 @@ impl Monitor {
         std::mem::take(&mut *self.lines.lock().unwrap())
     }
 }
+
+/// An operator's forget right after a fresh claim (the same millisecond of Redis's clock)
+/// waits that millisecond out: the key claimed again at once gets a higher fence, every
+/// time. A value at the key that is not a record is deleted as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_forgotten_and_claimed_again_at_once_gets_a_higher_fence() {
+    let server = RedisServer::start();
+    let s = store_on(&server, RecordLayout::String);
+    for i in 0..100u128 {
+        let k = StoreKey::from_raw(format!("native:forget-{i}"));
+        let first = won(&s, &k, LONG, 2 * i + 1).await;
+        assert!(s.forget(&k).await.unwrap());
+        let second = won(&s, &k, LONG, 2 * i + 2).await;
+        assert!(
+            second.fence() > first.fence(),
+            "round {i}: {} after {}",
+            second.fence(),
+            first.fence()
+        );
+    }
+    let k = StoreKey::from_raw("native:not-a-record");
+    let _: () = server.cmd(&["SET", k.as_str(), "x"]);
+    assert!(s.forget(&k).await.unwrap());
+    assert!(!s.forget(&k).await.unwrap());
+    let _: () = server.cmd(&["HSET", k.as_str(), "s", "c"]);
+    assert!(s.forget(&k).await.unwrap());
+}

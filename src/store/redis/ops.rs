@@ -302,7 +302,10 @@ macro_rules! redis_backend {
                 let mut n = Ok(-1);
                 // A record is not deleted within the millisecond its fence names (see
                 // the script): a few tries a millisecond apart at most.
-                for _ in 0..$crate::store::redis::ops::FORGET_TRIES {
+                for attempt in 0..$crate::store::redis::ops::FORGET_TRIES {
+                    if attempt > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
                     n = self.call(&inv).await.and_then(|v| match v {
                         Typed::Reply(v) => int(&v).ok_or_else(|| protocol("forget", &v)),
                         Typed::OtherLayout => Err(protocol("forget", &Value::Nil)),
@@ -310,13 +313,12 @@ macro_rules! redis_backend {
                     if !matches!(n, Ok(-1)) {
                         break;
                     }
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 }
                 // Again once the delete has run (or may have): a claim of this gateway
                 // that read the record before the delete must not keep its copy.
                 self.changing(key);
                 match n? {
-                    -1 => Err(StoreError::Unavailable("Redis's clock did not move on: the record was not deleted".into())),
+                    -1 => Err(StoreError::Unavailable("Redis's clock is not yet past the millisecond of the record's fence: the record was not deleted; try again".into())),
                     n => Ok(n > 0),
                 }
             }

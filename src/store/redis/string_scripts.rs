@@ -158,20 +158,25 @@ end
 
 /// Deletes a record of either layout (an operator's forget): `1` deleted, `0` none, `-1`
 /// not yet. A string record's next first claim takes its fence from the millisecond it is
-/// made in, so a record is not deleted within the millisecond its own fence names: the
-/// key claimed again at once would be given the same fence number. The caller asks again
-/// a millisecond later.
-const FORGET_TYPE: &str = r#"
+/// made in, so a record is not deleted within the millisecond its own fence names (or
+/// before it, should Redis's clock be behind the fence): the key claimed again at once
+/// would be given the same fence number. The caller asks again a millisecond later. A
+/// value that is not a record (no header to read) is deleted as it is.
+const FORGET: &str = r#"
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
   return redis.call('DEL', KEYS[1])
 end
-"#;
-
-const FORGET: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if v and now <= math.floor(f / 1000) then
-  return -1
+local v = redis.call('GET', KEYS[1])
+local ok, _, s, fl, f, le, ca, da, ls, tl = pcall(struct.unpack, '{F}', v)
+if ok then
+  if f == 0 then
+    f = (redis.call('PEXPIRETIME', KEYS[1]) - tl) * 1000 + 999
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now <= math.floor(f / 1000) then
+    return -1
+  end
 end
 return redis.call('DEL', KEYS[1])
 "#;
@@ -190,7 +195,7 @@ impl StringScripts {
         Self {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
-            forget: Script::new(format!("{FORGET_TYPE}{READ}{FORGET}").replace("{F}", LUA_FORMAT)),
+            forget: Script::new(FORGET.replace("{F}", LUA_FORMAT)),
             finish: Script::new(
                 format!("{FINISH_ARGS}{READ}{OWNS}{FINISH}")
                     .replace("{F}", LUA_FORMAT)

@@ -37,6 +37,10 @@ struct Waiting {
 
 /// The most read into the buffer at a time.
 const READ_CHUNK: usize = 16 * 1024;
+/// The most bytes taken from the queue and not yet written: a server that stops reading
+/// holds back the requests still queued, which are dropped unsent if their deadline passes
+/// first (rather than written, and run, long after their clients were answered).
+const OUT_MAX: usize = 64 * 1024;
 /// The largest buffers kept between bursts.
 const KEEP_MAX: usize = 64 * 1024;
 
@@ -72,10 +76,12 @@ impl Drive {
         }
     }
 
-    /// Takes every queued request; true if any came.
+    /// Takes the queued requests while what is unsent stays under [`OUT_MAX`]; true if
+    /// any came. The rest wait in the queue: one given up on there (its deadline passed)
+    /// is never sent.
     fn take_requests(&mut self, cx: &mut Context<'_>) -> bool {
         let mut any = false;
-        while !self.closed {
+        while !self.closed && self.out.len() - self.sent < OUT_MAX {
             match self.requests.poll_recv(cx) {
                 Poll::Ready(Some(r)) => {
                     any = true;

@@ -11,15 +11,22 @@
 //! order.
 //!
 //! What it keeps from the crate's connection, because the store relies on it:
-//! - the set-up: `AUTH` (with the ACL user when the URL names one) and `SELECT`;
-//! - a transaction's reply: the `EXEC` array only, an error queued inside it turned into
-//!   the error;
+//! - the set-up: `AUTH` (with the ACL user when the URL names one, and without it for a
+//!   server older than ACLs) and `SELECT`, or a `PING` when neither is needed, so that a
+//!   server that accepts TCP but does not answer (SIGSTOP) is no connection;
+//! - a transaction's reply: the `EXEC` array only; a command refused while queued makes
+//!   the first such refusal the transaction's error (the crate lists them all in one
+//!   `EXECABORT` error; the store reads neither);
+//! - an empty command is refused, never queued (no reply would end it);
 //! - a connection that fails (reset, closed, a reply out of step) fails every command
 //!   waiting on it with an error that says the connection is gone
 //!   ([`redis::RedisError::is_connection_dropped`]), so the store dials again and sends
 //!   once more (see [`super::RedisStore::query`]);
 //! - a command given up on (its deadline passed) leaves its reply to be read and dropped:
 //!   the replies stay in step.
+//!
+//! At most 64 KiB are taken from the queue and left unsent: a server that stops reading
+//! holds the rest back, and a command given up on while queued is never sent.
 //!
 //! Writes coalesce as [`crate::coalesce`] does for the crate's connection: the first
 //! write of a burst gives way once, so the commands of the requests that run in the same
@@ -85,36 +92,34 @@ impl OwnConnection {
 
     async fn setup(mut self, settings: &redis::RedisConnectionInfo) -> RedisResult<()> {
         if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
+            let auth = |user: Option<&str>| {
+                let mut auth = redis::cmd("AUTH");
+                if let Some(user) = user {
+                    auth.arg(user);
+                }
+                auth.arg(password);
+                auth
+            };
+            let mut answer = auth(settings.username()).exec_async(&mut self).await;
+            // A server older than ACLs (Redis 5) takes a password alone, as the crate's
+            // own set-up retries.
+            if matches!(&answer, Err(e) if settings.username().is_some()
+                && e.detail().is_some_and(|d| d.contains("wrong number of arguments for 'auth'")))
+            {
+                answer = auth(None).exec_async(&mut self).await;
             }
-            auth.arg(password)
-                .exec_async(&mut self)
-                .await
-                .map_err(|e| {
-                    if e.is_io_error() {
-                        return e;
-                    }
-                    // Refused, not lost: said as the crate's own dial says it, with the
-                    // reason Redis gives (never the password).
-                    let why = format!(
-                        "{}: {}",
-                        e.code().unwrap_or("refused"),
-                        e.detail().unwrap_or_default()
-                    );
-                    RedisError::from((
-                        redis::ErrorKind::AuthenticationFailed,
-                        "Password authentication failed",
-                        why,
-                    ))
-                })?;
+            answer.map_err(refused)?;
         }
         if settings.db() != 0 {
             redis::cmd("SELECT")
                 .arg(settings.db())
                 .exec_async(&mut self)
                 .await?;
+        }
+        if settings.password().is_none() && settings.db() == 0 {
+            // Something must answer before the connection counts as made: a frozen
+            // server (SIGSTOP) still accepts TCP.
+            redis::cmd("PING").exec_async(&mut self).await?;
         }
         Ok(())
     }
@@ -128,6 +133,14 @@ impl OwnConnection {
         take: usize,
     ) -> oneshot::Receiver<RedisResult<Vec<Value>>> {
         let (reply, rx) = oneshot::channel();
+        if bytes.is_empty() || take == 0 {
+            // No reply would ever end it: refused as the crate refuses an empty command.
+            let _ = reply.send(Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "empty command",
+            ))));
+            return rx;
+        }
         // A closed channel drops the request, and with it `reply`: the receiver reports
         // the connection gone.
         let _ = self.requests.send(Request {
@@ -138,6 +151,21 @@ impl OwnConnection {
         });
         rx
     }
+}
+
+/// A refused `AUTH`, said as the crate's own dial says it, with Redis's error code only:
+/// the detail of some refusals (an unknown command) repeats the arguments, the password
+/// among them.
+fn refused(e: RedisError) -> RedisError {
+    if e.is_io_error() {
+        return e;
+    }
+    let code = e.code().unwrap_or("refused").to_owned();
+    RedisError::from((
+        redis::ErrorKind::AuthenticationFailed,
+        "Password authentication failed",
+        code,
+    ))
 }
 
 async fn answer(rx: oneshot::Receiver<RedisResult<Vec<Value>>>) -> RedisResult<Vec<Value>> {

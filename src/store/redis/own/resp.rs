@@ -68,13 +68,14 @@ fn line<'a>(buf: &'a [u8], at: &mut usize) -> Result<Option<&'a [u8]>, Unreadabl
 }
 
 fn integer(digits: &[u8]) -> Result<i64, Unreadable> {
-    let (negative, digits) = match digits {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, digits),
+    let (sign, digits) = match digits {
+        [b'-', rest @ ..] => (-1, rest),
+        _ => (1, digits),
     };
     if digits.is_empty() || digits.len() > 19 {
         return Err(Unreadable("a malformed integer"));
     }
+    // Accumulated with its sign, so that i64::MIN reads too.
     let mut n: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
@@ -82,10 +83,10 @@ fn integer(digits: &[u8]) -> Result<i64, Unreadable> {
         }
         n = n
             .checked_mul(10)
-            .and_then(|n| n.checked_add(i64::from(d - b'0')))
+            .and_then(|n| n.checked_add(sign * i64::from(d - b'0')))
             .ok_or(Unreadable("an integer out of range"))?;
     }
-    Ok(if negative { -n } else { n })
+    Ok(n)
 }
 
 /// A length: -1 (null) is `None`.
@@ -145,7 +146,9 @@ fn value(
         },
         b'*' => match length(text, ARRAY_MAX)? {
             None => Value::Nil,
-            Some(_) if depth >= DEPTH_MAX => return Err(Unreadable("arrays nested too deep")),
+            Some(n) if n > 0 && depth >= DEPTH_MAX => {
+                return Err(Unreadable("arrays nested too deep"))
+            }
             Some(n) => {
                 // Never more room reserved than the elements that have arrived could fill.
                 let mut items = Vec::with_capacity(if keep { n.min(buf.len() - *at) } else { 0 });
@@ -204,6 +207,7 @@ mod tests {
             b":0\r\n",
             b":-42\r\n",
             b":9223372036854775807\r\n",
+            b":-9223372036854775808\r\n",
             b"$-1\r\n",
             b"$0\r\n\r\n",
             b"$5\r\nab\r\nc\r\n",
@@ -290,6 +294,7 @@ mod tests {
             b":12a\r\n",
             b":\r\n",
             b":99999999999999999999\r\n",
+            b":9223372036854775808\r\n",
             b"$-2\r\n",
             b"$3\r\nabcXY",
             b"$536870913\r\n",
