@@ -127,7 +127,7 @@ macro_rules! redis_backend {
                 let mut with_time = self.near.is_some();
                 let value = &strings::claim_value(req);
                 loop {
-                    let pipe = &strings::claim_pipeline(req, value, with_time);
+                    let pipe = &strings::claim_transaction(req, value, with_time);
                     let v = self
                         .query(move |mut con| async move { strings::send(pipe, &mut con).await })
                         .await?;

@@ -7,7 +7,9 @@
 //! their claim, renewal and settlement touch the entity's record in the same script.
 
 use bytes::Bytes;
-use redis::aio::ConnectionLike;
+
+use super::con::{Transact, Transaction};
+use super::own::encode;
 use redis::{RedisResult, Value};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -26,34 +28,69 @@ use crate::store::{
 /// server's time when `with_time` (a replay's TTL for the near-cache; whether another
 /// claim's lease has ended): the value decides the claim without a script in every case
 /// but a takeover, a reclaim and the first claim told a record is held.
-pub(super) fn claim_pipeline(
-    req: ClaimRequest<'_>,
-    value: &[u8],
+pub(super) struct ClaimTransaction<'a> {
+    key: &'a str,
+    value: &'a [u8],
+    ttl: u64,
     with_time: bool,
-) -> redis::Pipeline {
-    let ttl = claim_ttl(req);
-    let key = req.key.as_str();
-    // Each command sized once: growing their buffers arg by arg cost more than encoding.
-    let mut set = redis::Cmd::with_capacity(7, 3 + key.len() + value.len() + 2 + 2 + 20 + 3);
-    set.arg("SET")
-        .arg(key)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl)
-        .arg("GET");
-    let mut expiry = redis::Cmd::with_capacity(2, 11 + key.len());
-    expiry.arg("PEXPIRETIME").arg(key);
-    let mut pipe = redis::Pipeline::with_capacity(3);
-    pipe.atomic()
-        .ignore_errors()
-        .add_command(set)
-        .add_command(expiry);
-    if with_time {
-        pipe.add_command(redis::Cmd::with_capacity(1, 4))
-            .arg("TIME");
+}
+
+pub(super) fn claim_transaction<'a>(
+    req: ClaimRequest<'a>,
+    value: &'a [u8],
+    with_time: bool,
+) -> ClaimTransaction<'a> {
+    ClaimTransaction {
+        key: req.key.as_str(),
+        value,
+        ttl: claim_ttl(req),
+        with_time,
     }
-    pipe
+}
+
+impl Transaction for ClaimTransaction<'_> {
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::Pipeline::with_capacity(3);
+        pipe.atomic()
+            .ignore_errors()
+            .cmd("SET")
+            .arg(self.key)
+            .arg(self.value)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.ttl)
+            .arg("GET")
+            .cmd("PEXPIRETIME")
+            .arg(self.key);
+        if self.with_time {
+            pipe.cmd("TIME");
+        }
+        pipe
+    }
+
+    fn packed(&self) -> (Vec<u8>, usize) {
+        let mut ttl = itoa::Buffer::new();
+        let key = self.key.as_bytes();
+        let set: [&[u8]; 7] = [
+            b"SET",
+            key,
+            self.value,
+            b"NX",
+            b"PX",
+            ttl.format(self.ttl).as_bytes(),
+            b"GET",
+        ];
+        let expiry: [&[u8]; 2] = [b"PEXPIRETIME", key];
+        let mut out = Vec::with_capacity(encode::room(&set) + encode::room(&expiry) + 64);
+        encode::command(&mut out, &[b"MULTI"]);
+        encode::command(&mut out, &set);
+        encode::command(&mut out, &expiry);
+        if self.with_time {
+            encode::command(&mut out, &[b"TIME"]);
+        }
+        encode::command(&mut out, &[b"EXEC"]);
+        (out, 2 + usize::from(self.with_time))
+    }
 }
 
 /// The value a first claim writes (a fresh record, see [`super::string_record`]).
@@ -297,10 +334,10 @@ pub(super) async fn typed<T>(
 /// type that command's reply is `WRONGTYPE` (and, being a read or an `NX` write that did
 /// not happen, changed nothing).
 pub(super) async fn send(
-    pipe: &redis::Pipeline,
-    con: &mut impl ConnectionLike,
+    t: &(dyn Transaction + '_),
+    con: &mut impl Transact,
 ) -> RedisResult<Typed<Value>> {
-    let v: Value = pipe.query_async(con).await?;
+    let v: Value = con.transact(t).await?;
     if let Value::Array(items) = &v {
         if let Some(err) = items.iter().find_map(|i| match i {
             Value::ServerError(e) => Some(e),
@@ -321,6 +358,30 @@ mod tests {
     use crate::store::{Claimant, RequestHash};
 
     const CLAIMANT: u128 = 0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10;
+
+    #[test]
+    fn the_claim_is_written_as_the_crate_writes_it() {
+        let key = crate::store::StoreKey::from_raw("dedupe:k\r\n");
+        let hash = RequestHash::new([7; 32]);
+        let req = ClaimRequest {
+            key: &key,
+            request_hash: &hash,
+            lease: Duration::from_millis(1_500),
+            window: Duration::from_secs(3_600),
+            claimant: Claimant::new(CLAIMANT),
+            hold: false,
+            order: None,
+        };
+        let value = claim_value();
+        for with_time in [false, true] {
+            let t = claim_transaction(req, &value, with_time);
+            let (ours, commands) = t.packed();
+            let pipe = t.pipeline();
+            assert_eq!(ours, pipe.get_packed_pipeline(), "with_time {with_time}");
+            assert_eq!(commands, pipe.len());
+            assert!(pipe.is_transaction());
+        }
+    }
 
     fn claim_value() -> Vec<u8> {
         encode_claim(

@@ -33,6 +33,7 @@
 //! scheduler turn leave in one write and Redis wakes once for them.
 
 mod drive;
+pub(crate) mod encode;
 mod resp;
 
 use std::future::Future;
@@ -166,6 +167,19 @@ fn refused(e: RedisError) -> RedisError {
         "Password authentication failed",
         code,
     ))
+}
+
+impl OwnConnection {
+    /// Sends commands the gateway encoded itself (see [`encode`]): `skip` replies passed
+    /// over, then `take` returned.
+    pub(crate) async fn send_packed(
+        &self,
+        bytes: Vec<u8>,
+        skip: usize,
+        take: usize,
+    ) -> RedisResult<Vec<Value>> {
+        answer(self.send(bytes, skip, take)).await
+    }
 }
 
 async fn answer(rx: oneshot::Receiver<RedisResult<Vec<Value>>>) -> RedisResult<Vec<Value>> {
