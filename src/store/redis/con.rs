@@ -47,7 +47,7 @@ impl ConnectionLike for Con {
 /// A `MULTI` of a few commands, each kept with errors as values (`ignore_errors`): built
 /// as a pipeline for the crate's connections, or written as bytes by the gateway for its
 /// own (the claim's, on every keyed request: the crate's encoding of it was about 4,000
-/// instructions, more than the connection's whole round trip).
+/// instructions, more than the rest of the connection's round trip).
 pub(crate) trait Transaction: Sync {
     /// The crate's pipeline (`atomic`, `ignore_errors`).
     fn pipeline(&self) -> Pipeline;

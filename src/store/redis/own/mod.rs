@@ -33,7 +33,6 @@
 //! scheduler turn leave in one write and Redis wakes once for them.
 
 mod drive;
-pub(crate) mod encode;
 mod resp;
 
 use std::future::Future;
@@ -170,7 +169,7 @@ fn refused(e: RedisError) -> RedisError {
 }
 
 impl OwnConnection {
-    /// Sends commands the gateway encoded itself (see [`encode`]): `skip` replies passed
+    /// Sends commands the gateway encoded itself: `skip` replies passed
     /// over, then `take` returned.
     pub(crate) async fn send_packed(
         &self,
