@@ -240,6 +240,13 @@ impl GatewayProcess {
             .collect()
     }
 
+    /// Asserts that a log line says `said` and that none shows `secret`.
+    pub fn assert_logged_without(&self, said: &str, secret: &str) {
+        let lines = self.log_lines();
+        assert!(lines.iter().any(|l| l.contains(said)), "{lines:#?}");
+        assert!(!lines.iter().any(|l| l.contains(secret)), "{lines:#?}");
+    }
+
     /// Whether a log line with this message has been printed.
     fn logged(&self, message: &str) -> bool {
         self.logs
