@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use dedupe_test_support::fault_proxy::FaultProxy;
 use dedupe_test_support::{
     eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, Upstream,
 };
@@ -69,4 +70,36 @@ async fn an_acl_user_and_a_database_from_the_url() {
     let in_0: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     assert!(in_0.is_empty(), "{in_0:?}");
     assert!(!gw.log_lines().iter().any(|l| l.contains("s3cret-pw")));
+}
+
+/// A reply the gateway cannot read (here a line no RESP reply starts with, put before the
+/// claim's reply by a proxy): the connection is dropped, the claim is sent once more on a
+/// fresh one within the same deadline, and the request succeeds, executed once. The claim
+/// that ran before the garbled reply is its own: the same claimant wins it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_reply_drops_the_connection_and_the_claim_is_sent_again() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", redis.port).parse().unwrap()).await;
+    let up = Upstream::start().await;
+    let http = Http::new();
+    let gw = GatewayProcess::start(&config(&up, proxy.redis_url()));
+    let post = |key: &'static str| {
+        let (http, url) = (http.clone(), gw.url(&format!("/orders/{key}")));
+        async move { http.post(&url, &[("Idempotency-Key", key)], "{}").await }
+    };
+    assert_eq!(post("before").await.status, StatusCode::CREATED);
+    let dialled = proxy.accepted();
+
+    proxy.garble_replies();
+    let r = post("garbled").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    assert!(!r.replayed(), "{r:?}");
+    assert_eq!(up.effects(), 2, "one effect per key");
+    assert!(proxy.accepted() > dialled, "no new connection was dialled");
+    gw.wait_logged("the Redis connection was closed; dialling again")
+        .await;
+    let again = post("garbled").await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(again.body, r.body);
+    assert_eq!(up.effects(), 2);
 }

@@ -1,6 +1,7 @@
 //! A TCP proxy between a gateway and Redis that passes bytes, or misbehaves the way
 //! networks do: loses flows silently (TCP stays up, bytes vanish, as behind a NAT that
-//! forgot the flow), holds new connections unanswered, or cuts every open connection.
+//! forgot the flow), holds new connections unanswered, cuts every open connection, or
+//! garbles what the server sends next on the open ones.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,9 @@ struct Shared {
     holding: watch::Sender<bool>,
     /// Bumped by `cut`: every flow open at that moment is closed.
     cuts: watch::Sender<u64>,
+    /// Flows numbered below this get a byte no RESP reply starts with before the next
+    /// bytes the server sends them (once each).
+    garbled_below: AtomicU64,
 }
 
 /// A fault-injecting TCP proxy on a loopback port; stops with the runtime.
@@ -39,6 +43,7 @@ impl FaultProxy {
             lost_below: AtomicU64::new(0),
             holding: watch::channel(false).0,
             cuts: watch::channel(0).0,
+            garbled_below: AtomicU64::new(0),
         });
         let sh = shared.clone();
         tokio::spawn(async move {
@@ -80,6 +85,14 @@ impl FaultProxy {
         self.shared.holding.send_replace(false);
     }
 
+    /// The next bytes the server sends on every flow open now are preceded by a line no
+    /// reply starts with (`?`): the client can no longer read that flow's replies in step.
+    /// New connections are not affected.
+    pub fn garble_replies(&self) {
+        let n = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.garbled_below.store(n, Ordering::SeqCst);
+    }
+
     /// Closes every open connection (an idle cut by a proxy or load balancer).
     pub fn cut(&self) {
         self.shared.cuts.send_modify(|n| *n += 1);
@@ -99,19 +112,21 @@ async fn carry(sh: Arc<Shared>, flow: u64, client: TcpStream) {
     };
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(sh.clone(), flow, cr, sw, cuts.clone());
-    let down = pump(sh, flow, sr, cw, cuts);
+    let up = pump(sh.clone(), flow, false, cr, sw, cuts.clone());
+    let down = pump(sh, flow, true, sr, cw, cuts);
     tokio::join!(up, down);
 }
 
 async fn pump(
     sh: Arc<Shared>,
     flow: u64,
+    from_server: bool,
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut cuts: watch::Receiver<u64>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    let mut garbled = false;
     loop {
         tokio::select! {
             read = from.read(&mut buf) => {
@@ -121,6 +136,12 @@ async fn pump(
                 };
                 if flow < sh.lost_below.load(Ordering::SeqCst) {
                     continue;
+                }
+                if from_server && !garbled && flow < sh.garbled_below.load(Ordering::SeqCst) {
+                    garbled = true;
+                    if to.write_all(b"?garbled\r\n").await.is_err() {
+                        break;
+                    }
                 }
                 if to.write_all(&buf[..n]).await.is_err() {
                     break;
