@@ -473,9 +473,8 @@ impl Monitor {
     }
 }
 
-/// An operator's forget right after a fresh claim (the same millisecond of Redis's clock)
-/// waits that millisecond out: the key claimed again at once gets a higher fence, every
-/// time. A value at the key that is not a record is deleted as it is.
+/// A forget in a fresh claim's millisecond waits it out: the key claimed again at once
+/// gets a higher fence, every time. A value that is not a record is deleted as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_forgotten_and_claimed_again_at_once_gets_a_higher_fence() {
     let server = RedisServer::start();
