@@ -182,116 +182,111 @@ impl Default for Metrics {
     }
 }
 
+/// Registers metrics, each as a handle kept by the registry and returned to the caller.
+struct Registering<'a>(&'a mut Registry);
+
+impl Registering<'_> {
+    fn add<M: prometheus_client::registry::Metric + Clone>(
+        &mut self,
+        name: &str,
+        help: &str,
+        metric: M,
+    ) -> M {
+        self.0.register(name, help, metric.clone());
+        metric
+    }
+}
+
+/// Every claim event and store operation created at 0: the first event or error is then
+/// an increase a rule can see.
+fn at_zero(events: &Family<EventLabel, Counter>, store_errors: &Family<OpLabel, Counter>) {
+    for event in <ClaimEvent as strum::VariantArray>::VARIANTS {
+        let _ = events.get_or_create(&EventLabel {
+            event: event.as_str(),
+        });
+    }
+    for op in <StoreOp as strum::VariantArray>::VARIANTS {
+        let _ = store_errors.get_or_create(&OpLabel { op: op.as_str() });
+    }
+}
+
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("dedupe");
-        let outcomes = Family::<RouteOutcome, Counter>::default();
-        registry.register(
-            "requests",
-            "Requests by route and key outcome",
-            outcomes.clone(),
-        );
-        let shadow = Family::<RouteWould, Counter>::default();
-        registry.register(
-            "shadow",
-            "Requests a shadow route forwarded, by what enforcement would have done",
-            shadow.clone(),
-        );
-        let signatures = Family::<RouteResult, Counter>::default();
-        registry.register(
-            "signature",
-            "Webhook signatures checked on signed routes, by result (verified, missing, malformed, expired, mismatch)",
-            signatures.clone(),
-        );
-        let store_errors = Family::<OpLabel, Counter>::default();
-        registry.register(
-            "store_errors",
-            "Store operations that failed or timed out",
-            store_errors.clone(),
-        );
-        let events = Family::<EventLabel, Counter>::default();
-        registry.register(
-            "claim_events",
-            "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key), fenced_out, overloaded",
-            events.clone(),
-        );
-        // Created at 0: the first event or error is then an increase a rule can see.
-        for event in <ClaimEvent as strum::VariantArray>::VARIANTS {
-            let _ = events.get_or_create(&EventLabel {
-                event: event.as_str(),
-            });
-        }
-        for op in <StoreOp as strum::VariantArray>::VARIANTS {
-            let _ = store_errors.get_or_create(&OpLabel { op: op.as_str() });
-        }
-        let upstream_responses = Family::<RouteClass, Counter>::default();
-        registry.register(
-            "upstream_responses",
-            "Upstream responses by route and status class",
-            upstream_responses.clone(),
-        );
-        let upstream_latency: Family<RouteLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "upstream_latency_seconds",
-            "Time until the upstream's response head",
-            upstream_latency.clone(),
-        );
-        let store_latency: Family<OpLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "store_latency_seconds",
-            "Store operation latency",
-            store_latency.clone(),
-        );
-        let inflight = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "inflight_claims",
-            "Claims this process holds while their upstream call runs",
-            inflight.clone(),
-        );
-        let near_cache = Family::<NearLabel, Counter>::default();
-        registry.register(
-            "near_cache",
-            "Near-cache lookups by result (hit, miss) and entries dropped (invalidated)",
-            near_cache.clone(),
-        );
-        let near_cache_bytes = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "near_cache_bytes",
-            "Bytes of completed records the near-cache holds",
-            near_cache_bytes.clone(),
-        );
-        let near_cache_serving = GaugeOnceSet::default();
-        registry.register(
-            "near_cache_serving",
-            "1 while the near-cache's invalidation channel has proved it delivers within the last second (copies are served), 0 while it is silent or lost (replays read Redis); absent without a near-cache",
-            near_cache_serving.clone(),
-        );
-        let store_up = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "store_up",
-            "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
-            store_up.clone(),
-        );
-        Self {
-            registry,
-            near_cache,
-            near_cache_bytes,
-            near_cache_serving,
-            store_up,
-            outcomes,
-            shadow,
-            signatures,
-            store_errors,
-            events,
-            upstream_responses,
-            upstream_latency,
-            store_latency,
+        let mut reg = Registering(&mut registry);
+        // Fields in the order the metrics are exposed; the registry last, once filled.
+        let metrics = Self {
+            outcomes: reg.add(
+                "requests",
+                "Requests by route and key outcome",
+                Family::default(),
+            ),
+            shadow: reg.add(
+                "shadow",
+                "Requests a shadow route forwarded, by what enforcement would have done",
+                Family::default(),
+            ),
+            signatures: reg.add(
+                "signature",
+                "Webhook signatures checked on signed routes, by result (verified, missing, malformed, expired, mismatch)",
+                Family::default(),
+            ),
+            store_errors: reg.add(
+                "store_errors",
+                "Store operations that failed or timed out",
+                Family::default(),
+            ),
+            events: reg.add(
+                "claim_events",
+                "Claim events an operator watches: takeover, renewal_refused, outcome_held (once per held key), fenced_out, overloaded",
+                Family::default(),
+            ),
+            upstream_responses: reg.add(
+                "upstream_responses",
+                "Upstream responses by route and status class",
+                Family::default(),
+            ),
+            upstream_latency: reg.add(
+                "upstream_latency_seconds",
+                "Time until the upstream's response head",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            store_latency: reg.add(
+                "store_latency_seconds",
+                "Store operation latency",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            inflight: reg.add(
+                "inflight_claims",
+                "Claims this process holds while their upstream call runs",
+                Gauge::default(),
+            ),
+            near_cache: reg.add(
+                "near_cache",
+                "Near-cache lookups by result (hit, miss) and entries dropped (invalidated)",
+                Family::default(),
+            ),
+            near_cache_bytes: reg.add(
+                "near_cache_bytes",
+                "Bytes of completed records the near-cache holds",
+                Gauge::default(),
+            ),
+            near_cache_serving: reg.add(
+                "near_cache_serving",
+                "1 while the near-cache's invalidation channel has proved it delivers within the last second (copies are served), 0 while it is silent or lost (replays read Redis); absent without a near-cache",
+                GaugeOnceSet::default(),
+            ),
+            store_up: reg.add(
+                "store_up",
+                "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
+                Gauge::default(),
+            ),
             kept: handles::Kept::default(),
-            inflight,
-        }
+            registry,
+        };
+        at_zero(&metrics.events, &metrics.store_errors);
+        metrics
     }
 
     /// Counts one request outcome, or what became of a won claim, on a route (`-` for no
