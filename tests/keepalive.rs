@@ -2,6 +2,9 @@
 //! body (a missing key, a bad path) has its body drained, so the client's next request on
 //! the same keep-alive connection is read as one. Raw sockets send the next request at
 //! once; a pooled client alternates refused and valid requests a thousand times.
+//!
+//! Each request on a keep-alive connection has `server.header_read_timeout` from the
+//! previous answer, not from the connection's start; a client silent for longer is cut.
 
 use std::time::Duration;
 
@@ -10,12 +13,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn gateway() -> (Upstream, TestGateway) {
+    gateway_with(|c| c).await
+}
+
+async fn gateway_with(f: impl FnOnce(GatewayConfig) -> GatewayConfig) -> (Upstream, TestGateway) {
     let up = Upstream::start().await;
-    let gw = TestGateway::start(
-        &GatewayConfig::new(up.url())
-            .store(StoreCfg::memory())
-            .route(RouteCfg::header("orders", "/orders/**")),
-    )
+    let gw = TestGateway::start(&f(GatewayConfig::new(up.url())
+        .store(StoreCfg::memory())
+        .route(RouteCfg::header("orders", "/orders/**"))))
     .await;
     (up, gw)
 }
@@ -118,4 +123,33 @@ async fn a_thousand_keep_alive_requests_alternating_refused_and_valid_all_succee
         );
     }
     assert_eq!(up.effects(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_has_the_header_read_timeout_from_the_last_answer() {
+    let (up, gw) = gateway_with(|c| c.header_read_timeout("1s")).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut buf = Vec::new();
+    // Six requests 400 ms apart: 2.4 s on one connection, each within 1 s of the last
+    // answer. A deadline not moved on with each request would cut the connection.
+    for round in 0..6 {
+        let key = format!("k-{round}");
+        s.write_all(&request("/orders/1", Some(&key), b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_response(&mut s, &mut buf).await,
+            Some(201),
+            "round {round}: the connection was cut before its deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    // Then silent: the gateway closes it.
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut byte)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "a silent keep-alive connection must be closed: {read:?}"
+    );
+    assert_eq!(up.effects(), 6);
 }

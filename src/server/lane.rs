@@ -12,6 +12,7 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
@@ -19,7 +20,7 @@ use bytes::BytesMut;
 use http::{HeaderValue, Method};
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
 use super::connection::Serving;
@@ -136,13 +137,18 @@ impl Serving {
         first_head_by: Instant,
     ) -> Left {
         let mut head_by = first_head_by;
+        // One timer for every head the connection waits for, moved on to each new
+        // deadline: a later deadline is one atomic store, where a timer armed and dropped
+        // per request took the timer wheel's lock twice.
+        let mut head_timer = std::pin::pin!(tokio::time::sleep_until(head_by));
         loop {
             // The drain lets no new request begin, pipelined or not (hyper's graceful
             // shutdown ends keep-alive the same way).
             if self.stopping.is_cancelled() {
                 return Left::Ended;
             }
-            let taken = match self.head(lane, gateway, head_by).await {
+            head_timer.as_mut().reset(head_by);
+            let taken = match self.head(lane, gateway, head_timer.as_mut()).await {
                 Ok(taken) => taken,
                 Err(left) => return left,
             };
@@ -233,13 +239,14 @@ impl Serving {
         Ok(())
     }
 
-    /// The next request head the lane takes, read by `head_by`; or why the lane lets the
-    /// connection go (it ended, timed out or drained while idle; or hyper takes it on).
+    /// The next request head the lane takes, read before `head_by` ends; or why the lane
+    /// lets the connection go (it ended, timed out or drained while idle; or hyper takes
+    /// it on).
     async fn head<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         lane: &mut Lane<S>,
         gateway: &Gateway,
-        head_by: Instant,
+        mut head_by: Pin<&mut Sleep>,
     ) -> Result<Taken, Left> {
         loop {
             // The configuration in force when the head is whole: a reload while the
@@ -251,18 +258,21 @@ impl Serving {
                 Next::More => {}
             }
             let idle = lane.inbox.bytes.is_empty();
+            // What has arrived is read before the deadline is looked at, as a timeout
+            // would.
             let read = tokio::select! {
-                read = tokio::time::timeout_at(head_by, fill(lane)) => read,
+                biased;
+                read = fill(lane) => read,
+                () = head_by.as_mut() => {
+                    debug!("no request began within server.header_read_timeout");
+                    return Err(Left::Ended);
+                }
                 // Between requests, the drain closes the connection.
                 () = self.stopping.cancelled(), if idle => return Err(Left::Ended),
             };
             match read {
-                Ok(Ok(n)) if n > 0 => {}
-                Ok(_) => return Err(Left::Ended),
-                Err(_) => {
-                    debug!("no request began within server.header_read_timeout");
-                    return Err(Left::Ended);
-                }
+                Ok(n) if n > 0 => {}
+                _ => return Err(Left::Ended),
             }
         }
     }
