@@ -16,10 +16,9 @@ use dedupe_gateway::explain::{explain, summary, Probe};
 use dedupe_gateway::log::Format;
 
 /// mimalloc instead of glibc's malloc: under load glibc's arenas showed up in profiles as
-/// lock contention and consolidation (`benches/throughput`). Built without transparent
-/// huge pages (`no_thp`), which would otherwise raise the idle RSS from about 10 to 16 MiB.
+/// lock contention and consolidation (`benches/throughput`); see [`allocator`].
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 /// Exit status for an unusable command line or configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
@@ -30,6 +29,7 @@ const EXIT_RUNTIME: u8 = 70;
 /// Exit status for an unusable `--request` or `-H` (EX_USAGE too).
 const EXIT_USAGE: u8 = 64;
 
+mod allocator;
 mod keys_cli;
 mod manual;
 
