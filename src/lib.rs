@@ -23,6 +23,7 @@
 //! # The modules, lowest first (no module imports one listed after it; tests aside)
 //!
 //! - [`boxed`]: large values (futures above all) boxed where they are built, not copied in.
+//! - [`timers`]: deadlines on timers kept for reuse, moved on without the wheel's lock.
 //! - [`files`]: reading the files the gateway is given within a size limit each.
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
@@ -96,6 +97,7 @@ pub mod seal;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod timers;
 pub mod tls;
 pub mod tokens;
 pub mod upstream;

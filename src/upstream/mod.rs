@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::{ServerConfig, UpstreamHttp2, UpstreamTarget};
+use crate::timers::Timers;
 use crate::{Body, BoxError};
 
 mod body;
@@ -88,6 +89,8 @@ pub struct Upstream {
     target: UpstreamTarget,
     /// `server.upstream_timeout`: from a call's start to its response head.
     timeout: Duration,
+    /// The calls' deadlines, on timers kept for the next call.
+    timers: Arc<Timers>,
 }
 
 /// The h2c client and which calls take it.
@@ -157,6 +160,7 @@ impl Upstream {
             h2c,
             target: cfg.upstream.clone(),
             timeout: cfg.upstream_timeout,
+            timers: Arc::new(Timers::new()),
         }
     }
 
@@ -322,8 +326,8 @@ impl Upstream {
         deadline: tokio::time::Instant,
         sending: impl std::future::Future<Output = Result<T, UpstreamFailure>>,
     ) -> Result<T, UpstreamFailure> {
-        let sent = tokio::time::timeout_at(deadline, sending).await;
-        sent.unwrap_or_else(|_| Err(UpstreamFailure::Timeout(self.timeout)))
+        let sent = self.timers.within(deadline, sending).await;
+        sent.unwrap_or_else(|| Err(UpstreamFailure::Timeout(self.timeout)))
     }
 }
 

@@ -116,6 +116,8 @@ pub struct RedisStore {
     layout: RecordLayout,
     /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
     compare: std::sync::Arc<compare::NativeCompare>,
+    /// The commands' deadlines, on timers kept for the next command.
+    timers: std::sync::Arc<crate::timers::Timers>,
 }
 
 impl RedisStore {
@@ -162,6 +164,7 @@ impl RedisStore {
             timeout,
             layout: RecordLayout::Hash,
             compare: Default::default(),
+            timers: Default::default(),
         })
     }
 
@@ -190,6 +193,7 @@ impl RedisStore {
             timeout,
             layout: RecordLayout::Hash,
             compare: Default::default(),
+            timers: Default::default(),
         })
     }
 
@@ -245,9 +249,10 @@ impl RedisStore {
                 unavailable(e)
             })
         };
-        match tokio::time::timeout(self.timeout, attempt).await {
-            Ok(result) => result,
-            Err(_) => {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        match self.timers.within(deadline, attempt).await {
+            Some(result) => result,
+            None => {
                 let id = waiting_on.load(Ordering::Relaxed);
                 if id != 0 {
                     self.link.stalled(id);

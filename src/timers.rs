@@ -1,0 +1,202 @@
+//! Deadlines on timers kept for reuse.
+//!
+//! `tokio::time::timeout` arms a new timer on each call: its first wait takes the timer
+//! wheel's lock to insert it, and its drop takes the lock again to remove it. On a
+//! request path that runs one per upstream call and per store command, that was about
+//! 700 instructions each (callgrind; docs/benchmarks.md, run 24). A timer kept here is
+//! moved on to its next, later deadline with one atomic store instead: the wheel keeps it
+//! where it was, and when that earlier moment comes, finds the later deadline and files
+//! it again (once per timeout period, not once per call).
+//!
+//! A kept timer may still fire while it waits here; it wakes the task that last waited
+//! on it, which finds nothing new and waits on, and its next use files it again. A
+//! deadline earlier than a kept timer's (a shorter timeout after a reload) files it again
+//! too. Timers belong to the runtime they were made on: keep a [`Timers`] within the one
+//! runtime that uses it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+
+use tokio::time::{Instant, Sleep};
+
+/// The most timers kept: as many as calls are waiting at once, within this bound.
+const KEPT_MAX: usize = 1024;
+
+/// Timers kept for the next deadline.
+#[derive(Default)]
+pub struct Timers {
+    kept: Mutex<Vec<Pin<Box<Sleep>>>>,
+}
+
+impl Timers {
+    /// Timers, none kept yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `f`'s output, or `None` once `deadline` has passed first. What `f` has ready is
+    /// taken before the deadline is looked at, as with `tokio::time::timeout_at`; `f` is
+    /// held in place, not moved again (a call's future is kilobytes).
+    pub fn within<F: Future>(&self, deadline: Instant, f: F) -> Within<'_, F> {
+        Within {
+            f,
+            timers: self,
+            deadline,
+            timer: None,
+        }
+    }
+
+    fn take(&self, deadline: Instant) -> Pin<Box<Sleep>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match kept {
+            Some(mut timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        }
+    }
+
+    fn keep(&self, timer: Pin<Box<Sleep>>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < KEPT_MAX {
+            kept.push(timer);
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Timers::within`]'s wait: a timer is taken when `f` first waits, and given back
+    /// when the wait ends or is dropped.
+    pub struct Within<'a, F> {
+        #[pin]
+        f: F,
+        timers: &'a Timers,
+        deadline: Instant,
+        timer: Option<Pin<Box<Sleep>>>,
+    }
+
+    impl<'a, F> PinnedDrop for Within<'a, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(timer) = this.timer.take() {
+                this.timers.keep(timer);
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.f.poll(cx) {
+            if let Some(timer) = this.timer.take() {
+                this.timers.keep(timer);
+            }
+            return Poll::Ready(Some(out));
+        }
+        let timer = this
+            .timer
+            .get_or_insert_with(|| this.timers.take(*this.deadline));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                if let Some(timer) = this.timer.take() {
+                    this.timers.keep(timer);
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_timer_ends_each_wait_at_its_own_deadline() {
+        let timers = Timers::new();
+        // Ready at once: the output, whatever the deadline.
+        assert_eq!(timers.within(Instant::now(), async { 7 }).await, Some(7));
+        for round in 1..=5u64 {
+            let start = Instant::now();
+            let late = timers
+                .within(
+                    start + Duration::from_secs(round),
+                    std::future::pending::<()>(),
+                )
+                .await;
+            assert_eq!(late, None, "round {round}");
+            assert_eq!(start.elapsed(), Duration::from_secs(round), "round {round}");
+            // In time: the output, and no wait beyond it.
+            let start = Instant::now();
+            let out = timers
+                .within(start + Duration::from_secs(10), async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    round
+                })
+                .await;
+            assert_eq!(out, Some(round));
+            assert_eq!(start.elapsed(), Duration::from_millis(300));
+        }
+        assert_eq!(timers.kept.lock().unwrap().len(), 1, "one timer, reused");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_deadline_than_the_kept_timers_still_ends_the_wait_on_time() {
+        let timers = Timers::new();
+        let start = Instant::now();
+        let out = timers
+            .within(start + Duration::from_secs(60), async { 1 })
+            .await;
+        assert_eq!(out, Some(1));
+        // The kept timer was filed for 60 s; this wait must end at 2 s.
+        let late = timers
+            .within(start + Duration::from_secs(2), std::future::pending::<()>())
+            .await;
+        assert_eq!(late, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_dropped_midway_gives_its_timer_back_and_many_at_once_each_get_one() {
+        let timers = std::sync::Arc::new(Timers::new());
+        let start = Instant::now();
+        let waits: Vec<_> = (1..=8u64)
+            .map(|i| {
+                let timers = timers.clone();
+                tokio::spawn(async move {
+                    timers
+                        .within(start + Duration::from_secs(i), std::future::pending::<()>())
+                        .await;
+                    start.elapsed()
+                })
+            })
+            .collect();
+        for (i, w) in waits.into_iter().enumerate() {
+            assert_eq!(w.await.unwrap(), Duration::from_secs(i as u64 + 1));
+        }
+        assert_eq!(timers.kept.lock().unwrap().len(), 8);
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(10),
+            timers.within(
+                Instant::now() + Duration::from_secs(30),
+                std::future::pending::<()>(),
+            ),
+        )
+        .await;
+        assert!(dropped.is_err());
+        assert_eq!(
+            timers.kept.lock().unwrap().len(),
+            8,
+            "given back when dropped"
+        );
+    }
+}
