@@ -271,7 +271,11 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path)));
+    let workers = match connection_workers(config.server.idle_poll) {
+        Ok(w) => w,
+        Err(code) => return code,
+    };
+    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path), workers));
     // Outside the runtime, while it still runs the exporter's task: the last spans.
     if let Some(Err(e)) = exporter.map(|x| x.shutdown()) {
         tracing::warn!("traces: {e}");
@@ -357,6 +361,17 @@ fn report(message: &str) {
 fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, ExitCode> {
     dedupe_gateway::runtime::multi_thread(idle_poll).map_err(|e| {
         report(&format!("cannot start the async runtime: {e}"));
+        ExitCode::from(EXIT_RUNTIME)
+    })
+}
+
+/// One connection worker per CPU the process may use; a failure already reported.
+fn connection_workers(
+    idle_poll: std::time::Duration,
+) -> Result<dedupe_gateway::server::Workers, ExitCode> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    dedupe_gateway::runtime::workers(cpus, idle_poll).map_err(|e| {
+        report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })
 }

@@ -9,8 +9,13 @@
 //! `idle_poll` has passed. tokio looks for events only as it sleeps: one that came
 //! meanwhile waits for the poll to end (at most `idle_poll`), and then finds the sleep
 //! returning at once, without the CPU halting and being woken.
+//!
+//! Public connections are served on connection workers, one single-threaded runtime per
+//! CPU ([`workers`]); the multi-threaded runtime runs the rest.
 
 use std::time::{Duration, Instant};
+
+use crate::server::Workers;
 
 /// The runtime `run` serves on, its workers polling for `idle_poll` before they sleep
 /// (`Duration::ZERO`: they sleep at once, as tokio's do).
@@ -21,6 +26,29 @@ pub fn multi_thread(idle_poll: Duration) -> std::io::Result<tokio::runtime::Runt
         builder.on_thread_park(move || poll_for(idle_poll));
     }
     builder.build()
+}
+
+/// `count` connection workers (see [`crate::server::Workers`]): threads that each run a
+/// single-threaded runtime, polling for `idle_poll` before they sleep, for as long as the
+/// process runs. Fewer than two: none (connections stay on the runtime that accepts them).
+pub fn workers(count: usize, idle_poll: Duration) -> std::io::Result<Workers> {
+    if count < 2 {
+        return Ok(Workers::none());
+    }
+    let mut handles = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        builder.enable_all();
+        if !idle_poll.is_zero() {
+            builder.on_thread_park(move || poll_for(idle_poll));
+        }
+        let runtime = builder.build()?;
+        handles.push(runtime.handle().clone());
+        std::thread::Builder::new()
+            .name(format!("dedupe-worker-{i}"))
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    }
+    Ok(Workers::new(handles))
 }
 
 /// Yields the CPU to whatever else can run on it until `idle_poll` has passed. A yield

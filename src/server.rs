@@ -25,11 +25,13 @@ mod connection;
 mod evict;
 mod greeting;
 mod lane;
+mod workers;
 mod write_deadline;
 
 use self::accept::Listener;
 use self::connection::Serving;
 use self::evict::Evictable;
+pub use self::workers::Workers;
 pub use self::write_deadline::WriteDeadline;
 
 /// Why the gateway could not run.
@@ -102,9 +104,13 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Runs the gateway as a process: binds, serves, reloads on SIGHUP, drains on
-/// SIGTERM/SIGINT. `config_path` is re-read on SIGHUP.
-pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), RunError> {
+/// Runs the gateway as a process: binds, serves (public connections on `workers`),
+/// reloads on SIGHUP, drains on SIGTERM/SIGINT. `config_path` is re-read on SIGHUP.
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    workers: Workers,
+) -> Result<(), RunError> {
     for w in &config.warnings {
         warn!("{w}");
     }
@@ -132,7 +138,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Run
             _ = tokio::signal::ctrl_c() => info!("SIGINT: draining"),
         }
     };
-    serve(gateway, listeners, shutdown).await;
+    serve_on(gateway, listeners, &workers, shutdown).await;
     Ok(())
 }
 
@@ -196,6 +202,16 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_on(gateway, listeners, &Workers::none(), shutdown).await;
+}
+
+/// As [`serve`], each public connection served on the next of `workers`.
+pub async fn serve_on(
+    gateway: Arc<Gateway>,
+    listeners: Listeners,
+    workers: &Workers,
+    shutdown: impl Future<Output = ()>,
+) {
     let live = gateway.live();
     let server = &live.config.server;
     let grace = server.shutdown_grace;
@@ -214,7 +230,7 @@ pub async fn serve(
     drop(live);
 
     if let Some(addr) = public.local_addr() {
-        info!(addr = %addr, backend = gateway.store().backend_name(), tls = listeners.tls.is_some(), "public listener ready");
+        info!(addr = %addr, backend = gateway.store().backend_name(), tls = listeners.tls.is_some(), workers = workers.len(), "public listener ready");
     }
     if let Some(addr) = admin.local_addr() {
         info!(addr = %addr, "admin listener ready");
@@ -225,7 +241,7 @@ pub async fn serve(
 
     let graceful = GracefulShutdown::new();
     tokio::select! {
-        () = accept_public(&mut public, &serving, tls, &gateway, &graceful) => {}
+        () = accept_public(&mut public, (&serving, workers), tls, &gateway, &graceful) => {}
         () = accept_admin(&mut admin, &serving, &gateway, &graceful) => {}
         () = shutdown => {}
     }
@@ -237,7 +253,7 @@ pub async fn serve(
 /// Accepts public connections, each served in a task of its own that holds a slot.
 async fn accept_public(
     listener: &mut Listener,
-    serving: &Arc<Serving>,
+    (serving, workers): (&Arc<Serving>, &Workers),
     tls: Option<TlsAcceptor>,
     gateway: &Arc<Gateway>,
     graceful: &GracefulShutdown,
@@ -248,7 +264,7 @@ async fn accept_public(
         };
         let (serving, gateway, tls) = (serving.clone(), gateway.clone(), tls.clone());
         let watcher = graceful.watcher();
-        tokio::spawn(async move {
+        workers.spawn(stream, remote, move |stream| async move {
             serving
                 .public(stream, remote, tls.as_ref(), gateway, watcher)
                 .await;

@@ -24,10 +24,20 @@ use tokio::time::{Instant, Sleep};
 /// The most timers kept: as many as calls are waiting at once, within this bound.
 const KEPT_MAX: usize = 1024;
 
-/// Timers kept for the next deadline.
+/// The runtime this runs on. On connection workers (`crate::server::Workers`) each
+/// worker is a runtime, and what one runtime's reactor or timer wheel holds is best used
+/// there: kept timers and pooled connections remember the runtime they belong to.
+pub fn runtime() -> Option<tokio::runtime::Id> {
+    tokio::runtime::Handle::try_current().ok().map(|h| h.id())
+}
+
+/// Timers kept for the next deadline, each with the runtime it was made on: only one
+/// of this runtime's is taken, else a new one is made. (Another runtime's timer would
+/// still work, its wheel waking this runtime's task, but only when that runtime's thread
+/// turns to its timers.)
 #[derive(Default)]
 pub struct Timers {
-    kept: Mutex<Vec<Pin<Box<Sleep>>>>,
+    kept: Mutex<Vec<(Option<tokio::runtime::Id>, Pin<Box<Sleep>>)>>,
 }
 
 impl Timers {
@@ -49,7 +59,12 @@ impl Timers {
     }
 
     fn take(&self, deadline: Instant) -> Pin<Box<Sleep>> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let here = runtime();
+        let kept = {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let at = kept.iter().rposition(|(on, _)| *on == here);
+            at.map(|i| kept.swap_remove(i).1)
+        };
         match kept {
             Some(mut timer) => {
                 timer.as_mut().reset(deadline);
@@ -62,7 +77,7 @@ impl Timers {
     fn keep(&self, timer: Pin<Box<Sleep>>) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < KEPT_MAX {
-            kept.push(timer);
+            kept.push((runtime(), timer));
         }
     }
 }

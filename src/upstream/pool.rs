@@ -34,10 +34,12 @@ pub(super) struct Limits {
     pub max_idle: usize,
 }
 
-/// One idle connection.
+/// One idle connection, and the runtime whose reactor its socket is on (on connection
+/// workers, each worker's; see [`crate::timers::runtime`]).
 struct Idle {
     conn: Conn,
     since: Instant,
+    runtime: Option<tokio::runtime::Id>,
 }
 
 /// The pool of one plain-`http` upstream.
@@ -156,17 +158,22 @@ impl Pool {
         &self.host
     }
 
-    /// The most recently returned connection that can take a request now.
+    /// The most recently returned connection of this runtime that can take a request
+    /// now. Another runtime's is left alone: its socket's events come from that runtime's
+    /// reactor, which a busy worker turns to only between its tasks (a new connection is
+    /// dialled instead, once per connection a worker needs at its busiest).
     fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         expire(&mut idle, Instant::now(), self.limits.idle_timeout);
-        while let Some(Idle { conn, .. }) = idle.pop() {
+        let here = crate::timers::runtime();
+        loop {
+            let at = idle.iter().rposition(|i| i.runtime == here)?;
+            let Idle { conn, .. } = idle.remove(at);
             // One the upstream closed since it came back is dropped.
             if conn.is_usable() {
                 return Some(conn);
             }
         }
-        None
     }
 
     /// Returns a connection whose exchange is over.
@@ -177,7 +184,11 @@ impl Pool {
         if idle.len() >= self.limits.max_idle && !idle.is_empty() {
             idle.remove(0);
         }
-        idle.push(Idle { conn, since: now });
+        idle.push(Idle {
+            conn,
+            since: now,
+            runtime: crate::timers::runtime(),
+        });
     }
 
     /// A new connection: TCP within the connect timeout.
