@@ -37,8 +37,11 @@ pub fn runtime() -> Option<tokio::runtime::Id> {
 /// turns to its timers.)
 #[derive(Default)]
 pub struct Timers {
-    kept: Mutex<Vec<(Option<tokio::runtime::Id>, Pin<Box<Sleep>>)>>,
+    kept: Mutex<Vec<Kept>>,
 }
+
+/// A kept timer and the runtime it was made on.
+type Kept = (Option<tokio::runtime::Id>, Pin<Box<Sleep>>);
 
 impl Timers {
     /// Timers, none kept yet.
