@@ -275,7 +275,9 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Ok(w) => w,
         Err(code) => return code,
     };
-    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path), workers));
+    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path), &workers));
+    // What the drain's grace cut off on the workers goes before the store's connections.
+    workers.stop();
     // Outside the runtime, while it still runs the exporter's task: the last spans.
     if let Some(Err(e)) = exporter.map(|x| x.shutdown()) {
         tracing::warn!("traces: {e}");

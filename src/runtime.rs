@@ -28,6 +28,9 @@ pub fn multi_thread(idle_poll: Duration) -> std::io::Result<tokio::runtime::Runt
     builder.build()
 }
 
+/// How long a stopped worker waits for its blocking tasks (reading a file, say).
+const WORKER_SHUTDOWN: Duration = Duration::from_secs(1);
+
 /// `count` connection workers (see [`crate::server::Workers`]): threads that each run a
 /// single-threaded runtime, polling for `idle_poll` before they sleep, for as long as the
 /// process runs. Fewer than two: none (connections stay on the runtime that accepts them).
@@ -35,7 +38,9 @@ pub fn workers(count: usize, idle_poll: Duration) -> std::io::Result<Workers> {
     if count < 2 {
         return Ok(Workers::none());
     }
+    let stop = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::with_capacity(count);
+    let mut threads = Vec::with_capacity(count);
     for i in 0..count {
         let mut builder = tokio::runtime::Builder::new_current_thread();
         builder.enable_all();
@@ -44,11 +49,17 @@ pub fn workers(count: usize, idle_poll: Duration) -> std::io::Result<Workers> {
         }
         let runtime = builder.build()?;
         handles.push(runtime.handle().clone());
-        std::thread::Builder::new()
-            .name(format!("dedupe-worker-{i}"))
-            .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+        let stop = stop.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("dedupe-worker-{i}"))
+                .spawn(move || {
+                    runtime.block_on(stop.cancelled());
+                    runtime.shutdown_timeout(WORKER_SHUTDOWN);
+                })?,
+        );
     }
-    Ok(Workers::new(handles))
+    Ok(Workers::new(handles, stop, threads))
 }
 
 /// Yields the CPU to whatever else can run on it until `idle_poll` has passed. A yield

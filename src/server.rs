@@ -109,7 +109,7 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 pub async fn run(
     config: Config,
     config_path: Option<PathBuf>,
-    workers: Workers,
+    workers: &Workers,
 ) -> Result<(), RunError> {
     for w in &config.warnings {
         warn!("{w}");
@@ -138,7 +138,7 @@ pub async fn run(
             _ = tokio::signal::ctrl_c() => info!("SIGINT: draining"),
         }
     };
-    serve_on(gateway, listeners, &workers, shutdown).await;
+    serve_on(gateway, listeners, workers, shutdown).await;
     Ok(())
 }
 

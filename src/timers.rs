@@ -31,17 +31,23 @@ pub fn runtime() -> Option<tokio::runtime::Id> {
     tokio::runtime::Handle::try_current().ok().map(|h| h.id())
 }
 
-/// Timers kept for the next deadline, each with the runtime it was made on: only one
-/// of this runtime's is taken, else a new one is made. (Another runtime's timer would
-/// still work, its wheel waking this runtime's task, but only when that runtime's thread
-/// turns to its timers.)
+/// Timers kept for the next deadline, by the runtime each was made on: only one of this
+/// runtime's is taken, else a new one is made. (Another runtime's timer would still work,
+/// its wheel waking this runtime's task, but only when that runtime's thread turns to its
+/// timers.)
 #[derive(Default)]
 pub struct Timers {
-    kept: Mutex<Vec<Kept>>,
+    kept: Mutex<Vec<(Runtime, Vec<Timer>)>>,
 }
 
-/// A kept timer and the runtime it was made on.
-type Kept = (Option<tokio::runtime::Id>, Pin<Box<Sleep>>);
+/// A timer, pinned where it was made.
+type Timer = Pin<Box<Sleep>>;
+
+/// The runtime a timer was made on (none outside one).
+type Runtime = Option<tokio::runtime::Id>;
+
+/// A timer lent out, and the runtime it was made on.
+type Lent = (Runtime, Timer);
 
 impl Timers {
     /// Timers, none kept yet.
@@ -61,26 +67,35 @@ impl Timers {
         }
     }
 
-    fn take(&self, deadline: Instant) -> Pin<Box<Sleep>> {
+    fn take(&self, deadline: Instant) -> Lent {
         let here = runtime();
         let kept = {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            let at = kept.iter().rposition(|(on, _)| *on == here);
-            at.map(|i| kept.swap_remove(i).1)
+            kept.iter_mut()
+                .find(|(on, _)| *on == here)
+                .and_then(|(_, timers)| timers.pop())
         };
         match kept {
             Some(mut timer) => {
                 timer.as_mut().reset(deadline);
-                timer
+                (here, timer)
             }
-            None => Box::pin(tokio::time::sleep_until(deadline)),
+            None => (here, Box::pin(tokio::time::sleep_until(deadline))),
         }
     }
 
-    fn keep(&self, timer: Pin<Box<Sleep>>) {
+    fn keep(&self, (on, timer): Lent) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() < KEPT_MAX {
-            kept.push((runtime(), timer));
+        let at = match kept.iter().position(|(r, _)| *r == on) {
+            Some(at) => at,
+            None => {
+                kept.push((on, Vec::new()));
+                kept.len() - 1
+            }
+        };
+        let timers = &mut kept[at].1;
+        if timers.len() < KEPT_MAX {
+            timers.push(timer);
         }
     }
 }
@@ -93,7 +108,7 @@ pin_project_lite::pin_project! {
         f: F,
         timers: &'a Timers,
         deadline: Instant,
-        timer: Option<Pin<Box<Sleep>>>,
+        timer: Option<Lent>,
     }
 
     impl<'a, F> PinnedDrop for Within<'a, F> {
@@ -111,16 +126,24 @@ impl<F: Future> Future for Within<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        let had_budget = tokio::task::coop::has_budget_remaining();
         if let Poll::Ready(out) = this.f.poll(cx) {
             if let Some(timer) = this.timer.take() {
                 this.timers.keep(timer);
             }
             return Poll::Ready(Some(out));
         }
-        let timer = this
+        let (_, timer) = this
             .timer
             .get_or_insert_with(|| this.timers.take(*this.deadline));
-        match timer.as_mut().poll(cx) {
+        // As tokio's timeout does: when `f` spent the task's budget, the deadline is
+        // still looked at (else a future that always spends it would never time out).
+        let elapsed = if had_budget && !tokio::task::coop::has_budget_remaining() {
+            Pin::new(&mut tokio::task::coop::unconstrained(timer.as_mut())).poll(cx)
+        } else {
+            timer.as_mut().poll(cx)
+        };
+        match elapsed {
             Poll::Ready(()) => {
                 if let Some(timer) = this.timer.take() {
                     this.timers.keep(timer);
@@ -137,6 +160,41 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    impl Timers {
+        fn kept(&self) -> usize {
+            self.kept.lock().unwrap().iter().map(|(_, t)| t.len()).sum()
+        }
+    }
+
+    #[test]
+    fn each_runtime_takes_only_its_own_timers() {
+        let timers = Timers::new();
+        let one = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let two = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let wait = |rt: &tokio::runtime::Runtime| {
+            rt.block_on(timers.within(
+                Instant::now() + Duration::from_millis(1),
+                std::future::pending::<()>(),
+            ))
+        };
+        assert_eq!(wait(&one), None);
+        assert_eq!(wait(&two), None);
+        assert_eq!(wait(&one), None);
+        let kept = timers.kept.lock().unwrap();
+        let ids: Vec<_> = kept.iter().map(|(r, t)| (*r, t.len())).collect();
+        assert_eq!(
+            ids,
+            [(Some(one.handle().id()), 1), (Some(two.handle().id()), 1)],
+            "one timer each, each kept by the runtime that made it"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_kept_timer_ends_each_wait_at_its_own_deadline() {
@@ -164,7 +222,7 @@ mod tests {
             assert_eq!(out, Some(round));
             assert_eq!(start.elapsed(), Duration::from_millis(300));
         }
-        assert_eq!(timers.kept.lock().unwrap().len(), 1, "one timer, reused");
+        assert_eq!(timers.kept(), 1, "one timer, reused");
     }
 
     #[tokio::test(start_paused = true)]
@@ -201,7 +259,7 @@ mod tests {
         for (i, w) in waits.into_iter().enumerate() {
             assert_eq!(w.await.unwrap(), Duration::from_secs(i as u64 + 1));
         }
-        assert_eq!(timers.kept.lock().unwrap().len(), 8);
+        assert_eq!(timers.kept(), 8);
         let dropped = tokio::time::timeout(
             Duration::from_millis(10),
             timers.within(
@@ -211,10 +269,6 @@ mod tests {
         )
         .await;
         assert!(dropped.is_err());
-        assert_eq!(
-            timers.kept.lock().unwrap().len(),
-            8,
-            "given back when dropped"
-        );
+        assert_eq!(timers.kept(), 8, "given back when dropped");
     }
 }

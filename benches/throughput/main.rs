@@ -214,9 +214,13 @@ async fn main() {
         .as_ref()
         .and_then(|r| Some((cpu::redis_pid(r.port)?, r.port)));
     // Every new key stays a record for the window (an hour): at about 80,000 new keys a
-    // second (run 24) 4 GiB held two rounds of `wrk` and the third was refused as a full
-    // store (503), which is the bound working, not the figure wanted here.
-    let mut stores = vec![("memory", StoreCfg::memory().max_bytes("10GiB"))];
+    // second (run 24) the default million records held two rounds of `wrk` and the third
+    // was refused as a full store (503), which is the bound working, not the figure
+    // wanted here.
+    let memory = StoreCfg::memory()
+        .max_bytes("10GiB")
+        .max_records(10_000_000);
+    let mut stores = vec![("memory", memory)];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
         // The same Redis with `store.record_layout = "string"`: claims and replays as

@@ -16,9 +16,12 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 /// The workers' runtimes; none: connections are served on the runtime that accepts them.
@@ -26,14 +29,35 @@ use tracing::debug;
 pub struct Workers {
     handles: Vec<Handle>,
     next: AtomicUsize,
+    /// Ends the workers' runtimes (see [`Workers::stop`]).
+    stop: CancellationToken,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Workers {
-    /// Workers running on these runtimes' threads.
-    pub fn new(handles: Vec<Handle>) -> Self {
+    /// Workers running on these runtimes' threads, each running until `stop` is
+    /// cancelled and then shutting its runtime down.
+    pub fn new(
+        handles: Vec<Handle>,
+        stop: CancellationToken,
+        threads: Vec<JoinHandle<()>>,
+    ) -> Self {
         Self {
             handles,
             next: AtomicUsize::new(0),
+            stop,
+            threads: Mutex::new(threads),
+        }
+    }
+
+    /// Ends every worker's runtime, dropping what still runs there (as dropping the one
+    /// runtime did before there were workers), and waits for their threads. Called once
+    /// the drain is over, before the main runtime (the store's connections) goes.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for thread in threads {
+            let _ = thread.join();
         }
     }
 
@@ -124,6 +148,30 @@ mod tests {
                 "dedupe-worker-1"
             ]
         );
+    }
+
+    #[test]
+    fn stopped_workers_drop_what_still_runs_and_their_threads_end() {
+        struct Dropped(std::sync::mpsc::Sender<()>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        let workers = crate::runtime::workers(2, Duration::ZERO).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for handle in &workers.handles {
+            let held = Dropped(tx.clone());
+            handle.spawn(async move {
+                std::future::pending::<()>().await;
+                drop(held);
+            });
+        }
+        drop(tx);
+        workers.stop();
+        // Both tasks were dropped with their runtimes, and the threads were joined.
+        assert_eq!(rx.iter().count(), 2);
+        assert!(workers.threads.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

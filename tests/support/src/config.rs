@@ -329,6 +329,8 @@ pub struct StoreCfg {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_bytes: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_records: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     near_cache: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     encryption_keys: Vec<String>,
@@ -355,6 +357,7 @@ impl StoreCfg {
             timeout: None,
             prefix: None,
             max_bytes: None,
+            max_records: None,
             near_cache: None,
             encryption_keys: Vec::new(),
             record_layout: None,
@@ -404,6 +407,12 @@ impl StoreCfg {
     /// `store.max_bytes` (memory backend).
     pub fn max_bytes(mut self, size: &str) -> Self {
         self.max_bytes = Some(size.to_owned());
+        self
+    }
+
+    /// `store.max_records` (memory backend).
+    pub fn max_records(mut self, records: u64) -> Self {
+        self.max_records = Some(records);
         self
     }
 
