@@ -84,6 +84,13 @@ impl Timers {
         }
     }
 
+    /// Keeps the timer `lent` holds, if any, for the next wait.
+    fn give_back(&self, lent: &mut Option<Lent>) {
+        if let Some(timer) = lent.take() {
+            self.keep(timer);
+        }
+    }
+
     fn keep(&self, (on, timer): Lent) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         let at = match kept.iter().position(|(r, _)| *r == on) {
@@ -114,9 +121,7 @@ pin_project_lite::pin_project! {
     impl<'a, F> PinnedDrop for Within<'a, F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(timer) = this.timer.take() {
-                this.timers.keep(timer);
-            }
+            this.timers.give_back(this.timer);
         }
     }
 }
@@ -128,9 +133,7 @@ impl<F: Future> Future for Within<'_, F> {
         let this = self.project();
         let had_budget = tokio::task::coop::has_budget_remaining();
         if let Poll::Ready(out) = this.f.poll(cx) {
-            if let Some(timer) = this.timer.take() {
-                this.timers.keep(timer);
-            }
+            this.timers.give_back(this.timer);
             return Poll::Ready(Some(out));
         }
         let (_, timer) = this
@@ -145,9 +148,7 @@ impl<F: Future> Future for Within<'_, F> {
         };
         match elapsed {
             Poll::Ready(()) => {
-                if let Some(timer) = this.timer.take() {
-                    this.timers.keep(timer);
-                }
+                this.timers.give_back(this.timer);
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
