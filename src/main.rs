@@ -271,7 +271,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let workers = match connection_workers(config.server.idle_poll) {
+    let workers = match connection_workers(config.server.workers, config.server.idle_poll) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -367,12 +367,15 @@ fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, Ex
     })
 }
 
-/// One connection worker per CPU the process may use; a failure already reported.
+/// `server.workers` connection workers, else one per CPU the process may use; a failure
+/// already reported.
 fn connection_workers(
+    count: Option<usize>,
     idle_poll: std::time::Duration,
 ) -> Result<dedupe_gateway::server::Workers, ExitCode> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    dedupe_gateway::runtime::workers(cpus, idle_poll).map_err(|e| {
+    let count =
+        count.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    dedupe_gateway::runtime::workers(count, idle_poll).map_err(|e| {
         report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })

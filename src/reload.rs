@@ -43,6 +43,10 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     if o.idle_poll != n.idle_poll {
         restart.push("server.idle_poll");
     }
+    // So are the connection workers.
+    if o.workers != n.workers {
+        restart.push("server.workers");
+    }
     // The exporter and the tracing layer are set up once, at start.
     if old.telemetry != new.telemetry {
         restart.push("telemetry");

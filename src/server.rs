@@ -114,7 +114,7 @@ pub async fn run(
     for w in &config.warnings {
         warn!("{w}");
     }
-    let store = Store::from_config(&config.store)?;
+    let store = Store::from_config_on(&config.store, workers.runtimes())?;
     warn_store_findings(store.clone());
     let listeners = Listeners::bind(&config).await?;
     let gateway = Gateway::new(config, store);

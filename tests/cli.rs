@@ -275,6 +275,10 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         "server.max_concurrent_streams".into(),
     ));
     cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
+    // No workers at all, or more threads than any machine has CPUs.
+    for v in ["0", "1025"] {
+        cases.push((server("workers", v), "server.workers".into()));
+    }
     // A worker that polls longer than a sleep and wake-up cost is refused, as is a guess.
     for v in ["\"101us\"", "\"1ms\"", "\"15\"", "\"-1us\"", "15"] {
         cases.push((server("idle_poll", v), "server.idle_poll".into()));

@@ -103,3 +103,80 @@ async fn an_unreadable_reply_drops_the_connection_and_the_claim_is_sent_again() 
     assert_eq!(again.body, r.body);
     assert_eq!(up.effects(), 2);
 }
+
+/// The Redis connections of everything but the asking client, by id, with the commands
+/// each has run (`CLIENT LIST`'s `cmd` is the last one).
+fn gateway_clients(redis: &RedisServer) -> Vec<String> {
+    let list: String = redis.cmd(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| !l.contains("cmd=client|list"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// With connection workers, each worker has a Redis connection of its own besides the
+/// main one, and a connection killed under one worker is replaced by that worker without
+/// failing its next request: every request, whichever worker serves it, is executed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_has_its_own_connection_and_each_is_replaced_on_its_own() {
+    const WORKERS: usize = 3;
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, redis.url()).workers(WORKERS));
+    let ready = Http::new();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            ready.get(&gw.admin_url("/readyz"), &[]).await.status == StatusCode::OK
+        })
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            gateway_clients(&redis).len() == WORKERS + 1
+        })
+        .await,
+        "one connection per worker and the main one: {:?}",
+        gateway_clients(&redis)
+    );
+    let before = gateway_clients(&redis);
+    // A client per request: each is a new connection, dealt to the workers in turn.
+    let round = |name: &'static str| {
+        let url = gw.url("/orders/w");
+        async move {
+            for i in 0..2 * WORKERS {
+                let key = format!("{name}-{i}");
+                let r = Http::new()
+                    .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
+                    .await;
+                assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
+                assert!(!r.replayed(), "{key}: {r:?}");
+            }
+        }
+    };
+    round("first").await;
+    assert_eq!(up.effects(), 2 * WORKERS as u64);
+    assert_eq!(gateway_clients(&redis), before, "no connection was added");
+
+    let _: () = redis.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    round("after-kill").await;
+    assert_eq!(up.effects(), 4 * WORKERS as u64, "one effect per key");
+    let after = gateway_clients(&redis);
+    assert!(
+        before.iter().all(|id| !after.contains(id)),
+        "a killed connection is still listed: {before:?} {after:?}"
+    );
+    // Every worker dialled again; the main connection is dialled again when it is next
+    // asked for (readiness, the admin port), which may not have happened yet.
+    assert!((WORKERS..=WORKERS + 1).contains(&after.len()), "{after:?}");
+    // Every key is stored once: a retry through any worker replays it.
+    let again = Http::new()
+        .post(
+            &gw.url("/orders/w"),
+            &[("Idempotency-Key", "first-0")],
+            "{}",
+        )
+        .await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(up.effects(), 4 * WORKERS as u64);
+}

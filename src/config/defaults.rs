@@ -150,6 +150,9 @@ pub const MAX_HEADER_BYTES: u64 = MIB;
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound of `server.max_concurrent_streams`.
 pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
+
+/// Upper bound of `server.workers`.
+pub const MAX_WORKERS: usize = 1_024;
 /// Lower bound of `store.max_bytes`.
 pub const MIN_STORE_BYTES: u64 = 64 * KIB;
 /// Upper bound of `store.max_bytes`.
@@ -361,6 +364,7 @@ mod tests {
             "server.max_header_bytes" => s(MIN_HEADER_BYTES, MAX_HEADER_BYTES),
             "server.max_connections" => n(MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
+            "server.workers" => n(MAX_WORKERS as u64),
             "store.max_records" => n(MAX_RECORDS as u64),
             "store.max_bytes" => s(MIN_STORE_BYTES, MAX_STORE_BYTES),
             "store.near_cache" => s(0, MAX_NEAR_CACHE),
@@ -420,7 +424,7 @@ mod tests {
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
         assert_eq!(
-            bounds, 22,
+            bounds, 23,
             "every bounded field has its bound in docs/configuration.md"
         );
     }

@@ -79,6 +79,8 @@ pub struct FileServer {
     pub max_connections: Option<usize>,
     /// Most concurrent HTTP/2 streams (requests) per connection.
     pub max_concurrent_streams: Option<u32>,
+    /// Connection workers (threads, each its own runtime); absent: one per CPU.
+    pub workers: Option<usize>,
     /// `https://` upstreams: PEM file of a private CA trusted besides the platform's roots.
     pub upstream_ca_file: Option<String>,
     /// `http://` upstreams: which calls go over HTTP/2 with prior knowledge (h2c):

@@ -10,7 +10,7 @@ use super::defaults::{
     DEFAULT_IDLE_POLL, DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_HTTP2,
     DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS,
-    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT, MIN_HEADER_BYTES,
+    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT, MAX_WORKERS, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// Connection workers; `None`: one per CPU the process may use.
+    pub workers: Option<usize>,
     /// `https` upstreams: a private CA trusted besides the platform's roots.
     pub upstream_ca: Option<PemFile>,
     /// `[server.tls]`: the public listener's certificate and key, when it speaks TLS.
@@ -156,6 +158,10 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
             DEFAULT_MAX_CONCURRENT_STREAMS,
             MAX_CONCURRENT_STREAMS,
         )?,
+        workers: s
+            .workers
+            .map(|n| parse::count("server.workers", Some(n), 1, MAX_WORKERS))
+            .transpose()?,
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,
         upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),

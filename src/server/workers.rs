@@ -66,6 +66,11 @@ impl Workers {
         Self::default()
     }
 
+    /// Their runtimes.
+    pub fn runtimes(&self) -> &[Handle] {
+        &self.handles
+    }
+
     /// How many.
     pub fn len(&self) -> usize {
         self.handles.len()

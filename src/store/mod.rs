@@ -242,6 +242,16 @@ impl Store {
     /// re-made by themselves, so a gateway starts (warning, and reporting not-ready) while
     /// Redis is down. Call from within the Tokio runtime.
     pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        Self::from_config_on(cfg, &[])
+    }
+
+    /// As [`Store::from_config`], with a Redis connection of its own for each of
+    /// `runtimes` (the connection workers'), where the backend spreads its connections
+    /// (see [`RedisStore::on_runtimes`]).
+    pub fn from_config_on(
+        cfg: &StoreConfig,
+        runtimes: &[tokio::runtime::Handle],
+    ) -> Result<Self, StoreError> {
         Ok(match &cfg.backend {
             StoreBackend::Memory {
                 max_records,
@@ -253,7 +263,8 @@ impl Store {
                 access,
             } => Store::Redis(
                 RedisStore::with_near_cache(url, access, cfg.timeout, *near_cache)?
-                    .with_record_layout(cfg.record_layout),
+                    .with_record_layout(cfg.record_layout)
+                    .on_runtimes(runtimes),
             ),
             StoreBackend::Cluster {
                 urls,

@@ -29,6 +29,7 @@ mod compare;
 mod con;
 mod dial;
 mod link;
+mod links;
 #[macro_use]
 mod ops;
 mod own;
@@ -50,6 +51,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
 use self::link::{Dialer, Link, NoConnection};
+use self::links::Links;
 use self::ops::ordered_not_hash;
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
@@ -100,12 +102,16 @@ fn millis(d: Duration) -> u64 {
     (d.as_millis() as u64).max(1)
 }
 
-/// One Redis server (or the primary Sentinel names) through one multiplexed connection
-/// shared by every request, kept by a background task that replaces it when it closes or
-/// stops answering.
+/// One Redis server (or the primary Sentinel names) through a multiplexed connection
+/// shared by every request on a runtime (one for the process, or one per connection
+/// worker: see [`links`]), each kept by a background task that replaces it when it closes
+/// or stops answering.
 #[derive(Clone)]
 pub struct RedisStore {
-    link: Link,
+    links: Links,
+    /// The server's client, for links on worker runtimes; none where connections are
+    /// not spread (Sentinel, a near-cache).
+    spreads: Option<std::sync::Arc<redis::Client>>,
     /// Completed records kept locally (`store.near_cache`), invalidated by Redis.
     near: Option<std::sync::Arc<NearCache>>,
     /// `host:port` for store checks until a connection names the node it reached.
@@ -151,14 +157,16 @@ impl RedisStore {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
         let node = client.get_connection_info().addr().to_string();
+        let spreads = near.is_none().then(|| std::sync::Arc::new(client.clone()));
         Ok(Self {
             node: node.into(),
-            link: Link::start(
+            links: Links::one(Link::start(
                 Dialer::Direct(Box::new(client)),
                 timeout,
                 near.clone(),
                 &runtime,
-            ),
+            )),
+            spreads,
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
@@ -187,7 +195,8 @@ impl RedisStore {
         };
         Ok(Self {
             node: format!("sentinel primary {master_name}").into(),
-            link: Link::start(dialer, timeout, None, &runtime),
+            links: Links::one(Link::start(dialer, timeout, None, &runtime)),
+            spreads: None,
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
@@ -199,7 +208,31 @@ impl RedisStore {
 
     /// Whether the primary is found through Sentinel.
     pub fn follows_sentinel(&self) -> bool {
-        self.link.follows_primary()
+        self.links.main().follows_primary()
+    }
+
+    /// Gives each of `runtimes` (the connection workers') a connection of its own, used
+    /// by the commands sent from there (see [`links`]). A store whose connections are not
+    /// spread (Sentinel, a near-cache) keeps its one.
+    pub fn on_runtimes(mut self, runtimes: &[tokio::runtime::Handle]) -> Self {
+        let Some(client) = self.spreads.take() else {
+            return self;
+        };
+        let timeout = self.timeout;
+        self.links = self.links.spread(runtimes, |runtime| {
+            Link::start(
+                Dialer::Direct(Box::new((*client).clone())),
+                timeout,
+                None,
+                runtime,
+            )
+        });
+        self
+    }
+
+    /// How many connections the store keeps to Redis.
+    pub fn connections(&self) -> usize {
+        self.links.count()
     }
 
     /// Runs `op` on the connection within `store.timeout`.
@@ -223,28 +256,28 @@ impl RedisStore {
     {
         // The connection the operation is waiting on (0: none yet, still dialling).
         let waiting_on = AtomicU64::new(0);
+        let link = self.links.on(crate::timers::runtime());
         let attempt = async {
-            let first = self.link.connection(None).await.map_err(no_connection)?;
+            let first = link.connection(None).await.map_err(no_connection)?;
             waiting_on.store(first.id, Ordering::Relaxed);
-            let follows_primary = self.link.follows_primary();
+            let follows_primary = link.follows_primary();
             let err = match op(first.con).await {
                 Ok(v) => return Ok(v),
                 Err(e) if connection_lost(&e) => e,
                 Err(e) if follows_primary && demoted(&e) => e,
                 Err(e) => return Err(unavailable(e)),
             };
-            self.link.lost(first.id);
+            link.lost(first.id);
             tracing::debug!(error = %err, "Redis connection lost; sending once more on a fresh one");
             waiting_on.store(0, Ordering::Relaxed);
-            let fresh = self
-                .link
+            let fresh = link
                 .connection(Some(first.id))
                 .await
                 .map_err(no_connection)?;
             waiting_on.store(fresh.id, Ordering::Relaxed);
             op(fresh.con).await.map_err(|e| {
                 if connection_lost(&e) || (follows_primary && demoted(&e)) {
-                    self.link.lost(fresh.id);
+                    link.lost(fresh.id);
                 }
                 unavailable(e)
             })
@@ -255,7 +288,7 @@ impl RedisStore {
             None => {
                 let id = waiting_on.load(Ordering::Relaxed);
                 if id != 0 {
-                    self.link.stalled(id);
+                    link.stalled(id);
                 }
                 Err(StoreError::Timeout(self.timeout))
             }
@@ -287,7 +320,11 @@ impl RedisStore {
             .query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
             .await
             .ok();
-        let node = self.link.node().unwrap_or_else(|| self.node.clone());
+        let node = self
+            .links
+            .main()
+            .node()
+            .unwrap_or_else(|| self.node.clone());
         Ok(node_replies(node.to_string(), config, replication))
     }
 }

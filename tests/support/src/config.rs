@@ -55,6 +55,8 @@ struct Server {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     upstream_ca_file: Option<String>,
     // Last: a table follows the plain values.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,6 +117,7 @@ impl GatewayConfig {
                 write_timeout: None,
                 idle_poll: None,
                 max_connections: None,
+                workers: None,
                 upstream_ca_file: None,
                 tls: None,
             },
@@ -186,6 +189,12 @@ impl GatewayConfig {
     /// `server.max_connections`.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.server.max_connections = Some(n);
+        self
+    }
+
+    /// `server.workers`.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.server.workers = Some(n);
         self
     }
 
