@@ -1,6 +1,7 @@
 //! HTTPS upstreams: a real TLS upstream with a certificate from a CA the test makes,
 //! trusted through `server.upstream_ca_file`; and the same upstream untrusted.
 
+use dedupe_test_support::fault_proxy::FaultProxy;
 use dedupe_test_support::{
     GatewayConfig, GatewayProcess, Http, RouteCfg, StoreCfg, TestCa, TestGateway, Upstream,
 };
@@ -80,4 +81,41 @@ async fn an_untrusted_upstream_certificate_is_a_502_and_the_log_says_why() {
         .post(&gw.url("/orders/1"), &[("Idempotency-Key", "k")], "{}")
         .await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text());
+}
+
+/// On connection workers each worker has its own client for an `https` upstream: calls
+/// served on two workers reach an HTTP/2 upstream over two connections, one per worker,
+/// each reused by its worker's later calls (a connection is driven by the worker that
+/// opened it). Counted by a TCP proxy in front of the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_reaches_an_https_upstream_over_its_own_connection() {
+    const WORKERS: usize = 2;
+    let ca = TestCa::new("per-worker");
+    let up = Upstream::start_tls(&ca.issue("upstream")).await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", up.port()).parse().unwrap()).await;
+    let gw = GatewayProcess::start(
+        &GatewayConfig::new(format!("https://localhost:{}", proxy.addr.port()))
+            .upstream_ca_file(&ca.ca_file)
+            .workers(WORKERS)
+            .store(StoreCfg::memory())
+            .route(RouteCfg::header("orders", "/orders/*")),
+    );
+    // A client per request: each a new connection, dealt to the workers in turn.
+    for i in 0..3 * WORKERS {
+        let key = format!("k{i}");
+        let r = Http::new()
+            .post(
+                &gw.url("/orders/1"),
+                &[("Idempotency-Key", key.as_str())],
+                "{}",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    }
+    assert_eq!(up.effects(), 3 * WORKERS as u64);
+    assert_eq!(
+        proxy.accepted(),
+        WORKERS as u64,
+        "one HTTP/2 connection per worker, each reused"
+    );
 }

@@ -18,12 +18,14 @@ use crate::timers::Timers;
 use crate::{Body, BoxError};
 
 mod body;
+mod by_runtime;
 mod hops;
 mod pool;
 pub mod sent;
 mod wire;
 
 pub use self::body::UpstreamBody;
+use self::by_runtime::ByRuntime;
 pub(crate) use self::hops::hop_by_hop;
 pub use self::hops::strip_hop_by_hop;
 use self::pool::{Limits, Pool};
@@ -75,11 +77,11 @@ impl UpstreamFailure {
 /// against the platform's roots plus `server.upstream_ca_file`, for the host named in the
 /// URL (SNI and `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream
 /// that speaks HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are
-/// pooled.
+/// pooled (per connection worker: see [`by_runtime`]).
 ///
 /// A plain-`http` upstream also gets HTTP/2 with prior knowledge (h2c) for the calls
-/// `server.upstream_http2` names (gRPC calls by default): one multiplexed connection from
-/// hyper's client, beside the HTTP/1.1 pool. Which one a call takes is its version after
+/// `server.upstream_http2` names (gRPC calls by default): one multiplexed connection per
+/// connection worker from hyper's client, beside the HTTP/1.1 pool. Which one a call takes is its version after
 /// [`Upstream::prepare`].
 #[derive(Clone)]
 pub struct Upstream {
@@ -93,17 +95,18 @@ pub struct Upstream {
     timers: Arc<Timers>,
 }
 
-/// The h2c client and which calls take it.
+/// The h2c clients (one per runtime) and which calls take them.
 #[derive(Clone)]
 struct H2c {
-    client: Box<Client<HttpConnector, Body>>,
+    clients: Arc<ByRuntime<Client<HttpConnector, Body>>>,
     every_call: bool,
 }
 
 #[derive(Clone)]
 enum Transport {
     Plain(Arc<Pool>),
-    Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
+    /// One client per runtime (see [`by_runtime`]).
+    Tls(Arc<ByRuntime<Client<HttpsConnector<HttpConnector>, Body>>>),
 }
 
 /// The client's IP address as the upstream is told it (`X-Forwarded-For`), rendered once
@@ -135,7 +138,8 @@ impl Upstream {
     pub fn new(cfg: &ServerConfig) -> Self {
         let connect_timeout = cfg.connect_timeout.min(cfg.upstream_timeout);
         let transport = if cfg.upstream.scheme == http::uri::Scheme::HTTPS {
-            Transport::Tls(Box::new(tls_client(cfg, connect_timeout)))
+            let connector = tls_connector(cfg, connect_timeout);
+            Transport::Tls(ByRuntime::new(move || tls_client(connector.clone())))
         } else {
             Transport::Plain(Pool::new(
                 &cfg.upstream.authority,
@@ -151,7 +155,7 @@ impl Upstream {
             UpstreamHttp2::Off => None,
             _ if !plain => None,
             mode => Some(H2c {
-                client: Box::new(h2c_client(connect_timeout)),
+                clients: ByRuntime::new(move || h2c_client(connect_timeout)),
                 every_call: mode == UpstreamHttp2::PriorKnowledge,
             }),
         };
@@ -262,7 +266,7 @@ impl Upstream {
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         if let (Some(h2c), Version::HTTP_2) = (&self.h2c, req.version()) {
-            return match h2c.client.request(self.absolute(req)).await {
+            return match h2c.clients.here().request(self.absolute(req)).await {
                 Ok(resp) => Ok(from_hyper(resp)),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
@@ -270,7 +274,7 @@ impl Upstream {
         }
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
-            Transport::Tls(client) => match client.request(self.absolute(req)).await {
+            Transport::Tls(clients) => match clients.here().request(self.absolute(req)).await {
                 Ok(resp) => Ok(from_hyper(resp)),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
@@ -361,13 +365,10 @@ impl Upstream {
     }
 }
 
-/// The client of an `https` upstream. The connect timeout never exceeds the upstream
+/// The connector of an `https` upstream. The connect timeout never exceeds the upstream
 /// timeout, so "could not connect" (nothing sent, the claim is released) is told apart from
 /// "no answer" (outcome unknown, the claim is kept).
-fn tls_client(
-    cfg: &ServerConfig,
-    connect_timeout: Duration,
-) -> Client<HttpsConnector<HttpConnector>, Body> {
+fn tls_connector(cfg: &ServerConfig, connect_timeout: Duration) -> HttpsConnector<HttpConnector> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(connect_timeout));
     connector.set_nodelay(true);
@@ -377,11 +378,17 @@ fn tls_client(
     for p in &problems {
         tracing::warn!(problem = %p, "a platform root certificate could not be loaded");
     }
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+    hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(crate::tls::upstream_client_config(roots))
         .https_or_http()
         .enable_all_versions()
-        .wrap_connector(connector);
+        .wrap_connector(connector)
+}
+
+/// A client of an `https` upstream, pooling its connections.
+fn tls_client(
+    connector: HttpsConnector<HttpConnector>,
+) -> Client<HttpsConnector<HttpConnector>, Body> {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE)
