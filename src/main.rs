@@ -276,7 +276,8 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Err(code) => return code,
     };
     let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path), &workers));
-    // What the drain's grace cut off on the workers goes before the store's connections.
+    // What the drain's grace cut off on the workers goes, with the workers' own Redis
+    // connections, before the main runtime's.
     workers.stop();
     // Outside the runtime, while it still runs the exporter's task: the last spans.
     if let Some(Err(e)) = exporter.map(|x| x.shutdown()) {
@@ -367,14 +368,14 @@ fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, Ex
     })
 }
 
-/// `server.workers` connection workers, else one per CPU the process may use; a failure
-/// already reported.
+/// `server.workers` connection workers, else one per CPU the process may use (at most
+/// as many as `server.workers` may be set to); a failure already reported.
 fn connection_workers(
     count: Option<usize>,
     idle_poll: std::time::Duration,
 ) -> Result<dedupe_gateway::server::Workers, ExitCode> {
-    let count =
-        count.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let count = count.unwrap_or(cpus.min(dedupe_gateway::config::defaults::MAX_WORKERS));
     dedupe_gateway::runtime::workers(count, idle_poll).map_err(|e| {
         report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)

@@ -102,6 +102,14 @@ mod tests {
     }
 
     #[test]
+    fn a_new_worker_count_waits_for_a_restart() {
+        let (_, restart) = merge(&config("", ""), config("workers = 3", ""));
+        assert_eq!(restart, ["server.workers"]);
+        let (_, restart) = merge(&config("workers = 3", ""), config("workers = 3", ""));
+        assert!(restart.is_empty());
+    }
+
+    #[test]
     fn routes_apply_and_listeners_wait_for_a_restart() {
         let old = config(
             "",

@@ -180,3 +180,92 @@ async fn each_worker_has_its_own_connection_and_each_is_replaced_on_its_own() {
     assert!(again.replayed(), "{again:?}");
     assert_eq!(up.effects(), 4 * WORKERS as u64);
 }
+
+/// Readiness asks every connection: with Redis's `maxclients` leaving one worker without
+/// a connection, the gateway is not ready (the main connection alone would answer), and
+/// it is once the slot is free. Then one worker's connection killed by id is replaced by
+/// that worker alone: the others' connections stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_connection_is_not_ready_and_one_killed_is_replaced_alone() {
+    const WORKERS: usize = 3;
+    let redis = RedisServer::start();
+    // The harness's own connection, kept: with every slot taken, a new one is refused.
+    let mut harness = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    // Room for the harness and three of the gateway's four connections.
+    let slots = (1 + WORKERS).to_string();
+    redis::cmd("CONFIG")
+        .arg(&["SET", "maxclients", slots.as_str()][..])
+        .exec(&mut harness)
+        .unwrap();
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(&config(&up, redis.url()).workers(WORKERS));
+    gw.wait_logged("cannot reach Redis").await;
+    let http = Http::new();
+    let ready = || async { http.get(&gw.admin_url("/readyz"), &[]).await.status };
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    redis::cmd("CONFIG")
+        .arg(&["SET", "maxclients", "10000"][..])
+        .exec(&mut harness)
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            ready().await == StatusCode::OK
+        })
+        .await,
+        "never ready once Redis had room"
+    );
+    assert_eq!(
+        gateway_clients(&redis).len(),
+        WORKERS + 2,
+        "with the harness's"
+    );
+
+    let round = |name: &'static str| {
+        let url = gw.url("/orders/r");
+        async move {
+            for i in 0..2 * WORKERS {
+                let key = format!("{name}-{i}");
+                let r = Http::new()
+                    .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
+                    .await;
+                assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
+            }
+        }
+    };
+    round("before").await;
+    let harness_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut harness).unwrap();
+    let before: Vec<String> = gateway_clients(&redis)
+        .into_iter()
+        .filter(|id| *id != harness_id.to_string())
+        .collect();
+    assert_eq!(before.len(), WORKERS + 1);
+    // A worker's: the main connection's last command was readiness's `PING`, each
+    // worker's one of the round's claims or completions.
+    let list: String = redis.cmd(&["CLIENT", "LIST"]);
+    let killed = list
+        .lines()
+        .filter(|l| !l.contains("cmd=ping") && !l.contains("cmd=client|list"))
+        .filter(|l| !l.contains(&format!("id={harness_id} ")))
+        .find_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .expect("a worker's connection")
+        .to_owned();
+    assert!(before.contains(&killed), "{killed} {before:?}");
+    let _: () = redis.cmd(&["CLIENT", "KILL", "ID", &killed]);
+    round("after").await;
+    assert_eq!(up.effects(), 4 * WORKERS as u64, "one effect per key");
+    let after = gateway_clients(&redis);
+    assert!(!after.contains(&killed), "{after:?}");
+    for id in before.iter().filter(|id| **id != killed) {
+        assert!(
+            after.contains(id),
+            "{id} was not killed, yet replaced: {after:?}"
+        );
+    }
+}

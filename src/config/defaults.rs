@@ -150,7 +150,6 @@ pub const MAX_HEADER_BYTES: u64 = MIB;
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound of `server.max_concurrent_streams`.
 pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
-
 /// Upper bound of `server.workers`.
 pub const MAX_WORKERS: usize = 1_024;
 /// Lower bound of `store.max_bytes`.

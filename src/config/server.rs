@@ -158,10 +158,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
             DEFAULT_MAX_CONCURRENT_STREAMS,
             MAX_CONCURRENT_STREAMS,
         )?,
-        workers: s
-            .workers
-            .map(|n| parse::count("server.workers", Some(n), 1, MAX_WORKERS))
-            .transpose()?,
+        workers: workers(s)?,
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,
         upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),
@@ -177,6 +174,13 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         idle_poll,
         write_timeout,
     })
+}
+
+/// `server.workers`: 1 to [`MAX_WORKERS`] when set.
+fn workers(s: &FileServer) -> Result<Option<usize>, ConfigError> {
+    s.workers
+        .map(|n| parse::count("server.workers", Some(n), 1, MAX_WORKERS))
+        .transpose()
 }
 
 /// `server.idle_poll`: zero (sleep at once) allowed, at most [`MAX_IDLE_POLL`].

@@ -10,9 +10,10 @@
 //! (docs/benchmarks.md, run 24).
 //!
 //! A connection is moved to its worker's reactor once, when it is handed over (two
-//! `epoll_ctl` calls). The store's and the log's background tasks, the admin port,
-//! signals and the drain stay on the main runtime; connections on a worker reach them
-//! through the same channels as before.
+//! `epoll_ctl` calls). A plain Redis store gives each worker a connection of its own
+//! (`crate::store::RedisStore::on_runtimes`); its main connection, the log's background
+//! task, the admin port, signals and the drain stay on the main runtime, and connections
+//! on a worker reach them through the same channels as before.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,7 +53,7 @@ impl Workers {
 
     /// Ends every worker's runtime, dropping what still runs there (as dropping the one
     /// runtime did before there were workers), and waits for their threads. Called once
-    /// the drain is over, before the main runtime (the store's connections) goes.
+    /// the drain is over, before the main runtime (the store's main connection) goes.
     pub fn stop(&self) {
         self.stop.cancel();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));

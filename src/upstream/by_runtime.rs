@@ -7,11 +7,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::config::defaults::MAX_WORKERS;
 use crate::timers::runtime;
 
-/// The most runtimes given a client of their own; calls on any further runtime (only
+/// The most runtimes given a client of their own: every worker (`server.workers` is
+/// bounded by [`MAX_WORKERS`]) and the main runtime. Calls on any further runtime (only
 /// seen when a process makes runtimes over and over, as tests do) share the first one's.
-const RUNTIMES_MAX: usize = 256;
+const RUNTIMES_MAX: usize = MAX_WORKERS + 1;
 
 type Runtime = Option<tokio::runtime::Id>;
 

@@ -76,8 +76,8 @@ impl UpstreamFailure {
 /// ([`pool`]). An `https` upstream is reached through rustls: its certificate is checked
 /// against the platform's roots plus `server.upstream_ca_file`, for the host named in the
 /// URL (SNI and `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream
-/// that speaks HTTP/2 gets one multiplexed connection, otherwise HTTP/1.1 connections are
-/// pooled (per connection worker: see [`by_runtime`]).
+/// that speaks HTTP/2 gets one multiplexed connection per connection worker, otherwise
+/// HTTP/1.1 connections are pooled per worker (see [`by_runtime`]).
 ///
 /// A plain-`http` upstream also gets HTTP/2 with prior knowledge (h2c) for the calls
 /// `server.upstream_http2` names (gRPC calls by default): one multiplexed connection per
@@ -395,8 +395,8 @@ fn tls_client(
         .build(connector)
 }
 
-/// The h2c client of an `http` upstream: HTTP/2 with prior knowledge, one multiplexed
-/// connection, pinged while idle so a silently dropped one is noticed.
+/// An h2c client of an `http` upstream (one per runtime): HTTP/2 with prior knowledge,
+/// one multiplexed connection, pinged while idle so a silently dropped one is noticed.
 fn h2c_client(connect_timeout: Duration) -> Client<HttpConnector, Body> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(connect_timeout));

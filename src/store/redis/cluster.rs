@@ -139,6 +139,15 @@ impl RedisClusterStore {
             .ok_or_else(|| StoreError::Unavailable("not connected".into()))
     }
 
+    /// As [`RedisClusterStore::query`]: the cluster client is one, whatever the runtime.
+    async fn query_each<T, F, Fut>(&self, op: F) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(ClusterConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        Ok(vec![self.query(op).await?])
+    }
+
     /// Runs `op` within `store.timeout`; the cluster client retries and reconnects on
     /// its own.
     async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>

@@ -137,14 +137,15 @@ pub(super) struct Link {
 pub(super) struct NoConnection(pub(super) String);
 
 impl Link {
-    /// Starts the connecting task: it dials at once and warns if Redis cannot be reached,
-    /// so an unreachable Redis shows at start-up, not at the first request. Call from
-    /// within the Tokio runtime.
+    /// Starts the connecting task on `runtime`: it dials at once and warns if Redis cannot
+    /// be reached, so an unreachable Redis shows at start-up, not at the first request.
+    /// `name` (empty for the main one) tells this connection apart in the log.
     pub(super) fn start(
         dialer: Dialer,
         timeout: Duration,
         near: Option<Arc<NearCache>>,
         runtime: &tokio::runtime::Handle,
+        name: &str,
     ) -> Self {
         let (tx, state) = watch::channel(State::default());
         // Bounded, and reports are only sent with `try_send`: when it is full the task is
@@ -152,6 +153,7 @@ impl Link {
         let (reports, rx) = mpsc::channel(64);
         let follows_primary = matches!(dialer, Dialer::Sentinel { .. });
         let task = Supervisor {
+            name: name.to_owned(),
             dialer,
             patience: patience(timeout),
             state: tx,
@@ -221,6 +223,8 @@ impl Link {
 }
 
 struct Supervisor {
+    /// Which of the store's connections this is, for the log ("" for the main one).
+    name: String,
     dialer: Dialer,
     patience: Duration,
     state: watch::Sender<State>,
@@ -235,7 +239,10 @@ struct Supervisor {
 
 impl Supervisor {
     async fn run(mut self) {
-        let where_ = self.dialer.target();
+        let where_ = match self.name.as_str() {
+            "" => self.dialer.target(),
+            name => format!("{}, {name}", self.dialer.target()),
+        };
         let mut pause = DIAL_PAUSE_MIN;
         // Whether the last dial failed: warn once per outage, not on every attempt.
         let mut down = false;

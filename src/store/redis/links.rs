@@ -5,15 +5,20 @@
 //! the main runtime and back, as one shared connection needed twice per command.
 //!
 //! The main runtime keeps a link of its own for what runs there (the admin port, store
-//! checks, readiness). Each link is dialled, watched and replaced on its own (see
-//! [`super::link`]): a worker whose connection was cut dials again without disturbing
-//! the others.
+//! checks). Each link is dialled, watched and replaced on its own (see [`super::link`]): a
+//! worker whose connection was cut dials again without disturbing the others, and its log
+//! lines name it (`redis="host:port, worker 1"`). Readiness and `dedupe_store_up` ask
+//! every link ([`every`]): a worker refused a connection (`maxclients`) or left with a
+//! silent one makes the gateway not ready.
 //!
 //! Only a plain server without a near-cache is spread: the near-cache's invalidations
 //! and their proof come from one connection, and a Sentinel lookup is kept to one per
 //! dial.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::runtime::{Handle, Id};
 
@@ -35,9 +40,18 @@ impl Links {
         }
     }
 
-    /// Adds a link per runtime in `runtimes`, each made by `start` on that runtime.
-    pub(super) fn spread(self, runtimes: &[Handle], start: impl Fn(&Handle) -> Link) -> Self {
-        let workers = runtimes.iter().map(|h| (h.id(), start(h))).collect();
+    /// Adds a link per runtime in `runtimes`, each made by `start` on that runtime (and
+    /// given its index).
+    pub(super) fn spread(
+        self,
+        runtimes: &[Handle],
+        start: impl Fn(usize, &Handle) -> Link,
+    ) -> Self {
+        let workers = runtimes
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.id(), start(i, h)))
+            .collect();
         Self {
             main: self.main,
             workers,
@@ -56,8 +70,32 @@ impl Links {
         &self.main
     }
 
-    /// How many connections are kept: the main one and one per worker.
-    pub(super) fn count(&self) -> usize {
-        1 + self.workers.len()
+    /// Every link: the main one, then each worker's.
+    pub(super) fn all(&self) -> impl Iterator<Item = &Link> {
+        std::iter::once(&self.main).chain(self.workers.iter().map(|(_, link)| link))
     }
+}
+
+/// Every one of `asks` run at once, to its end: their outputs in order.
+pub(super) async fn every<F: Future>(asks: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut asks: Vec<Pin<Box<F>>> = asks.map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = asks.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for (ask, output) in asks.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match ask.as_mut().poll(cx) {
+                    Poll::Ready(v) => *output = Some(v),
+                    Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }

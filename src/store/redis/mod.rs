@@ -165,6 +165,7 @@ impl RedisStore {
                 timeout,
                 near.clone(),
                 &runtime,
+                "",
             )),
             spreads,
             near,
@@ -195,7 +196,7 @@ impl RedisStore {
         };
         Ok(Self {
             node: format!("sentinel primary {master_name}").into(),
-            links: Links::one(Link::start(dialer, timeout, None, &runtime)),
+            links: Links::one(Link::start(dialer, timeout, None, &runtime, "")),
             spreads: None,
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
@@ -219,20 +220,16 @@ impl RedisStore {
             return self;
         };
         let timeout = self.timeout;
-        self.links = self.links.spread(runtimes, |runtime| {
+        self.links = self.links.spread(runtimes, |i, runtime| {
             Link::start(
                 Dialer::Direct(Box::new((*client).clone())),
                 timeout,
                 None,
                 runtime,
+                &format!("worker {i}"),
             )
         });
         self
-    }
-
-    /// How many connections the store keeps to Redis.
-    pub fn connections(&self) -> usize {
-        self.links.count()
     }
 
     /// Runs `op` on the connection within `store.timeout`.
@@ -249,14 +246,37 @@ impl RedisStore {
     ///
     /// A timeout tells the connection it may have stopped answering: it is probed and,
     /// if silent, replaced (see [`link`]).
+    ///
+    /// The connection is the one kept for the runtime this runs on (see [`links`]).
     async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(con::Con) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        self.query_on(self.links.on(crate::timers::runtime()), op)
+            .await
+    }
+
+    /// Runs `op` on every connection kept (the main one and each worker's) at once, as
+    /// [`RedisStore::query`] does on one: every result, or the first failure. Readiness
+    /// and `dedupe_store_up` ask this way, so a worker whose connection is refused
+    /// (`maxclients`) or has gone silent shows, not only the main runtime's.
+    async fn query_each<T, F, Fut>(&self, op: F) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(con::Con) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let asks = self.links.all().map(|link| self.query_on(link, &op));
+        links::every(asks).await.into_iter().collect()
+    }
+
+    async fn query_on<T, F, Fut>(&self, link: &Link, op: F) -> Result<T, StoreError>
     where
         F: Fn(con::Con) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         // The connection the operation is waiting on (0: none yet, still dialling).
         let waiting_on = AtomicU64::new(0);
-        let link = self.links.on(crate::timers::runtime());
         let attempt = async {
             let first = link.connection(None).await.map_err(no_connection)?;
             waiting_on.store(first.id, Ordering::Relaxed);

@@ -323,10 +323,11 @@ macro_rules! redis_backend {
                 }
             }
 
+            /// A `PING` on every connection the store keeps.
             pub(in crate::store) async fn ping(&self) -> Result<(), StoreError> {
                 let cmd = &redis::cmd("PING");
-                let _: String = self
-                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                let _: Vec<String> = self
+                    .query_each(move |mut con| async move { cmd.query_async(&mut con).await })
                     .await?;
                 Ok(())
             }
