@@ -104,15 +104,22 @@ async fn an_unreadable_reply_drops_the_connection_and_the_claim_is_sent_again() 
     assert_eq!(up.effects(), 2);
 }
 
-/// The Redis connections of everything but the asking client, by id, with the commands
-/// each has run (`CLIENT LIST`'s `cmd` is the last one).
+/// The Redis connections of everything but the asking client, by id.
 fn gateway_clients(redis: &RedisServer) -> Vec<String> {
-    let list: String = redis.cmd(&["CLIENT", "LIST"]);
-    list.lines()
-        .filter(|l| !l.contains("cmd=client|list"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .map(str::to_owned)
-        .collect()
+    redis.other_client_ids()
+}
+
+/// `n` requests, each with a fresh key (`name-i`) on a client of its own: each a new
+/// connection, dealt to the workers in turn. Every one must be won, not replayed.
+async fn fresh_keys_on_fresh_connections(url: &str, name: &str, n: usize) {
+    for i in 0..n {
+        let key = format!("{name}-{i}");
+        let r = Http::new()
+            .post(url, &[("Idempotency-Key", key.as_str())], "{}")
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
+        assert!(!r.replayed(), "{key}: {r:?}");
+    }
 }
 
 /// With connection workers, each worker has a Redis connection of its own besides the
@@ -140,20 +147,8 @@ async fn each_worker_has_its_own_connection_and_each_is_replaced_on_its_own() {
         gateway_clients(&redis)
     );
     let before = gateway_clients(&redis);
-    // A client per request: each is a new connection, dealt to the workers in turn.
-    let round = |name: &'static str| {
-        let url = gw.url("/orders/w");
-        async move {
-            for i in 0..2 * WORKERS {
-                let key = format!("{name}-{i}");
-                let r = Http::new()
-                    .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
-                    .await;
-                assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
-                assert!(!r.replayed(), "{key}: {r:?}");
-            }
-        }
-    };
+    let url = gw.url("/orders/w");
+    let round = |name: &'static str| fresh_keys_on_fresh_connections(&url, name, 2 * WORKERS);
     round("first").await;
     assert_eq!(up.effects(), 2 * WORKERS as u64);
     assert_eq!(gateway_clients(&redis), before, "no connection was added");
@@ -227,18 +222,8 @@ async fn a_worker_without_a_connection_is_not_ready_and_one_killed_is_replaced_a
         "with the harness's"
     );
 
-    let round = |name: &'static str| {
-        let url = gw.url("/orders/r");
-        async move {
-            for i in 0..2 * WORKERS {
-                let key = format!("{name}-{i}");
-                let r = Http::new()
-                    .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
-                    .await;
-                assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
-            }
-        }
-    };
+    let url = gw.url("/orders/r");
+    let round = |name: &'static str| fresh_keys_on_fresh_connections(&url, name, 2 * WORKERS);
     round("before").await;
     let harness_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut harness).unwrap();
     let before: Vec<String> = gateway_clients(&redis)

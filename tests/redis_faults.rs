@@ -103,16 +103,6 @@ fn other_clients(redis: &RedisServer) -> u64 {
     stat(redis, "clients", "connected_clients") - 1
 }
 
-/// Ids of the clients connected to Redis other than the one asking.
-fn other_client_ids(redis: &RedisServer) -> Vec<String> {
-    let list: String = redis.cmd(&["CLIENT", "LIST"]);
-    list.lines()
-        .filter(|l| !l.contains("cmd=client|list"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Freezes redis-server with SIGSTOP; SIGCONT on drop, even when the test fails.
 struct Frozen(u64);
 
@@ -217,7 +207,7 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
         post(&http, &gw, "/orders/s", "before").await.status,
         StatusCode::CREATED
     );
-    let before = other_client_ids(&redis);
+    let before = redis.other_client_ids();
     assert_eq!(before.len(), 1, "the gateway's connection");
     {
         let _frozen = Frozen::new(&redis);
@@ -229,7 +219,7 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
         .expect("never recovered after SIGCONT");
     assert_eq!(ready(&http, &gw).await, StatusCode::OK);
     // Replaced, not merely answering again after SIGCONT.
-    let after = other_client_ids(&redis);
+    let after = redis.other_client_ids();
     assert!(
         !after.contains(&before[0]),
         "the connection that stopped answering was kept: {before:?} {after:?}"

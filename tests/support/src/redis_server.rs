@@ -238,6 +238,16 @@ impl RedisServer {
         cmd.query(&mut c).unwrap()
     }
 
+    /// Ids of the clients connected other than the one asking (`CLIENT LIST`).
+    pub fn other_client_ids(&self) -> Vec<String> {
+        let list: String = self.cmd(&["CLIENT", "LIST"]);
+        list.lines()
+            .filter(|l| !l.contains("cmd=client|list"))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Stops the server (SIGKILL): the store is gone until `restart`.
     pub fn stop(&mut self) {
         if let Some(process) = self.process.take() {
