@@ -254,3 +254,91 @@ async fn a_worker_without_a_connection_is_not_ready_and_one_killed_is_replaced_a
         );
     }
 }
+
+/// A Redis frozen by SIGSTOP (TCP up, nothing answered): every worker's requests fail
+/// closed within two store timeouts, each worker's silent connection is probed and
+/// dropped on its own, and after SIGCONT every worker wins new keys again. The upstream
+/// runs exactly the requests that were answered 201.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_fails_every_worker_fast_and_each_connection_is_replaced() {
+    const WORKERS: usize = 2;
+    const TIMEOUT_MS: u64 = 250;
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(StoreCfg::redis(redis.url()).timeout(&format!("{TIMEOUT_MS}ms")))
+            .admin()
+            .workers(WORKERS)
+            .route(RouteCfg::header("orders", "/orders/*")),
+    );
+    let http = Http::new();
+    let ready = || async { http.get(&gw.admin_url("/readyz"), &[]).await.status };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            ready().await == StatusCode::OK
+        })
+        .await
+    );
+    let url = gw.url("/orders/f");
+    fresh_keys_on_fresh_connections(&url, "warm", 2 * WORKERS).await;
+    let before = redis.other_client_ids();
+    assert_eq!(before.len(), WORKERS + 1, "{before:?}");
+    {
+        let _frozen = redis.freeze();
+        // Longer than a probe's patience (1s), and every worker asked twice: each
+        // worker's connection is given up on.
+        let frozen_at = std::time::Instant::now();
+        let mut n = 0;
+        while n < 2 * WORKERS || frozen_at.elapsed() < Duration::from_secs(3) {
+            let key = format!("frozen-{n}");
+            n += 1;
+            let started = std::time::Instant::now();
+            let r = Http::new()
+                .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
+                .await;
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+            let bound = Duration::from_millis(2 * TIMEOUT_MS + 1500);
+            assert!(started.elapsed() < bound, "waited {:?}", started.elapsed());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(
+        up.effects(),
+        2 * WORKERS as u64,
+        "fail-closed forwards nothing"
+    );
+    // Back: a round in which every worker wins, within the bound of a replaced connection
+    // (the probe's patience, then a dial; slack for a loaded machine).
+    let won = std::sync::atomic::AtomicU64::new(0);
+    let round = std::sync::atomic::AtomicU64::new(0);
+    let recovered = eventually(Duration::from_secs(5), || async {
+        let r = round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut all = true;
+        for i in 0..WORKERS {
+            let key = format!("back-{r}-{i}");
+            let reply = Http::new()
+                .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
+                .await;
+            if reply.status == StatusCode::CREATED {
+                won.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            } else {
+                all = false;
+            }
+        }
+        all
+    })
+    .await;
+    assert!(recovered, "a worker never won again after SIGCONT");
+    let won = won.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(up.effects(), 2 * WORKERS as u64 + won, "one effect per 201");
+    // Each worker's connection was given up on and replaced; the main one, asked once by
+    // readiness just before SIGCONT, may have been answered in time and kept.
+    let after = redis.other_client_ids();
+    let kept = before.iter().filter(|id| after.contains(id)).count();
+    assert!(
+        kept <= 1,
+        "silent connections were kept: {before:?} {after:?}"
+    );
+}

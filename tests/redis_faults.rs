@@ -3,7 +3,6 @@
 //! clients (`CONFIG SET timeout`) or killing them (`CLIENT KILL`). Each test counts the
 //! upstream's side effects and checks recovery without restarting the gateway.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -103,32 +102,6 @@ fn other_clients(redis: &RedisServer) -> u64 {
     stat(redis, "clients", "connected_clients") - 1
 }
 
-/// Freezes redis-server with SIGSTOP; SIGCONT on drop, even when the test fails.
-struct Frozen(u64);
-
-impl Frozen {
-    fn new(redis: &RedisServer) -> Self {
-        let pid = stat(redis, "server", "process_id");
-        signal("STOP", pid);
-        Self(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal("CONT", self.0);
-    }
-}
-
-fn signal(sig: &str, pid: u64) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid} failed");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_flow_is_dropped_and_dialled_again_within_the_bound() {
     let redis = RedisServer::start();
@@ -210,7 +183,7 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
     let before = redis.other_client_ids();
     assert_eq!(before.len(), 1, "the gateway's connection");
     {
-        let _frozen = Frozen::new(&redis);
+        let _frozen = redis.freeze();
         fails_closed_fast(&http, &gw, Duration::from_secs(4)).await;
         assert_eq!(ready(&http, &gw).await, StatusCode::SERVICE_UNAVAILABLE);
     }
@@ -533,7 +506,7 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
         }
         recovered("CLIENT KILL").await;
         {
-            let _frozen = Frozen::new(&redis);
+            let _frozen = redis.freeze();
             pause(3000).await;
         }
         recovered("SIGCONT").await;

@@ -238,6 +238,19 @@ impl RedisServer {
         cmd.query(&mut c).unwrap()
     }
 
+    /// Freezes the server with SIGSTOP until the guard is dropped (SIGCONT, even when the
+    /// test fails): TCP stays up, nothing is answered.
+    pub fn freeze(&self) -> Frozen {
+        let info: String = self.cmd(&["INFO", "server"]);
+        let pid: u32 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("no process_id in INFO server");
+        signal("STOP", pid);
+        Frozen(pid)
+    }
+
     /// Ids of the clients connected other than the one asking (`CLIENT LIST`).
     pub fn other_client_ids(&self) -> Vec<String> {
         let list: String = self.cmd(&["CLIENT", "LIST"]);
@@ -326,4 +339,21 @@ impl RedisTls {
             .into(),
         ]
     }
+}
+
+/// A server frozen by [`RedisServer::freeze`]; SIGCONT on drop.
+pub struct Frozen(u32);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("CONT", self.0);
+    }
+}
+
+fn signal(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid} failed");
 }
