@@ -311,27 +311,9 @@ async fn a_frozen_redis_fails_every_worker_fast_and_each_connection_is_replaced(
     );
     // Back: a round in which every worker wins, within the bound of a replaced connection
     // (the probe's patience, then a dial; slack for a loaded machine).
-    let won = std::sync::atomic::AtomicU64::new(0);
-    let round = std::sync::atomic::AtomicU64::new(0);
-    let recovered = eventually(Duration::from_secs(5), || async {
-        let r = round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut all = true;
-        for i in 0..WORKERS {
-            let key = format!("back-{r}-{i}");
-            let reply = Http::new()
-                .post(&url, &[("Idempotency-Key", key.as_str())], "{}")
-                .await;
-            if reply.status == StatusCode::CREATED {
-                won.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            } else {
-                all = false;
-            }
-        }
-        all
-    })
-    .await;
-    assert!(recovered, "a worker never won again after SIGCONT");
-    let won = won.load(std::sync::atomic::Ordering::SeqCst);
+    let won = rounds_until_every_worker_wins(&url, WORKERS, Duration::from_secs(5))
+        .await
+        .expect("a worker never won again after SIGCONT");
     assert_eq!(up.effects(), 2 * WORKERS as u64 + won, "one effect per 201");
     // Each worker's connection was given up on and replaced; the main one, asked once by
     // readiness just before SIGCONT, may have been answered in time and kept.
@@ -341,4 +323,33 @@ async fn a_frozen_redis_fails_every_worker_fast_and_each_connection_is_replaced(
         kept <= 1,
         "silent connections were kept: {before:?} {after:?}"
     );
+}
+
+/// Rounds of `workers` fresh keys on fresh connections (one per worker) until a round is
+/// won whole, within `within`: how many requests were won (201) in all, or `None`.
+async fn rounds_until_every_worker_wins(
+    url: &str,
+    workers: usize,
+    within: Duration,
+) -> Option<u64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (won, round) = (AtomicU64::new(0), AtomicU64::new(0));
+    let recovered = eventually(within, || async {
+        let r = round.fetch_add(1, Ordering::SeqCst);
+        let mut all = true;
+        for i in 0..workers {
+            let key = format!("back-{r}-{i}");
+            let reply = Http::new()
+                .post(url, &[("Idempotency-Key", key.as_str())], "{}")
+                .await;
+            if reply.status == StatusCode::CREATED {
+                won.fetch_add(1, Ordering::SeqCst);
+            } else {
+                all = false;
+            }
+        }
+        all
+    })
+    .await;
+    recovered.then(|| won.load(Ordering::SeqCst))
 }
