@@ -6,7 +6,10 @@
 use dedupe_test_support::grpc::metadata;
 use std::time::Duration;
 
-use dedupe_test_support::{eventually, GatewayConfig, GrpcCall, GrpcServer, RouteCfg, TestGateway};
+use dedupe_test_support::fault_proxy::FaultProxy;
+use dedupe_test_support::{
+    eventually, GatewayConfig, GatewayProcess, GrpcCall, GrpcServer, RouteCfg, TestGateway,
+};
 use serde_json::Value;
 
 const CREATE: &str = "/test.Payments/Create";
@@ -338,4 +341,32 @@ async fn a_stream_past_max_cached_body_is_streamed_once_and_then_refused_as_not_
         "{again}"
     );
     assert_eq!(server.executions("List").await, 1);
+}
+
+/// On connection workers each worker has its own h2c client: calls served on two workers
+/// reach the server over two HTTP/2 connections, one per worker, each reused by its
+/// worker's later calls. Counted by a TCP proxy in front of the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_calls_the_server_over_its_own_h2c_connection() {
+    const WORKERS: usize = 2;
+    let server = GrpcServer::start().await;
+    let proxy = FaultProxy::start(server.addr.parse().unwrap()).await;
+    let config = GatewayConfig::new(format!("http://{}", proxy.addr))
+        .workers(WORKERS)
+        .route(RouteCfg::grpc("create", CREATE));
+    let gw = GatewayProcess::start(&config);
+    // Each call is a client of its own: a new connection, dealt to the workers in turn.
+    for i in 0..2 * WORKERS {
+        let seen = GrpcCall::unary(CREATE, "pay")
+            .key(&format!("w-{i}"))
+            .send(&gw.addr.to_string())
+            .await;
+        assert_eq!(seen["code"], "OK", "{seen}");
+    }
+    assert_eq!(server.executions("Create").await, 2 * WORKERS as u64);
+    assert_eq!(
+        proxy.accepted(),
+        WORKERS as u64,
+        "one h2c connection per worker"
+    );
 }
