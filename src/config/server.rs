@@ -139,7 +139,6 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         Some(v) => parse::duration_allow_zero("server.shutdown_grace", v, MAX_TIMEOUT)?,
         None => DEFAULT_SHUTDOWN_GRACE,
     };
-    let idle_poll = idle_poll(s)?;
     let write_timeout = timeout(
         "server.write_timeout",
         &s.write_timeout,
@@ -171,7 +170,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         header_read_timeout,
         body_read_timeout,
         shutdown_grace,
-        idle_poll,
+        idle_poll: idle_poll(s)?,
         write_timeout,
     })
 }
