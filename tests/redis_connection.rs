@@ -131,13 +131,7 @@ async fn each_worker_has_its_own_connection_and_each_is_replaced_on_its_own() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
     let gw = GatewayProcess::start(&config(&up, redis.url()).workers(WORKERS));
-    let ready = Http::new();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            ready.get(&gw.admin_url("/readyz"), &[]).await.status == StatusCode::OK
-        })
-        .await
-    );
+    assert!(becomes_ready(&gw).await);
     assert!(
         eventually(Duration::from_secs(5), || async {
             gateway_clients(&redis).len() == WORKERS + 1
@@ -176,74 +170,73 @@ async fn each_worker_has_its_own_connection_and_each_is_replaced_on_its_own() {
     assert_eq!(up.effects(), 4 * WORKERS as u64);
 }
 
-/// Readiness asks every connection: with Redis's `maxclients` leaving one worker without
-/// a connection, the gateway is not ready (the main connection alone would answer), and
-/// it is once the slot is free. Then one worker's connection killed by id is replaced by
-/// that worker alone: the others' connections stay.
+/// Readiness asks every connection. One worker's connection killed by id while Redis has
+/// no room for another client (`maxclients`): that worker cannot dial again, the log says
+/// which connection and why, and the gateway is not ready though the main connection
+/// answers. Once there is room, that worker alone dials again: the others' connections
+/// stay, and every worker wins new keys, one effect each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_without_a_connection_is_not_ready_and_one_killed_is_replaced_alone() {
+async fn a_worker_refused_a_connection_is_not_ready_and_alone_dials_again() {
     const WORKERS: usize = 3;
     let redis = RedisServer::start();
+    let _: String = redis.cmd(&["ACL", "SETUSER", "app", "on", ">app-pw", "~*", "+@all"]);
     // The harness's own connection, kept: with every slot taken, a new one is refused.
     let mut harness = redis::Client::open(redis.url())
         .unwrap()
         .get_connection_with_timeout(Duration::from_secs(5))
         .unwrap();
-    // Room for the harness and three of the gateway's four connections.
-    let slots = (1 + WORKERS).to_string();
-    redis::cmd("CONFIG")
-        .arg(&["SET", "maxclients", slots.as_str()][..])
-        .exec(&mut harness)
-        .unwrap();
-    let up = Upstream::start().await;
-    let gw = GatewayProcess::start(&config(&up, redis.url()).workers(WORKERS));
-    gw.wait_logged("cannot reach Redis").await;
-    let http = Http::new();
-    let ready = || async { http.get(&gw.admin_url("/readyz"), &[]).await.status };
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(2) {
-        assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    redis::cmd("CONFIG")
-        .arg(&["SET", "maxclients", "10000"][..])
-        .exec(&mut harness)
-        .unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            ready().await == StatusCode::OK
-        })
-        .await,
-        "never ready once Redis had room"
-    );
-    assert_eq!(
-        gateway_clients(&redis).len(),
-        WORKERS + 2,
-        "with the harness's"
-    );
-
-    let url = gw.url("/orders/r");
-    let round = |name: &'static str| fresh_keys_on_fresh_connections(&url, name, 2 * WORKERS);
-    round("before").await;
     let harness_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut harness).unwrap();
+    let up = Upstream::start().await;
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", redis.port);
+    let gw = GatewayProcess::start(&config(&up, url).workers(WORKERS));
+    assert!(becomes_ready(&gw).await);
+    let orders = gw.url("/orders/r");
+    fresh_keys_on_fresh_connections(&orders, "before", 2 * WORKERS).await;
     let before: Vec<String> = gateway_clients(&redis)
         .into_iter()
         .filter(|id| *id != harness_id.to_string())
         .collect();
-    assert_eq!(before.len(), WORKERS + 1);
-    // A worker's: the main connection's last command was readiness's `PING`, each
-    // worker's one of the round's claims or completions.
+    assert_eq!(before.len(), WORKERS + 1, "{before:?}");
+    // A worker's: its last command was one of the round's claims or completions (a
+    // script, or a transaction), which the main connection never sends.
     let list: String = redis.cmd(&["CLIENT", "LIST"]);
     let killed = list
         .lines()
-        .filter(|l| !l.contains("cmd=ping") && !l.contains("cmd=client|list"))
-        .filter(|l| !l.contains(&format!("id={harness_id} ")))
+        .filter(|l| {
+            ["cmd=evalsha", "cmd=eval ", "cmd=exec", "cmd=set "]
+                .iter()
+                .any(|c| l.contains(c))
+        })
         .find_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
         .expect("a worker's connection")
         .to_owned();
-    assert!(before.contains(&killed), "{killed} {before:?}");
-    let _: () = redis.cmd(&["CLIENT", "KILL", "ID", &killed]);
-    round("after").await;
+    let config_set = |harness: &mut redis::Connection, n: &str| {
+        redis::cmd("CONFIG")
+            .arg(&["SET", "maxclients", n][..])
+            .exec(harness)
+            .unwrap()
+    };
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["KILL", "ID", killed.as_str()][..])
+        .query(&mut harness)
+        .unwrap();
+    // Room for the harness and the gateway's connections still open, no more.
+    config_set(&mut harness, &(1 + WORKERS).to_string());
+    let refused_at = std::time::Instant::now();
+    while refused_at.elapsed() < Duration::from_secs(2) {
+        assert_eq!(readyz(&gw).await, StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let why = gw
+        .log_lines()
+        .into_iter()
+        .find(|l| l.contains("cannot reach Redis"))
+        .expect("the refused dial is logged");
+    assert!(why.contains(", worker "), "which connection: {why}");
+    assert!(why.contains("max number of clients reached"), "why: {why}");
+    config_set(&mut harness, "10000");
+    assert!(becomes_ready(&gw).await, "never ready once Redis had room");
+    fresh_keys_on_fresh_connections(&orders, "after", 2 * WORKERS).await;
     assert_eq!(up.effects(), 4 * WORKERS as u64, "one effect per key");
     let after = gateway_clients(&redis);
     assert!(!after.contains(&killed), "{after:?}");
@@ -256,7 +249,7 @@ async fn a_worker_without_a_connection_is_not_ready_and_one_killed_is_replaced_a
 }
 
 /// A Redis frozen by SIGSTOP (TCP up, nothing answered): every worker's requests fail
-/// closed within two store timeouts, each worker's silent connection is probed and
+/// closed within two store timeouts (and a loaded machine's slack), each worker's silent connection is probed and
 /// dropped on its own, and after SIGCONT every worker wins new keys again. The upstream
 /// runs exactly the requests that were answered 201.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,14 +265,7 @@ async fn a_frozen_redis_fails_every_worker_fast_and_each_connection_is_replaced(
             .workers(WORKERS)
             .route(RouteCfg::header("orders", "/orders/*")),
     );
-    let http = Http::new();
-    let ready = || async { http.get(&gw.admin_url("/readyz"), &[]).await.status };
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            ready().await == StatusCode::OK
-        })
-        .await
-    );
+    assert!(becomes_ready(&gw).await);
     let url = gw.url("/orders/f");
     fresh_keys_on_fresh_connections(&url, "warm", 2 * WORKERS).await;
     let before = redis.other_client_ids();
@@ -302,7 +288,7 @@ async fn a_frozen_redis_fails_every_worker_fast_and_each_connection_is_replaced(
             assert!(started.elapsed() < bound, "waited {:?}", started.elapsed());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(ready().await, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(readyz(&gw).await, StatusCode::SERVICE_UNAVAILABLE);
     }
     assert_eq!(
         up.effects(),
@@ -352,4 +338,17 @@ async fn rounds_until_every_worker_wins(
     })
     .await;
     recovered.then(|| won.load(Ordering::SeqCst))
+}
+
+/// `/readyz`'s status, asked on a connection of its own.
+async fn readyz(gw: &GatewayProcess) -> StatusCode {
+    Http::new().get(&gw.admin_url("/readyz"), &[]).await.status
+}
+
+/// Whether the gateway is ready within 5 s.
+async fn becomes_ready(gw: &GatewayProcess) -> bool {
+    eventually(Duration::from_secs(5), || async {
+        readyz(gw).await == StatusCode::OK
+    })
+    .await
 }

@@ -99,3 +99,24 @@ pub(super) async fn every<F: Future>(asks: impl Iterator<Item = F>) -> Vec<F::Ou
     .await;
     outputs.into_iter().flatten().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::every;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn every_ask_runs_at_once_and_the_outputs_keep_their_order() {
+        let started = tokio::time::Instant::now();
+        let asks = [30u64, 10, 20].into_iter().map(|ms| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        });
+        assert_eq!(every(asks).await, [30, 10, 20]);
+        // At once: the longest, not the sum.
+        assert_eq!(started.elapsed(), Duration::from_millis(30));
+        assert!(every(std::iter::empty::<std::future::Ready<()>>())
+            .await
+            .is_empty());
+    }
+}

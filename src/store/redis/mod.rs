@@ -322,7 +322,12 @@ impl RedisStore {
     /// The node's settings that store checks read. Fails only when Redis does not
     /// answer at all; a refused `CONFIG` leaves its fields empty.
     pub(super) async fn health_replies(&self) -> Result<NodeReplies, StoreError> {
-        self.ping().await?;
+        // On the main connection alone: a worker's refused connection must not hide the
+        // node's settings.
+        let ping = &redis::cmd("PING");
+        let _: String = self
+            .query(move |mut con| async move { ping.query_async(&mut con).await })
+            .await?;
         let ask = |args: [&'static str; 3]| async move {
             let cmd = &redis::cmd(args[0]).arg(args[1]).arg(args[2]).clone();
             self.query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })

@@ -231,6 +231,9 @@ impl Future for Drive {
         let this = self.get_mut();
         let fresh = this.take_requests(cx);
         if let Err(e) = this.write(cx, fresh) {
+            // The replies the server sent before it closed (a refusal: `maxclients`) still
+            // reach their commands.
+            let _ = this.read(cx);
             this.fail_all(&format!("writing to Redis failed: {e}"));
             return Poll::Ready(());
         }

@@ -81,7 +81,12 @@ impl OwnConnection {
                 return Poll::Ready(done);
             }
             match Pin::new(&mut drive).poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(gone("the connection closed during set-up"))),
+                // What the server said before it closed (a refusal: `maxclients`) has
+                // reached the set-up's command, if it said anything.
+                Poll::Ready(()) => match setup.as_mut().poll(cx) {
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    _ => Poll::Ready(Err(gone("the connection closed during set-up"))),
+                },
                 Poll::Pending => Poll::Pending,
             }
         })
@@ -155,9 +160,11 @@ impl OwnConnection {
 
 /// A refused `AUTH`, said as the crate's own dial says it, with Redis's error code only:
 /// the detail of some refusals (an unknown command) repeats the arguments, the password
-/// among them.
+/// among them. A server with no room for another client (`maxclients`) answers every
+/// command so, `AUTH` included: that is said as it is (the message names no argument).
 fn refused(e: RedisError) -> RedisError {
-    if e.is_io_error() {
+    const FULL: &str = "max number of clients reached";
+    if e.is_io_error() || e.detail().is_some_and(|d| d.starts_with(FULL)) {
         return e;
     }
     let code = e.code().unwrap_or("refused").to_owned();
