@@ -1,10 +1,12 @@
 //! The embedded store: records in sharded maps behind short critical sections.
 //! Protects one gateway process; several replicas need Redis.
 //!
-//! Expiry is lazy: an expired record is treated as absent, and is dropped when its shard
-//! sweeps. A shard sweeps when it has doubled since its last sweep (so unique keys cannot
-//! grow memory past about twice the live records), and a full store sweeps the shards
-//! whose earliest expiry has passed (so refusing a claim never walks the whole store).
+//! Expiry is lazy: an expired record is treated as absent, and is dropped when its
+//! expiry comes up in its shard's queue. Each claim drops a few of its shard's expired
+//! records ([`CLAIM_EXPIRES`]), more than a claim adds, and a full store drops up to
+//! [`ROOM_EXPIRES`] from each shard until there is room: no operation walks a shard, so a
+//! store at its bound under a steady stream of new keys costs what has expired, not what
+//! it holds.
 //!
 //! Memory is bounded twice: by live records and by their bytes (key, stored response and
 //! a fixed per-record overhead). Past either bound, claims for new keys fail as store
@@ -38,8 +40,12 @@ use self::shard::{footprint, Shard, Usage};
 
 const SHARDS: usize = 32;
 
-/// A shard sweeps out expired records once it has grown past this many since its last sweep.
+/// The ordered routes' entities sweep once they have grown past this many since the last sweep.
 const MIN_SWEEP: usize = 256;
+/// How many of its shard's due expiries a claim looks at.
+const CLAIM_EXPIRES: usize = 8;
+/// How many due expiries of each shard a full store looks at to make room for a claim.
+const ROOM_EXPIRES: usize = 256;
 /// Bytes a record costs besides its key and response: the record itself, the map entry
 /// and the key's allocation, rounded up.
 pub const RECORD_OVERHEAD: usize = 192;
@@ -177,7 +183,8 @@ impl MemoryStore {
         Self::lock(&self.inner.shards[at.shard()])
     }
 
-    /// A full store sweeps the shards that have something due, one lock at a time.
+    /// A full store drops what has expired, a bounded number from each shard that has
+    /// something due, one lock at a time, until there is room.
     fn make_room(&self, now: Instant, need: usize) {
         for shard in &self.inner.shards {
             if self.no_room(need).is_none() {
@@ -185,7 +192,7 @@ impl MemoryStore {
             }
             let mut shard = Self::lock(shard);
             if shard.due(now) {
-                shard.sweep(now, &self.inner.usage);
+                shard.expire(now, &self.inner.usage, ROOM_EXPIRES);
             }
         }
     }
@@ -198,7 +205,7 @@ impl MemoryStore {
         }
         let at = Hashed::new(req.key.as_str());
         let mut shard = self.shard(at);
-        shard.maybe_sweep(now, &self.inner.usage);
+        shard.expire(now, &self.inner.usage, CLAIM_EXPIRES);
         let attempt = Attempt::new(req, now);
         // Taken after the shard's lock: the entity is checked and marked in the same
         // critical section as the claim.
@@ -242,7 +249,7 @@ impl MemoryStore {
         if let (Some(order), Some(e)) = (req.order, entities.as_mut()) {
             e.mark(order, fence, attempt.lease_until, attempt.expires_at);
         }
-        shard.expires(attempt.expires_at);
+        shard.expires(at, attempt.expires_at);
         Ok(Claim::Won {
             permit: Permit::new(req.key, Fence::new(fence)),
             takeover,
@@ -279,7 +286,7 @@ impl MemoryStore {
             self.entities()
                 .settle(order, fence, to == RecordState::Completed, expires_at);
         }
-        shard.expires(expires_at);
+        shard.expires(at, expires_at);
         true
     }
 
@@ -347,15 +354,19 @@ impl MemoryStore {
                 if r.expires_at > now && r.fence == fence && r.state == RecordState::InFlight =>
             {
                 r.lease_until = now + lease;
+                let before = r.expires_at;
                 r.expires_at = r.expires_at.max(r.lease_until);
-                r.expires_at
+                (r.expires_at != before).then_some(r.expires_at)
             }
             _ => return Ok(false),
         };
         if let Some(order) = order {
             self.entities().renew(order, fence, now + lease);
         }
-        shard.expires(expires_at);
+        // A renewal within the window leaves the expiry where it was: nothing to note.
+        if let Some(expires_at) = expires_at {
+            shard.expires(at, expires_at);
+        }
         Ok(true)
     }
 
@@ -400,11 +411,11 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Sweeps every shard now.
+    /// Drops every expired record now.
     pub fn sweep(&self) {
         let now = Instant::now();
         for shard in &self.inner.shards {
-            Self::lock(shard).sweep(now, &self.inner.usage);
+            Self::lock(shard).expire(now, &self.inner.usage, usize::MAX);
         }
     }
 }

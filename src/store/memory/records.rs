@@ -12,7 +12,9 @@ use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
 use hashbrown::HashTable;
+use tokio::time::Instant;
 
+use super::shard::footprint;
 use super::{Record, SHARDS};
 
 /// A key and its hash, computed once for an operation.
@@ -34,6 +36,10 @@ impl<'a> Hashed<'a> {
     /// seven, so every shard's keys still spread over its whole table.
     pub(super) fn shard(&self) -> usize {
         (self.hash >> 32) as usize % SHARDS
+    }
+
+    pub(super) fn hash(&self) -> u64 {
+        self.hash
     }
 }
 
@@ -79,7 +85,20 @@ impl Records {
         Some(found.remove().0.record)
     }
 
+    /// Removes a record under `hash` whose expiry has passed, and tells the bytes it was
+    /// counted as. Two keys of one shard sharing all 64 bits of a keyed hash are not
+    /// expected; were they, removing either expired record would still be right.
+    pub(super) fn remove_expired(&mut self, hash: u64, now: Instant) -> Option<usize> {
+        let found = self
+            .0
+            .find_entry(hash, |s| s.hash == hash && s.record.expires_at <= now)
+            .ok()?;
+        let (slot, _) = found.remove();
+        Some(footprint(&slot.key, &slot.record))
+    }
+
     /// Keeps the records `keep` says yes to.
+    #[cfg(test)]
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&str, &Record) -> bool) {
         self.0.retain(|s| keep(&s.key, &s.record));
     }

@@ -1,12 +1,14 @@
 //! One shard of the embedded store, and the count of what every shard holds.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::records::Records;
-use super::{Record, MIN_SWEEP, RECORD_OVERHEAD};
+use super::records::{Hashed, Records};
+use super::{Record, RECORD_OVERHEAD};
 
 /// What the records of every shard hold.
 #[derive(Default)]
@@ -33,47 +35,48 @@ pub(super) fn footprint(key: &str, r: &Record) -> usize {
 #[derive(Default)]
 pub(super) struct Shard {
     pub(super) records: Records,
-    sweep_at: usize,
-    /// A lower bound of the earliest `expires_at` in this shard (exact after a sweep).
-    earliest: Option<Instant>,
+    /// When this shard's records expire, earliest first, by key hash: a claim, a
+    /// completion and a renewal each add their record's new expiry. An entry a later one
+    /// overtook (the record lives on) or whose record is gone is passed over when it
+    /// comes up, so expiring costs what has come due, never a walk of the shard.
+    expiries: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 impl Shard {
-    /// Notes that a record of this shard now expires at `at`.
-    pub(super) fn expires(&mut self, at: Instant) {
-        self.earliest = Some(self.earliest.map_or(at, |e| e.min(at)));
+    /// Notes that the record at `at` now expires at `when`.
+    pub(super) fn expires(&mut self, at: Hashed<'_>, when: Instant) {
+        self.expiries.push(Reverse((when, at.hash())));
     }
 
-    /// Whether a sweep could free anything now.
+    /// Whether an expiry has come due (the record may have lived on since).
     pub(super) fn due(&self, now: Instant) -> bool {
-        self.earliest.is_some_and(|e| e <= now)
+        self.expiries.peek().is_some_and(|e| e.0 .0 <= now)
     }
 
-    /// Amortised expiry: a shard sweeps when it has doubled since its last sweep.
-    pub(super) fn maybe_sweep(&mut self, now: Instant, live: &Usage) {
-        if self.records.len() >= self.sweep_at.max(MIN_SWEEP) {
-            self.sweep(now, live);
-        }
-    }
-
-    /// Drops expired records and recomputes the earliest expiry.
-    pub(super) fn sweep(&mut self, now: Instant, live: &Usage) {
-        let before = self.records.len();
-        let mut earliest: Option<Instant> = None;
-        let mut freed = 0;
-        self.records.retain(|k, r| {
-            let keep = r.expires_at > now;
-            if keep {
-                earliest = Some(earliest.map_or(r.expires_at, |e| e.min(r.expires_at)));
-            } else {
-                freed += footprint(k, r);
+    /// Drops the records whose expiry has passed, looking at most at `budget` of the
+    /// expiries that have come due (the rest wait for the next call).
+    pub(super) fn expire(&mut self, now: Instant, live: &Usage, budget: usize) {
+        let (mut freed, mut dropped) = (0, 0);
+        for _ in 0..budget {
+            match self.expiries.peek() {
+                Some(Reverse((when, _))) if *when <= now => {}
+                _ => break,
             }
-            keep
-        });
-        live.records
-            .fetch_sub(before - self.records.len(), Ordering::Relaxed);
+            let Some(Reverse((_, hash))) = self.expiries.pop() else {
+                break;
+            };
+            if let Some(bytes) = self.records.remove_expired(hash, now) {
+                freed += bytes;
+                dropped += 1;
+            }
+        }
+        live.records.fetch_sub(dropped, Ordering::Relaxed);
         live.sub(freed);
-        self.sweep_at = self.records.len() * 2;
-        self.earliest = earliest;
+    }
+
+    /// The expiries noted and not yet come up (at least one per record).
+    #[cfg(test)]
+    pub(super) fn pending(&self) -> usize {
+        self.expiries.len()
     }
 }

@@ -142,3 +142,111 @@ fn keys_spread_over_every_shard() {
         }
     }
 }
+
+/// Claims `n` keys `{prefix}{i}` that expire 1 ms after their lease (1 ms) ends.
+async fn short_lived(store: &MemoryStore, prefix: &str, n: usize) {
+    for i in 0..n {
+        let key = StoreKey::from_raw(format!("{prefix}{i}"));
+        let short = ClaimRequest {
+            window: Duration::from_millis(1),
+            ..req(&key, &HASH, Duration::from_millis(1))
+        };
+        assert!(matches!(
+            store.claim(short).await.unwrap(),
+            Claim::Won { .. }
+        ));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_drops_a_bounded_number_of_expired_records_and_walks_nothing() {
+    let store = MemoryStore::with_limits(1_000_000, u64::MAX);
+    // Every key in one shard, so one claim's share of the expiring is seen whole.
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|k| Hashed::new(k).shard() == 0)
+        .take(101)
+        .collect();
+    for key in &keys[..100] {
+        let key = StoreKey::from_raw(key);
+        let short = ClaimRequest {
+            window: Duration::from_millis(1),
+            ..req(&key, &HASH, Duration::from_millis(1))
+        };
+        store.claim(short).await.unwrap();
+    }
+    assert_eq!(store.len(), 100);
+    tokio::time::advance(Duration::from_millis(5)).await;
+    // All 100 have expired: a claim in their shard drops only its share of them.
+    win(&store, &keys[100]).await.unwrap();
+    assert_eq!(store.len(), 100 - CLAIM_EXPIRES + 1);
+    store.sweep();
+    assert_eq!(store.len(), 1);
+    assert_eq!(MemoryStore::lock(&store.inner.shards[0]).pending(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_that_lives_on_is_not_dropped_when_its_first_expiry_comes_up() {
+    let store = MemoryStore::with_limits(1_000, u64::MAX);
+    let key = StoreKey::from_raw("k");
+    // Claimed to expire in 10 ms (lease and window 5 ms each), then completed for an hour.
+    let claim = ClaimRequest {
+        window: Duration::from_millis(5),
+        ..req(&key, &HASH, Duration::from_millis(5))
+    };
+    let Claim::Won { permit, .. } = store.claim(claim).await.unwrap() else {
+        panic!()
+    };
+    let owner = Owner::by_fence(permit.fence().get());
+    let body = Bytes::from_static(b"kept");
+    let hour = Duration::from_secs(3600);
+    assert!(store
+        .complete("k", owner, body.clone(), hour, false, None)
+        .await
+        .unwrap());
+    tokio::time::advance(Duration::from_millis(20)).await;
+    store.sweep();
+    assert_eq!(store.len(), 1);
+    let again = store
+        .claim(req(&key, &HASH, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(again, Claim::Replay(body));
+    tokio::time::advance(hour).await;
+    store.sweep();
+    assert_eq!((store.len(), store.bytes()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_within_the_window_note_no_expiry() {
+    let store = MemoryStore::with_limits(1_000, u64::MAX);
+    let fence = win(&store, "k").await.unwrap();
+    let shard = Hashed::new("k").shard();
+    let pending = || MemoryStore::lock(&store.inner.shards[shard]).pending();
+    assert_eq!(pending(), 1);
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let renewed = store
+            .renew("k", Owner::by_fence(fence), Duration::from_secs(60), None)
+            .await
+            .unwrap();
+        assert!(renewed);
+    }
+    assert_eq!(pending(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_store_makes_room_from_what_has_expired() {
+    let store = MemoryStore::with_limits(64, u64::MAX);
+    short_lived(&store, "old", 64).await;
+    assert!(matches!(
+        win(&store, "new0").await,
+        Err(StoreError::Full(_))
+    ));
+    tokio::time::advance(Duration::from_millis(5)).await;
+    // Each new key finds room: the expired records are dropped for it.
+    for i in 0..64 {
+        win(&store, &format!("new{i}")).await.unwrap();
+    }
+    assert_eq!(store.len(), 64);
+}
