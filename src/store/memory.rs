@@ -46,9 +46,11 @@ const MIN_SWEEP: usize = 256;
 const CLAIM_EXPIRES: usize = 8;
 /// How many due expiries of each shard a full store looks at to make room for a claim.
 const ROOM_EXPIRES: usize = 256;
-/// Bytes a record costs besides its key and response: the record itself, the map entry
-/// and the key's allocation, rounded up.
-pub const RECORD_OVERHEAD: usize = 192;
+/// Bytes a record costs besides its key and response: its slot in the shard's table (the
+/// record, the key's hash and pointer) at the table's fullest load, two entries of the
+/// expiry queue, and the key's allocation's rounding; rounded up (a unit test in
+/// `memory/records.rs` checks it against the sizes this build has).
+pub const RECORD_OVERHEAD: usize = 336;
 
 #[derive(Debug)]
 struct Record {

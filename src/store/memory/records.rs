@@ -131,6 +131,21 @@ mod tests {
         super::super::claim::Attempt::new(req, Instant::now()).fresh(fence, 1)
     }
 
+    /// The overhead counted per record covers what the tables spend on one: its slot at
+    /// the table's fullest (7 of 8 buckets), a control byte, two entries of the expiry
+    /// queue and the rounding of the key's allocation.
+    #[test]
+    fn the_counted_overhead_covers_a_records_slot_and_expiries() {
+        let slot = std::mem::size_of::<Slot>() * 8 / 7 + 1;
+        let expiries = 2 * std::mem::size_of::<std::cmp::Reverse<(Instant, u64)>>();
+        let spent = slot + expiries + 16;
+        assert!(
+            super::super::RECORD_OVERHEAD >= spent,
+            "RECORD_OVERHEAD {} < {spent} bytes a record takes",
+            super::super::RECORD_OVERHEAD
+        );
+    }
+
     /// Through many doublings, removals and a retain, the table holds what a standard map
     /// given the same operations holds, every key found under its own record.
     #[test]
