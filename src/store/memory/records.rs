@@ -47,6 +47,18 @@ struct Slot {
     hash: u64,
     key: Box<str>,
     record: Record,
+    /// The time of this record's one current entry in the shard's expiry queue.
+    queued: Option<Instant>,
+}
+
+/// What became of a record whose entry in the expiry queue came up.
+pub(super) enum Due {
+    /// Not the record's current entry (one queued earlier since, or the record is gone).
+    Stale,
+    /// Expired and removed: the bytes it was counted as.
+    Removed(usize),
+    /// It lives on: queued again for when it now expires.
+    Requeued(Instant),
 }
 
 /// One shard's records.
@@ -76,6 +88,7 @@ impl Records {
             hash: at.hash,
             key: at.key.into(),
             record,
+            queued: None,
         };
         self.0.insert_unique(at.hash, slot, |s| s.hash);
     }
@@ -85,16 +98,37 @@ impl Records {
         Some(found.remove().0.record)
     }
 
-    /// Removes a record under `hash` whose expiry has passed, and tells the bytes it was
-    /// counted as. Two keys of one shard sharing all 64 bits of a keyed hash are not
-    /// expected; were they, removing either expired record would still be right.
-    pub(super) fn remove_expired(&mut self, hash: u64, now: Instant) -> Option<usize> {
-        let found = self
+    /// Whether the record at `at` must be queued for `when`: it has no entry in the
+    /// expiry queue yet, or only a later one. A record that now expires later keeps its
+    /// entry, and is queued again when that comes up: each record has one current entry.
+    pub(super) fn queue(&mut self, at: Hashed<'_>, when: Instant) -> bool {
+        let Some(slot) = self.0.find_mut(at.hash, |s| *s.key == *at.key) else {
+            return false;
+        };
+        if slot.queued.is_some_and(|q| q <= when) {
+            return false;
+        }
+        slot.queued = Some(when);
+        true
+    }
+
+    /// The expiry queue's entry (`when`, `hash`) came up at `now`. Two keys of one shard
+    /// sharing all 64 bits of a keyed hash and a queued time are not expected; were they,
+    /// each is still removed only once expired.
+    pub(super) fn come_due(&mut self, hash: u64, when: Instant, now: Instant) -> Due {
+        let Ok(found) = self
             .0
-            .find_entry(hash, |s| s.hash == hash && s.record.expires_at <= now)
-            .ok()?;
-        let (slot, _) = found.remove();
-        Some(footprint(&slot.key, &slot.record))
+            .find_entry(hash, |s| s.hash == hash && s.queued == Some(when))
+        else {
+            return Due::Stale;
+        };
+        if found.get().record.expires_at <= now {
+            let (slot, _) = found.remove();
+            return Due::Removed(footprint(&slot.key, &slot.record));
+        }
+        let slot = found.into_mut();
+        slot.queued = Some(slot.record.expires_at);
+        Due::Requeued(slot.record.expires_at)
     }
 
     /// Keeps the records `keep` says yes to.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::records::{Hashed, Records};
+use super::records::{Due, Hashed, Records};
 use super::{Record, RECORD_OVERHEAD};
 
 /// What the records of every shard hold.
@@ -35,17 +35,21 @@ pub(super) fn footprint(key: &str, r: &Record) -> usize {
 #[derive(Default)]
 pub(super) struct Shard {
     pub(super) records: Records,
-    /// When this shard's records expire, earliest first, by key hash: a claim, a
-    /// completion and a renewal each add their record's new expiry. An entry a later one
-    /// overtook (the record lives on) or whose record is gone is passed over when it
-    /// comes up, so expiring costs what has come due, never a walk of the shard.
+    /// When this shard's records expire, earliest first, by key hash. Each record has one
+    /// current entry: a write that brings its expiry forward (a completion's window ending
+    /// before the claim's) queues it anew, and one that puts it back (a renewal, a
+    /// reclaim) leaves the entry, which queues it again when it comes up. An entry
+    /// overtaken so, or whose record is gone, is passed over: expiring costs what has come
+    /// due, never a walk of the shard, and the queue holds at most about two entries a record.
     expiries: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 impl Shard {
     /// Notes that the record at `at` now expires at `when`.
     pub(super) fn expires(&mut self, at: Hashed<'_>, when: Instant) {
-        self.expiries.push(Reverse((when, at.hash())));
+        if self.records.queue(at, when) {
+            self.expiries.push(Reverse((when, at.hash())));
+        }
     }
 
     /// Whether an expiry has come due (the record may have lived on since).
@@ -62,12 +66,16 @@ impl Shard {
                 Some(Reverse((when, _))) if *when <= now => {}
                 _ => break,
             }
-            let Some(Reverse((_, hash))) = self.expiries.pop() else {
+            let Some(Reverse((when, hash))) = self.expiries.pop() else {
                 break;
             };
-            if let Some(bytes) = self.records.remove_expired(hash, now) {
-                freed += bytes;
-                dropped += 1;
+            match self.records.come_due(hash, when, now) {
+                Due::Stale => {}
+                Due::Removed(bytes) => {
+                    freed += bytes;
+                    dropped += 1;
+                }
+                Due::Requeued(at) => self.expiries.push(Reverse((at, hash))),
             }
         }
         live.records.fetch_sub(dropped, Ordering::Relaxed);

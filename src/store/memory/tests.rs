@@ -16,6 +16,14 @@ fn req<'a>(key: &'a StoreKey, hash: &'a RequestHash, lease: Duration) -> ClaimRe
     }
 }
 
+/// A claim of `key` that expires 1 ms after its lease (1 ms) ends.
+fn short(key: &StoreKey) -> ClaimRequest<'_> {
+    ClaimRequest {
+        window: Duration::from_millis(1),
+        ..req(key, &HASH, Duration::from_millis(1))
+    }
+}
+
 async fn win(store: &MemoryStore, key: &str) -> Result<u64, StoreError> {
     let key = StoreKey::from_raw(key);
     match store
@@ -70,11 +78,7 @@ async fn claims_past_max_bytes_fail_and_completed_records_stay() {
 async fn swept_and_reclaimed_records_give_their_bytes_back() {
     let store = MemoryStore::with_limits(1_000, u64::MAX);
     let a = StoreKey::from_raw("a");
-    let short = ClaimRequest {
-        window: Duration::from_millis(1),
-        ..req(&a, &HASH, Duration::from_millis(1))
-    };
-    let Claim::Won { permit, .. } = store.claim(short).await.unwrap() else {
+    let Claim::Won { permit, .. } = store.claim(short(&a)).await.unwrap() else {
         panic!()
     };
     let fence = permit.fence();
@@ -143,18 +147,12 @@ fn keys_spread_over_every_shard() {
     }
 }
 
-/// Claims `n` keys `{prefix}{i}` that expire 1 ms after their lease (1 ms) ends.
-async fn short_lived(store: &MemoryStore, prefix: &str, n: usize) {
-    for i in 0..n {
-        let key = StoreKey::from_raw(format!("{prefix}{i}"));
-        let short = ClaimRequest {
-            window: Duration::from_millis(1),
-            ..req(&key, &HASH, Duration::from_millis(1))
-        };
-        assert!(matches!(
-            store.claim(short).await.unwrap(),
-            Claim::Won { .. }
-        ));
+/// Wins each key with a claim that expires 1 ms after its lease (1 ms) ends.
+async fn short_lived(store: &MemoryStore, keys: impl IntoIterator<Item = String>) {
+    for key in keys {
+        let key = StoreKey::from_raw(key);
+        let won = store.claim(short(&key)).await.unwrap();
+        assert!(matches!(won, Claim::Won { .. }), "{key}: {won:?}");
     }
 }
 
@@ -167,14 +165,7 @@ async fn a_claim_drops_a_bounded_number_of_expired_records_and_walks_nothing() {
         .filter(|k| Hashed::new(k).shard() == 0)
         .take(101)
         .collect();
-    for key in &keys[..100] {
-        let key = StoreKey::from_raw(key);
-        let short = ClaimRequest {
-            window: Duration::from_millis(1),
-            ..req(&key, &HASH, Duration::from_millis(1))
-        };
-        store.claim(short).await.unwrap();
-    }
+    short_lived(&store, keys[..100].iter().cloned()).await;
     assert_eq!(store.len(), 100);
     tokio::time::advance(Duration::from_millis(5)).await;
     // All 100 have expired: a claim in their shard drops only its share of them.
@@ -238,7 +229,7 @@ async fn renewals_within_the_window_note_no_expiry() {
 #[tokio::test(start_paused = true)]
 async fn a_full_store_makes_room_from_what_has_expired() {
     let store = MemoryStore::with_limits(64, u64::MAX);
-    short_lived(&store, "old", 64).await;
+    short_lived(&store, (0..64).map(|i| format!("old{i}"))).await;
     assert!(matches!(
         win(&store, "new0").await,
         Err(StoreError::Full(_))
@@ -249,4 +240,54 @@ async fn a_full_store_makes_room_from_what_has_expired() {
         win(&store, &format!("new{i}")).await.unwrap();
     }
     assert_eq!(store.len(), 64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_renewed_past_the_window_keeps_its_record_until_then() {
+    let store = MemoryStore::with_limits(1_000, u64::MAX);
+    let key = StoreKey::from_raw("k");
+    // Expires in 10 ms (lease and window 5 ms each)...
+    let claim = ClaimRequest {
+        window: Duration::from_millis(5),
+        ..req(&key, &HASH, Duration::from_millis(5))
+    };
+    let Claim::Won { permit, .. } = store.claim(claim).await.unwrap() else {
+        panic!()
+    };
+    // ...until a renewal takes the lease an hour on.
+    let hour = Duration::from_secs(3600);
+    let owner = Owner::by_fence(permit.fence().get());
+    assert!(store.renew("k", owner, hour, None).await.unwrap());
+    tokio::time::advance(Duration::from_millis(20)).await;
+    store.sweep();
+    assert_eq!(store.len(), 1, "dropped when its first expiry came up");
+    let shard = Hashed::new("k").shard();
+    assert_eq!(MemoryStore::lock(&store.inner.shards[shard]).pending(), 1);
+    tokio::time::advance(hour).await;
+    store.sweep();
+    assert_eq!((store.len(), store.bytes()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn claims_and_releases_of_one_key_queue_no_more_expiries() {
+    let store = MemoryStore::with_limits(1_000, u64::MAX);
+    let key = StoreKey::from_raw("k");
+    let shard = Hashed::new("k").shard();
+    for _ in 0..100 {
+        let Claim::Won { permit, .. } = store
+            .claim(req(&key, &HASH, Duration::from_secs(60)))
+            .await
+            .unwrap()
+        else {
+            panic!()
+        };
+        let owner = Owner::by_fence(permit.fence().get());
+        let window = Duration::from_secs(3600);
+        assert!(store
+            .release("k", owner, window, false, None)
+            .await
+            .unwrap());
+        tokio::time::advance(Duration::from_millis(10)).await;
+    }
+    assert!(MemoryStore::lock(&store.inner.shards[shard]).pending() <= 2);
 }
