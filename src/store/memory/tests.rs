@@ -176,19 +176,24 @@ async fn a_claim_drops_a_bounded_number_of_expired_records_and_walks_nothing() {
     assert_eq!(MemoryStore::lock(&store.inner.shards[0]).pending(), 1);
 }
 
+/// Wins `key` with a claim whose lease and window are 5 ms each; its fence.
+async fn won_for_10ms(store: &MemoryStore, key: &StoreKey) -> u64 {
+    let claim = ClaimRequest {
+        window: Duration::from_millis(5),
+        ..req(key, &HASH, Duration::from_millis(5))
+    };
+    match store.claim(claim).await.unwrap() {
+        Claim::Won { permit, .. } => permit.fence().get(),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_record_that_lives_on_is_not_dropped_when_its_first_expiry_comes_up() {
     let store = MemoryStore::with_limits(1_000, u64::MAX);
     let key = StoreKey::from_raw("k");
-    // Claimed to expire in 10 ms (lease and window 5 ms each), then completed for an hour.
-    let claim = ClaimRequest {
-        window: Duration::from_millis(5),
-        ..req(&key, &HASH, Duration::from_millis(5))
-    };
-    let Claim::Won { permit, .. } = store.claim(claim).await.unwrap() else {
-        panic!()
-    };
-    let owner = Owner::by_fence(permit.fence().get());
+    // Claimed to expire in 10 ms, then completed for an hour.
+    let owner = Owner::by_fence(won_for_10ms(&store, &key).await);
     let body = Bytes::from_static(b"kept");
     let hour = Duration::from_secs(3600);
     assert!(store
@@ -246,17 +251,9 @@ async fn a_full_store_makes_room_from_what_has_expired() {
 async fn a_lease_renewed_past_the_window_keeps_its_record_until_then() {
     let store = MemoryStore::with_limits(1_000, u64::MAX);
     let key = StoreKey::from_raw("k");
-    // Expires in 10 ms (lease and window 5 ms each)...
-    let claim = ClaimRequest {
-        window: Duration::from_millis(5),
-        ..req(&key, &HASH, Duration::from_millis(5))
-    };
-    let Claim::Won { permit, .. } = store.claim(claim).await.unwrap() else {
-        panic!()
-    };
-    // ...until a renewal takes the lease an hour on.
+    // Expires in 10 ms, until a renewal takes the lease an hour on.
+    let owner = Owner::by_fence(won_for_10ms(&store, &key).await);
     let hour = Duration::from_secs(3600);
-    let owner = Owner::by_fence(permit.fence().get());
     assert!(store.renew("k", owner, hour, None).await.unwrap());
     tokio::time::advance(Duration::from_millis(20)).await;
     store.sweep();
