@@ -356,19 +356,15 @@ impl MemoryStore {
                 if r.expires_at > now && r.fence == fence && r.state == RecordState::InFlight =>
             {
                 r.lease_until = now + lease;
-                let before = r.expires_at;
                 r.expires_at = r.expires_at.max(r.lease_until);
-                (r.expires_at != before).then_some(r.expires_at)
+                r.expires_at
             }
             _ => return Ok(false),
         };
         if let Some(order) = order {
             self.entities().renew(order, fence, now + lease);
         }
-        // A renewal within the window leaves the expiry where it was: nothing to note.
-        if let Some(expires_at) = expires_at {
-            shard.expires(at, expires_at);
-        }
+        shard.expires(at, expires_at);
         Ok(true)
     }
 

@@ -1,6 +1,7 @@
 //! One shard of the embedded store, and the count of what every shard holds.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -62,13 +63,10 @@ impl Shard {
     pub(super) fn expire(&mut self, now: Instant, live: &Usage, budget: usize) {
         let (mut freed, mut dropped) = (0, 0);
         for _ in 0..budget {
-            match self.expiries.peek() {
-                Some(Reverse((when, _))) if *when <= now => {}
-                _ => break,
-            }
-            let Some(Reverse((when, hash))) = self.expiries.pop() else {
+            let Some(top) = self.expiries.peek_mut().filter(|e| e.0 .0 <= now) else {
                 break;
             };
+            let Reverse((when, hash)) = PeekMut::pop(top);
             match self.records.come_due(hash, when, now) {
                 Due::Stale => {}
                 Due::Removed(bytes) => {
