@@ -13,8 +13,18 @@
 //!
 //! Built without transparent huge pages (`no_thp`), which would otherwise raise the idle
 //! RSS from about 10 to 16 MiB.
+//!
+//! Each thread that serves requests keeps a block of every size class from 1 KiB to
+//! 16 KiB ([`keep_pages`]). A request's largest blocks (its boxed futures: about 2.6, 5.3
+//! and 8 KiB) often had pages of their own: a replay is over before the next request
+//! starts, its page emptied, mimalloc retired it and soon gave it back to its arena, and
+//! the next request took a fresh page (a search of the arena's bitmap, the page set up
+//! again). A uprobe counted about one fresh page a request, and the allocator's page and
+//! arena calls were about a twentieth of a replay's CPU (docs/benchmarks.md, run 26). A
+//! page holding a kept block is never empty, so it stays.
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::cell::RefCell;
 use std::ffi::c_void;
 
 use libmimalloc_sys as mi;
@@ -73,6 +83,42 @@ unsafe impl GlobalAlloc for Allocator {
     }
 }
 
+/// The sizes kept: a block every 256 bytes, so every size class in the range has one.
+const KEPT_SIZES: std::ops::RangeInclusive<usize> = 1024..=16 * 1024;
+const KEPT_STEP: usize = 256;
+
+/// Blocks held so that their pages are never empty; freed with the thread.
+struct KeptPages(Vec<*mut c_void>);
+
+impl Drop for KeptPages {
+    fn drop(&mut self) {
+        for &block in &self.0 {
+            // SAFETY: each block came from `mi_malloc` and is freed once, here.
+            unsafe { mi::mi_free(block) };
+        }
+    }
+}
+
+thread_local! {
+    static KEPT: RefCell<Option<KeptPages>> = const { RefCell::new(None) };
+}
+
+/// Keeps, for as long as this thread runs, a block of every size class from 1 KiB to
+/// 16 KiB (see the module's notes). Run first on each thread of the gateway's runtimes.
+pub fn keep_pages() {
+    KEPT.with(|kept| {
+        kept.borrow_mut().get_or_insert_with(|| {
+            // SAFETY: `mi_malloc` takes any size; a null block (out of memory) is kept
+            // as it is and freed as one (`mi_free` ignores null).
+            let blocks = KEPT_SIZES
+                .step_by(KEPT_STEP)
+                .map(|size| unsafe { mi::mi_malloc(size) })
+                .collect();
+            KeptPages(blocks)
+        });
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +127,27 @@ mod tests {
         1, 7, 8, 12, 16, 24, 40, 100, 1000, 1025, 1100, 4000, 8192, 70_000,
     ];
     const ALIGNS: [usize; 7] = [1, 4, 8, 16, 32, 128, 4096];
+
+    #[test]
+    fn a_thread_keeps_one_block_of_each_size_once_and_frees_them_with_it() {
+        std::thread::spawn(|| {
+            keep_pages();
+            keep_pages();
+            KEPT.with(|kept| {
+                let kept = kept.borrow();
+                let blocks = &kept.as_ref().expect("kept").0;
+                assert_eq!(blocks.len(), KEPT_SIZES.step_by(KEPT_STEP).count());
+                for (&block, size) in blocks.iter().zip(KEPT_SIZES.step_by(KEPT_STEP)) {
+                    assert!(!block.is_null());
+                    unsafe { std::ptr::write_bytes(block.cast::<u8>(), 0xab, size) };
+                }
+            });
+        })
+        .join()
+        .unwrap();
+        // Another thread has none until it asks.
+        KEPT.with(|kept| assert!(kept.borrow().is_none()));
+    }
 
     #[test]
     fn every_block_is_aligned_as_asked_and_keeps_its_bytes_when_resized() {

@@ -362,7 +362,7 @@ fn report(message: &str) {
 /// The multi-threaded runtime `run` and `drill` work on (see `server.idle_poll`); a
 /// failure already reported.
 fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, ExitCode> {
-    dedupe_gateway::runtime::multi_thread(idle_poll).map_err(|e| {
+    dedupe_gateway::runtime::multi_thread(idle_poll, allocator::keep_pages).map_err(|e| {
         report(&format!("cannot start the async runtime: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })
@@ -376,7 +376,7 @@ fn connection_workers(
 ) -> Result<dedupe_gateway::server::Workers, ExitCode> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let count = count.unwrap_or(cpus.min(dedupe_gateway::config::defaults::MAX_WORKERS));
-    dedupe_gateway::runtime::workers(count, idle_poll).map_err(|e| {
+    dedupe_gateway::runtime::workers(count, idle_poll, allocator::keep_pages).map_err(|e| {
         report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })

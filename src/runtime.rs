@@ -18,10 +18,14 @@ use std::time::{Duration, Instant};
 use crate::server::Workers;
 
 /// The runtime `run` serves on, its workers polling for `idle_poll` before they sleep
-/// (`Duration::ZERO`: they sleep at once, as tokio's do).
-pub fn multi_thread(idle_poll: Duration) -> std::io::Result<tokio::runtime::Runtime> {
+/// (`Duration::ZERO`: they sleep at once, as tokio's do), and running `on_start` first on
+/// each of its threads (the binary keeps its allocator's pages there).
+pub fn multi_thread(
+    idle_poll: Duration,
+    on_start: fn(),
+) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
+    builder.enable_all().on_thread_start(on_start);
     if !idle_poll.is_zero() {
         builder.on_thread_park(move || poll_for(idle_poll));
     }
@@ -33,8 +37,9 @@ const WORKER_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// `count` connection workers (see [`crate::server::Workers`]): threads that each run a
 /// single-threaded runtime, polling for `idle_poll` before they sleep, for as long as the
-/// process runs. Fewer than two: none (connections stay on the runtime that accepts them).
-pub fn workers(count: usize, idle_poll: Duration) -> std::io::Result<Workers> {
+/// process runs, each running `on_start` first. Fewer than two: none (connections stay on
+/// the runtime that accepts them).
+pub fn workers(count: usize, idle_poll: Duration, on_start: fn()) -> std::io::Result<Workers> {
     if count < 2 {
         return Ok(Workers::none());
     }
@@ -54,6 +59,7 @@ pub fn workers(count: usize, idle_poll: Duration) -> std::io::Result<Workers> {
             std::thread::Builder::new()
                 .name(format!("dedupe-worker-{i}"))
                 .spawn(move || {
+                    on_start();
                     runtime.block_on(stop.cancelled());
                     runtime.shutdown_timeout(WORKER_SHUTDOWN);
                 })?,
@@ -85,7 +91,7 @@ mod tests {
             Duration::from_micros(15),
             Duration::from_micros(100),
         ] {
-            let runtime = multi_thread(idle_poll).unwrap();
+            let runtime = multi_thread(idle_poll, || {}).unwrap();
             let sum = runtime.block_on(async {
                 let tasks: Vec<_> = (0..64u64)
                     .map(|i| {
