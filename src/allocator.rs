@@ -21,7 +21,9 @@
 //! the next request took a fresh page (a search of the arena's bitmap, the page set up
 //! again). A uprobe counted about one fresh page a request, and the allocator's page and
 //! arena calls were about a twentieth of a replay's CPU (docs/benchmarks.md, run 26). A
-//! page holding a kept block is never empty, so it stays.
+//! page holding a kept block is never empty, so it stays. The kept blocks are 61, about
+//! 520 KiB of address space a thread, mostly never touched (the idle RSS rose by 1.5 MiB);
+//! tokio's blocking threads keep them too, and free them when they end.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::RefCell;
