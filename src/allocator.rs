@@ -21,9 +21,11 @@
 //! the next request took a fresh page (a search of the arena's bitmap, the page set up
 //! again). A uprobe counted about one fresh page a request, and the allocator's page and
 //! arena calls were about a twentieth of a replay's CPU (docs/benchmarks.md, run 26). A
-//! page holding a kept block is never empty, so it stays. The kept blocks are 61, about
-//! 520 KiB of address space a thread, mostly never touched (the idle RSS rose by 1.5 MiB);
-//! tokio's blocking threads keep them too, and free them when they end.
+//! page holding a kept block is never empty, so it stays. One block a size class (mimalloc
+//! has four classes a doubling), 17 blocks, 130 KiB: the pages they hold are 13 of 64 KiB
+//! and 4 of 512 KiB (the classes above 10 KiB), about 2.4 MiB of address space a thread,
+//! mostly untouched (the idle RSS rose by 1.5 MiB). The multi-threaded runtime's blocking
+//! threads keep them too, and free them when they end.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::RefCell;
@@ -85,9 +87,14 @@ unsafe impl GlobalAlloc for Allocator {
     }
 }
 
-/// The sizes kept: a block every 256 bytes, so every size class in the range has one.
-const KEPT_SIZES: std::ops::RangeInclusive<usize> = 1024..=16 * 1024;
-const KEPT_STEP: usize = 256;
+/// The sizes kept: mimalloc's size classes from 1 KiB to 16 KiB, four a doubling (each
+/// block is the largest its class holds, so it lands in that class and no other).
+fn kept_sizes() -> impl Iterator<Item = usize> {
+    [1024, 2048, 4096, 8192]
+        .into_iter()
+        .flat_map(|d| [d, d * 5 / 4, d * 6 / 4, d * 7 / 4])
+        .chain([16 * 1024])
+}
 
 /// Blocks held so that their pages are never empty; freed with the thread.
 struct KeptPages(Vec<*mut c_void>);
@@ -112,8 +119,7 @@ pub fn keep_pages() {
         kept.borrow_mut().get_or_insert_with(|| {
             // SAFETY: `mi_malloc` takes any size; a null block (out of memory) is kept
             // as it is and freed as one (`mi_free` ignores null).
-            let blocks = KEPT_SIZES
-                .step_by(KEPT_STEP)
+            let blocks = kept_sizes()
                 .map(|size| unsafe { mi::mi_malloc(size) })
                 .collect();
             KeptPages(blocks)
@@ -130,25 +136,46 @@ mod tests {
     ];
     const ALIGNS: [usize; 7] = [1, 4, 8, 16, 32, 128, 4096];
 
+    fn kept_here() -> Vec<*mut c_void> {
+        KEPT.with(|kept| {
+            kept.borrow()
+                .as_ref()
+                .map(|k| k.0.clone())
+                .unwrap_or_default()
+        })
+    }
+
     #[test]
-    fn a_thread_keeps_one_block_of_each_size_once_and_frees_them_with_it() {
+    fn the_kept_sizes_are_mimallocs_classes_from_1_to_16_kib() {
+        let sizes: Vec<usize> = kept_sizes().collect();
+        assert_eq!(
+            sizes,
+            [
+                1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192,
+                10240, 12288, 14336, 16384
+            ]
+        );
+    }
+
+    #[test]
+    fn a_thread_keeps_its_blocks_once_and_frees_them_with_it() {
         std::thread::spawn(|| {
+            assert!(kept_here().is_empty());
             keep_pages();
+            let first = kept_here();
+            assert_eq!(first.len(), kept_sizes().count());
+            for (&block, size) in first.iter().zip(kept_sizes()) {
+                assert!(!block.is_null());
+                unsafe { std::ptr::write_bytes(block.cast::<u8>(), 0xab, size) };
+            }
+            // Asked again: the same blocks, none taken anew.
             keep_pages();
-            KEPT.with(|kept| {
-                let kept = kept.borrow();
-                let blocks = &kept.as_ref().expect("kept").0;
-                assert_eq!(blocks.len(), KEPT_SIZES.step_by(KEPT_STEP).count());
-                for (&block, size) in blocks.iter().zip(KEPT_SIZES.step_by(KEPT_STEP)) {
-                    assert!(!block.is_null());
-                    unsafe { std::ptr::write_bytes(block.cast::<u8>(), 0xab, size) };
-                }
-            });
+            assert_eq!(kept_here(), first);
         })
         .join()
         .unwrap();
         // Another thread has none until it asks.
-        KEPT.with(|kept| assert!(kept.borrow().is_none()));
+        assert!(kept_here().is_empty());
     }
 
     #[test]

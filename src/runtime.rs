@@ -82,7 +82,30 @@ fn poll_for(idle_poll: Duration) {
 mod tests {
     use std::time::Duration;
 
-    use super::multi_thread;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{multi_thread, workers};
+
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    static WORKERS_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+    fn started() {
+        STARTED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn each_connection_worker_runs_on_start_first() {
+        let workers = workers(3, Duration::ZERO, || {
+            WORKERS_STARTED.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while WORKERS_STARTED.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(WORKERS_STARTED.load(Ordering::SeqCst), 3);
+        workers.stop();
+    }
 
     #[test]
     fn a_polling_runtime_runs_tasks_and_timers_as_a_sleeping_one() {
@@ -91,7 +114,7 @@ mod tests {
             Duration::from_micros(15),
             Duration::from_micros(100),
         ] {
-            let runtime = multi_thread(idle_poll, || {}).unwrap();
+            let runtime = multi_thread(idle_poll, started).unwrap();
             let sum = runtime.block_on(async {
                 let tasks: Vec<_> = (0..64u64)
                     .map(|i| {
@@ -108,6 +131,7 @@ mod tests {
                 sum
             });
             assert_eq!(sum, (0..64).sum::<u64>(), "idle_poll {idle_poll:?}");
+            assert!(STARTED.load(Ordering::SeqCst) > 0, "on_start never ran");
         }
     }
 }
