@@ -36,6 +36,7 @@ mod own;
 mod reply;
 mod scan;
 mod scripts;
+mod staged;
 mod string_record;
 mod string_scripts;
 mod strings;

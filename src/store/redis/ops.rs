@@ -229,20 +229,42 @@ macro_rules! redis_backend {
                         Typed::OtherLayout => Err(ordered_not_hash()),
                     };
                 }
-                let string = || {
-                    strings::finish_invocation(
-                        &self.scripts.string,
-                        key,
-                        owner,
-                        record,
-                        window,
-                        strict,
-                    )
-                };
                 let v = layered!(self.string_first(),
                     hash => self.call(&hash()),
-                    string => self.call(&string()))?;
+                    string => self.finish_string(key, owner, record, window, strict))?;
                 parse_finish(v)
+            }
+
+            /// The string layout's finish: a large completion of the claim's own record
+            /// staged (see [`super::staged`]), any other a call of the finish script.
+            async fn finish_string(
+                &self,
+                key: &str,
+                owner: Owner<'_>,
+                record: Option<&[u8]>,
+                window: Duration,
+                strict: bool,
+            ) -> Result<Typed<Value>, StoreError> {
+                let staged = strings::fresh_completion(owner, record, window, strict).and_then(
+                    |(header, response, claimed)| {
+                        staged::staged_completion(
+                            &self.scripts.string.finish,
+                            key,
+                            claimed,
+                            header,
+                            response,
+                            window,
+                        )
+                    },
+                );
+                if let Some(staged) = &staged {
+                    return self
+                        .query(move |mut con| async move { staged.send(&mut con).await })
+                        .await;
+                }
+                let string =
+                    strings::finish_invocation(&self.scripts.string, key, owner, record, window, strict);
+                self.call(&string).await
             }
 
             pub(in crate::store) async fn renew(

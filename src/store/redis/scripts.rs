@@ -285,6 +285,16 @@ impl Call<'_> {
         }
     }
 
+    /// The call as one command, `EVAL` with the body (`eval`) or `EVALSHA`, for a
+    /// transaction that carries it.
+    pub(super) fn command(&self, eval: bool) -> Cmd {
+        if eval {
+            self.eval()
+        } else {
+            self.cmd.clone()
+        }
+    }
+
     /// The command's words, for tests.
     #[cfg(test)]
     pub(super) fn args(&self) -> Vec<Vec<u8>> {
@@ -307,7 +317,7 @@ impl Call<'_> {
 
 /// The node does not hold the script: a master that joined the cluster since, a restart,
 /// `SCRIPT FLUSH`.
-fn no_script(e: &redis::RedisError) -> bool {
+pub(super) fn no_script(e: &redis::RedisError) -> bool {
     e.code() == Some("NOSCRIPT")
 }
 
@@ -406,7 +416,7 @@ pub(super) fn finish_call<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A command's words, as sent.

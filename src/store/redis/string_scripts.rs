@@ -100,10 +100,25 @@ return 1
 /// the full form, its fence read from the completed record, its claimant from the claim's
 /// value and its response cut from the completed record: each argument Redis turns into a
 /// Lua string costs the call, so the compare form carries no other.
+///
+/// The staged form is the compare form of a large record (see [`super::staged`]): a second
+/// key (KEYS[2]) holds the completed record, written by the same `MULTI` with the window as
+/// its TTL, and ARGV is the claim's value and the window. Where the key holds the claim's
+/// value the staged record is renamed onto it, and never becomes a Lua string; else it is
+/// read, and the call falls through as the compare form's does.
 const FINISH_ARGS: &str = r#"
 local fence_arg, state_arg, window_arg, strict_arg, response_arg, claimant_arg =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-if #ARGV[2] > 1 then
+if KEYS[2] then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('RENAME', KEYS[2], KEYS[1])
+    return 1
+  end
+  local done = redis.call('GET', KEYS[2])
+  fence_arg, state_arg, window_arg, strict_arg, response_arg, claimant_arg =
+    struct.unpack('>I8', done, 4), 'c', ARGV[2], '0', string.sub(done, {H} + 1),
+    string.sub(ARGV[1], {C} + 1, {C} + 16)
+elseif #ARGV[2] > 1 then
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
     return 1

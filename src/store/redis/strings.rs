@@ -16,6 +16,7 @@ use super::compare::CompletedValue;
 use super::scripts::Call;
 use super::string_record::{
     completed_header, decode, encode_claim, judge, State, StringRecord, Verdict, CLAIMANT_AT,
+    HEADER_LEN,
 };
 use super::string_scripts::StringScripts;
 use super::{int, millis, protocol};
@@ -232,6 +233,28 @@ fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
     claimant.map_or_else(Vec::new, |c| c.to_be_bytes().to_vec())
 }
 
+/// The completed record's header, the response and the claim's value, for a completion
+/// sent in the compare form (or staged, see [`super::staged`]): one, not strict, whose
+/// claim's `SET` wrote the record and whose claimant is the permit's (the compare form's
+/// fall-through reads the fence from the completed record and the claimant from the
+/// claim's value).
+pub(super) fn fresh_completion<'a>(
+    Owner {
+        fence,
+        claimant,
+        claimed,
+    }: Owner<'a>,
+    response: Option<&'a [u8]>,
+    window: Duration,
+    strict: bool,
+) -> Option<([u8; HEADER_LEN], &'a [u8], &'a [u8])> {
+    let (response, claimed) = response.zip(claimed).filter(|_| !strict)?;
+    let header = completed_header(claimed, fence, millis(window))?;
+    let claimant = claimant?.to_be_bytes();
+    (header[CLAIMANT_AT..CLAIMANT_AT + claimant.len()] == claimant)
+        .then_some((header, response, claimed))
+}
+
 /// A completion (`response`) or release (`None`) by `owner`. A completion, not strict,
 /// whose claim's `SET` wrote the record (the owner knows the value it wrote, and is the
 /// claimant named in it) is sent in the compare form (see `FINISH_ARGS` in
@@ -239,27 +262,15 @@ fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
 pub(super) fn finish_invocation<'a>(
     scripts: &'a StringScripts,
     key: &str,
-    Owner {
-        fence,
-        claimant,
-        claimed,
-    }: Owner<'_>,
+    owner: Owner<'_>,
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
 ) -> Call<'a> {
-    // The compare form's fall-through reads the fence from the completed record and the
-    // claimant from the claim's value: sent only where that claimant is the permit's.
-    let fresh = response
-        .zip(claimed)
-        .filter(|_| !strict)
-        .and_then(|(response, claimed)| {
-            let header = completed_header(claimed, fence, millis(window))?;
-            let claimant = claimant?.to_be_bytes();
-            (header[CLAIMANT_AT..CLAIMANT_AT + claimant.len()] == claimant)
-                .then_some((header, response, claimed))
-        });
-    if let Some((header, response, claimed)) = fresh {
+    let Owner {
+        fence, claimant, ..
+    } = owner;
+    if let Some((header, response, claimed)) = fresh_completion(owner, response, window, strict) {
         let size = claimed.len() + header.len() + response.len() + 20;
         let mut inv = scripts.finish.call(key, None, size);
         inv.arg(claimed)

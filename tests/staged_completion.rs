@@ -1,0 +1,283 @@
+//! Large completions on a server without `SET ... IFEQ` (Redis 7.0), string layout: the
+//! completed record is written under a staged key and renamed onto the record by the
+//! finish script, in one `MULTI`, so the response never becomes a Lua string
+//! (`src/store/redis/staged.rs`). Each writes the record the script would write, decides
+//! ownership as the script does, and leaves no staged key behind.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dedupe_gateway::config::RecordLayout;
+use dedupe_gateway::key::store_key;
+use dedupe_gateway::store::{
+    Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
+    Store, StoreKey,
+};
+use dedupe_test_support::{
+    GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer, RouteCfg, StoreCfg, Upstream,
+};
+
+const H1: RequestHash = RequestHash::new([1; 32]);
+const LONG: Duration = Duration::from_secs(60);
+
+fn store_on(redis: &RedisServer, layout: RecordLayout) -> Store {
+    Store::Redis(
+        RedisStore::new(&redis.url(), Duration::from_secs(1))
+            .unwrap()
+            .with_record_layout(layout),
+    )
+}
+
+fn claim<'a>(key: &'a StoreKey, lease: Duration, who: u128) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        request_hash: &H1,
+        lease,
+        window: LONG,
+        claimant: Claimant::new(who),
+        hold: false,
+        order: None,
+    }
+}
+
+async fn won(s: &Store, k: &StoreKey, lease: Duration, who: u128) -> Permit {
+    match s.claim(claim(k, lease, who)).await.unwrap() {
+        Claim::Won { permit, .. } => permit,
+        other => panic!("{k:?}: the claim did not win: {other:?}"),
+    }
+}
+
+/// `n` bytes that differ from one another (no run a compressor or a shared prefix hides).
+fn big(n: usize, seed: u8) -> Bytes {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 8) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// A key as the gateway makes them: `dedupe:{tag}:route:scope:key`.
+fn key(name: &str) -> StoreKey {
+    store_key("dedupe", "payments", "-", name)
+}
+
+/// `INFO commandstats`: command → calls.
+fn calls(redis: &RedisServer) -> HashMap<String, u64> {
+    let info: String = redis.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (name, fields) = l.split_once(':')?;
+            let calls = fields
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// Every key on `redis` that is not a record's (a staged key left behind).
+fn staged_keys(redis: &RedisServer) -> Vec<String> {
+    redis.cmd(&["KEYS", "*~*"])
+}
+
+/// The record's value with the fields that differ between two claims (fence, claim
+/// time) masked.
+fn masked(v: &[u8]) -> Vec<u8> {
+    let mut v = v.to_vec();
+    v[3..11].fill(0);
+    v[19..27].fill(0);
+    v
+}
+
+/// A 64 KiB completion is renamed into place: the record is the one the finish script
+/// writes for the same response (a key without a hash tag is never staged), its TTL is
+/// the window, a claim replays it whole, and no staged key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_completion_is_staged_and_written_as_the_script_writes_it() {
+    let redis = RedisServer::start();
+    let s = store_on(&redis, RecordLayout::String);
+    let body = big(64 * 1024, 7);
+    let staged = key("large-1");
+    let scripted = StoreKey::from_raw("no-tag:large-2");
+    // One claimant on two keys: the records differ only where two claims' do.
+    for (i, k) in [&staged, &scripted].into_iter().enumerate() {
+        let permit = won(&s, k, LONG, 1).await;
+        let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
+        assert_eq!(done, Completion::Completed, "{k:?}");
+        assert_eq!(calls(&redis).get("rename"), Some(&1), "{k:?}: staged {i}");
+    }
+    let value = |k: &StoreKey| -> Vec<u8> { redis.cmd(&["GET", k.as_str()]) };
+    let (a, b) = (masked(&value(&staged)), masked(&value(&scripted)));
+    assert_eq!(a[..105], b[..105], "the headers differ");
+    assert!(
+        a[105..] == b[105..] && a[105..] == body[..],
+        "the responses differ"
+    );
+    let ttl: i64 = redis.cmd(&["PTTL", staged.as_str()]);
+    assert!(ttl > 55_000 && ttl <= 60_000, "{ttl}");
+    match s.claim(claim(&staged, LONG, 3)).await.unwrap() {
+        Claim::Replay(r) => assert_eq!(r, body),
+        other => panic!("{other:?}"),
+    }
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
+
+/// A renewed claim's record no longer holds its claim's value: the staged completion falls
+/// through to the script's own decision, which completes it from the staged record. A
+/// claim taken over is fenced out, and writes nothing. Neither leaves a staged key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_completion_decides_ownership_as_the_script_does() {
+    let redis = RedisServer::start();
+    let s = store_on(&redis, RecordLayout::String);
+    let body = big(8 * 1024, 1);
+    let renewed = key("renewed");
+    let permit = won(&s, &renewed, LONG, 10).await;
+    assert!(s.renew(&permit, LONG, None).await.unwrap());
+    let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
+    assert_eq!(done, Completion::Completed);
+    let info = s.inspect(&renewed).await.unwrap().unwrap();
+    assert_eq!(info.response, Some(body.clone()));
+    assert_eq!(info.fence, permit.fence());
+    // Sent again (a retry after a lost reply): completed, written once.
+    let again = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
+    assert_eq!(again, Completion::Completed);
+
+    let taken = key("taken");
+    let late = won(&s, &taken, Duration::from_millis(50), 11).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let Claim::Won {
+        permit: taker,
+        takeover: Some(_),
+    } = s.claim(claim(&taken, LONG, 12)).await.unwrap()
+    else {
+        panic!("no takeover")
+    };
+    let fenced = s
+        .complete(&late, big(8 * 1024, 2), LONG, None)
+        .await
+        .unwrap();
+    assert_eq!(fenced, Completion::Fenced);
+    let info = s.inspect(&taken).await.unwrap().unwrap();
+    assert_eq!(info.response, None, "the late completion wrote");
+    let done = s.complete(&taker, body.clone(), LONG, None).await.unwrap();
+    assert_eq!(done, Completion::Completed);
+    let info = s.inspect(&taken).await.unwrap().unwrap();
+    assert_eq!((info.fence, info.response), (taker.fence(), Some(body)));
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
+
+/// A node that lost its scripts (`SCRIPT FLUSH`, a restart) answers the transaction's
+/// `EVALSHA` with `NOSCRIPT` after the staged `SET` ran: the `DEL` in the same transaction
+/// removes it, and the completion is sent again with `EVAL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_the_script_completes_by_eval_and_keeps_no_staged_key() {
+    let redis = RedisServer::start();
+    let s = store_on(&redis, RecordLayout::String);
+    let body = big(4 * 1024, 3);
+    let k = key("flushed");
+    let permit = won(&s, &k, LONG, 20).await;
+    let _: String = redis.cmd(&["SCRIPT", "FLUSH"]);
+    let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
+    assert_eq!(done, Completion::Completed);
+    let stats = calls(&redis);
+    assert_eq!(stats.get("eval"), Some(&1), "{stats:?}");
+    assert_eq!(stats.get("rename"), Some(&1), "{stats:?}");
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.response, Some(body));
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
+
+/// A key deleted and claimed again by a gateway on the other layout holds a hash: the
+/// staged transaction's script meets `WRONGTYPE`, the hash layout's finish decides (not
+/// this permit's record), and the staged key goes with the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_the_other_layout_is_left_to_its_script() {
+    let redis = RedisServer::start();
+    let s = store_on(&redis, RecordLayout::String);
+    let hash = store_on(&redis, RecordLayout::Hash);
+    let k = key("relaid");
+    let zombie = won(&s, &k, LONG, 30).await;
+    let _: i64 = redis.cmd(&["DEL", k.as_str()]);
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let owner = won(&hash, &k, LONG, 31).await;
+    let fenced = s.complete(&zombie, big(4096, 4), LONG, None).await.unwrap();
+    assert_eq!(fenced, Completion::Fenced);
+    let kind: String = redis.cmd(&["TYPE", k.as_str()]);
+    assert_eq!(kind, "hash");
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!((info.fence, info.response), (owner.fence(), None));
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
+
+/// On Redis Cluster the staged key shares the record's hash tag, so the transaction runs
+/// on the master that holds the record's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_stages_a_large_completion_in_the_records_slot() {
+    let cluster = RedisCluster::start();
+    let s = Store::Cluster(Box::new(
+        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2))
+            .unwrap()
+            .with_record_layout(RecordLayout::String),
+    ));
+    for i in 0..6u8 {
+        let k = key(&format!("clustered-{i}"));
+        let body = big(16 * 1024, i);
+        let permit = won(&s, &k, LONG, 40 + u128::from(i)).await;
+        let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
+        assert_eq!(done, Completion::Completed);
+        match s.claim(claim(&k, LONG, 50 + u128::from(i))).await.unwrap() {
+            Claim::Replay(r) => assert_eq!(r, body),
+            other => panic!("{other:?}"),
+        }
+    }
+    let renames: u64 = cluster
+        .nodes
+        .iter()
+        .map(|n| calls(n).get("rename").copied().unwrap_or(0))
+        .sum();
+    assert_eq!(renames, 6);
+    for node in &cluster.nodes {
+        assert!(staged_keys(node).is_empty(), "{:?}", staged_keys(node));
+    }
+}
+
+/// Through the gateway: a 200 KB answer is stored staged, and a retry gets it byte for
+/// byte, the upstream called once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_replays_whole_through_the_gateway() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let gw = GatewayProcess::start(
+        &GatewayConfig::new(up.url())
+            .store(
+                StoreCfg::redis(redis.url())
+                    .timeout("1s")
+                    .record_layout("string"),
+            )
+            .route(RouteCfg::header("orders", "/orders/*")),
+    );
+    let http = Http::new();
+    let url = gw.url("/orders/1");
+    let send = || {
+        http.post(
+            &url,
+            &[
+                ("Idempotency-Key", "big-1"),
+                ("x-test-body-bytes", "200000"),
+            ],
+            "{}",
+        )
+    };
+    let first = send().await;
+    assert!(first.status.is_success(), "{}", first.status);
+    assert_eq!(first.body.len(), 200_000);
+    let again = send().await;
+    assert_eq!((again.status, &again.body), (first.status, &first.body));
+    assert_eq!(up.effects(), 1);
+    assert_eq!(calls(&redis).get("rename"), Some(&1));
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
