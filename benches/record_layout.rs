@@ -2,13 +2,18 @@
 //! `cargo bench --bench record_layout`.
 //!
 //! For each layout, on a redis-server of its own: `BENCH_KEYS` new keys (default 20000),
-//! each claimed and completed with a 200-byte response as a gateway does, then one replay
-//! of each; `BENCH_CONCURRENCY` (default 32) at once over the store's one multiplexed
+//! each claimed and completed with a `BENCH_RESPONSE_BYTES`-byte response (default 200)
+//! as a gateway does, then one replay of each; `BENCH_CONCURRENCY` (default 32) at once over the store's one multiplexed
 //! connection. Redis's main-thread CPU (`used_cpu_user_main_thread` +
 //! `used_cpu_sys_main_thread`, `INFO cpu`) before and after each phase, divided by the
 //! requests, and `INFO commandstats` (calls per request, µs per call). The HTTP side is
 //! left out: these are the commands the gateway sends per request, and Redis is the part
 //! a fleet shares.
+//!
+//! The string layout runs twice: with keys as the gateway makes them (a completion of 2 KiB
+//! or more is staged, `src/store/redis/staged.rs`), and as `string-unstaged` with keys
+//! whose hash tag does not follow the prefix, which no completion stages: the finish
+//! script then carries the response, as before staging.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,7 +72,7 @@ struct Phase {
 impl Phase {
     fn print(&self, layout: &str) {
         println!(
-            "{layout:>6} {:<8} {:>6.2} µs Redis main-thread CPU per request ({} requests)",
+            "{layout:>15} {:<8} {:>6.2} µs Redis main-thread CPU per request ({} requests)",
             self.name,
             self.cpu_us / self.requests as f64,
             self.requests
@@ -77,7 +82,7 @@ impl Phase {
                 continue;
             }
             println!(
-                "{:>17} {cmd:<12} {:>5.2} calls/request {:>6.2} µs/call",
+                "{:>26} {cmd:<12} {:>5.2} calls/request {:>6.2} µs/call",
                 "",
                 *calls as f64 / self.requests as f64,
                 *usec as f64 / *calls as f64
@@ -131,7 +136,13 @@ where
     }
 }
 
-async fn measure(layout: RecordLayout, keys: usize, concurrency: usize) -> Vec<Phase> {
+async fn measure(
+    layout: RecordLayout,
+    staged: bool,
+    keys: usize,
+    concurrency: usize,
+    response_bytes: usize,
+) -> Vec<Phase> {
     let redis = RedisServer::start_with(&["--hash-max-listpack-value", "1024"]);
     let store = Store::Redis(
         RedisStore::new(&redis.url(), Duration::from_secs(5))
@@ -140,10 +151,14 @@ async fn measure(layout: RecordLayout, keys: usize, concurrency: usize) -> Vec<P
     );
     store.ping().await.unwrap();
     let claimants = Arc::new(Claimants::new());
-    let response = Bytes::from(vec![b'r'; 200]);
+    let response = Bytes::from(vec![b'r'; response_bytes]);
     let hash = RequestHash::new([3; 32]);
     let claim = move |store: Store, claimants: Arc<Claimants>, i: usize| async move {
-        let key = StoreKey::from_raw(format!("bench:{{{i}}}:k"));
+        let key = if staged {
+            StoreKey::from_raw(format!("bench:{{{i}}}:k"))
+        } else {
+            StoreKey::from_raw(format!("bench:k:{{{i}}}"))
+        };
         store
             .claim(ClaimRequest {
                 key: &key,
@@ -189,10 +204,18 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    for layout in [RecordLayout::Hash, RecordLayout::String] {
-        eprintln!("{}:", layout.as_str());
-        for p in rt.block_on(measure(layout, keys, concurrency)) {
-            p.print(layout.as_str());
+    let response_bytes = env_num("BENCH_RESPONSE_BYTES", 200);
+    println!("{keys} keys, {concurrency} at once, {response_bytes}-byte responses");
+    let runs = [
+        (RecordLayout::Hash, true, "hash"),
+        (RecordLayout::String, true, "string"),
+        (RecordLayout::String, false, "string-unstaged"),
+    ];
+    for (layout, staged, name) in runs {
+        eprintln!("{name}:");
+        let phases = measure(layout, staged, keys, concurrency, response_bytes);
+        for p in rt.block_on(phases) {
+            p.print(name);
         }
     }
 }
