@@ -94,6 +94,16 @@ pub fn redis_io(port: u16) -> Option<(u64, u64)> {
     Some((calls("cmdstat_evalsha:") + calls("cmdstat_eval:"), reads))
 }
 
+/// Empties the server on `port` (`FLUSHALL SYNC`: freed before it answers, so none of
+/// the freeing falls into the run that follows), with `redis-cli`.
+pub fn redis_flush(port: u16) {
+    let flushed = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "FLUSHALL", "SYNC"])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"OK"));
+    assert!(flushed, "FLUSHALL SYNC on port {port} failed");
+}
+
 /// `INFO all` of the server on `port` (with `redis-cli`), if it answers.
 fn redis_info(port: u16) -> Option<String> {
     let out = Command::new("redis-cli")

@@ -101,8 +101,17 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
 }
 
 /// Primes a replay's key, warms the connections up for a second, then measures one run.
+///
+/// A new-key run on Redis starts from an empty Redis. Every record lives for the window
+/// (an hour), so without that the keys of every earlier run stay, and whichever run
+/// crosses a doubling of Redis's key and expiry tables pays for rehashing all of them: in
+/// such a run `dictRehash` and key hashing were a third of Redis's CPU (`perf`), and
+/// Redis's cost per new key ranged over 9.2-12.7 µs in one bench (run 25).
 async fn measure(s: &Scenario, origin: u32, conns: usize, tag: &str, seconds: f64) -> WrkSample {
     let same = format!("{tag}-same");
+    if let (Kind::Won, Some((_, port))) = (s.kind, s.store_pid) {
+        cpu::redis_flush(port);
+    }
     if s.kind == Kind::Replay {
         let mut load = Load::connect(s.addr, 1).await;
         let primed = load
