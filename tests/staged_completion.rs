@@ -281,3 +281,68 @@ async fn a_large_answer_replays_whole_through_the_gateway() {
     assert_eq!(calls(&redis).get("rename"), Some(&1));
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
 }
+
+/// A gateway on an ACL user: one granted the prefix's keys (`~dedupe:*`) stages, the
+/// staged key being under the prefix. One denied `RENAME` gets the script's refusal (with
+/// nothing written), completes that call unstaged, says so once, and stages no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_rename_completes_unstaged() {
+    let redis = RedisServer::start();
+    let acl = |user: &str, extra: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", user, "on", ">pw", "~dedupe:*", "+@all"];
+        args.extend_from_slice(extra);
+        let _: String = redis.cmd(&args);
+    };
+    acl("stager", &[]);
+    acl("plain", &["-rename"]);
+    let up = Upstream::start().await;
+    let http = Http::new();
+    let gateway = |user: &str| {
+        GatewayProcess::start(
+            &GatewayConfig::new(up.url())
+                .store(
+                    StoreCfg::redis(format!("redis://{user}:pw@127.0.0.1:{}", redis.port))
+                        .timeout("1s")
+                        .record_layout("string"),
+                )
+                .route(RouteCfg::header("orders", "/orders/*")),
+        )
+    };
+    let (stager, plain) = (gateway("stager"), gateway("plain"));
+    for (gw, name) in [(&stager, "s"), (&plain, "p"), (&plain, "q")] {
+        let url = gw.url("/orders/1");
+        let headers = [("Idempotency-Key", name), ("x-test-body-bytes", "10000")];
+        let send = || http.post(&url, &headers, "{}");
+        let first = send().await;
+        assert!(first.status.is_success(), "{name}: {}", first.text());
+        let again = send().await;
+        assert_eq!(
+            (again.status, &again.body),
+            (first.status, &first.body),
+            "{name}"
+        );
+        if name == "s" {
+            assert_eq!(calls(&redis).get("rename"), Some(&1), "not staged");
+        }
+    }
+    assert_eq!(up.effects(), 3);
+    let refused = "Redis refused a staged completion";
+    let said = plain
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains(refused))
+        .count();
+    assert_eq!(said, 1, "{:?}", plain.log_lines());
+    let stats: String = redis.cmd(&["INFO", "commandstats"]);
+    let rename = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_rename:"))
+        .unwrap();
+    // The stager's, and the plain gateway's first, refused: its second large completion
+    // was never staged.
+    assert!(
+        rename.starts_with("cmdstat_rename:calls=1,") && rename.contains("rejected_calls=1,"),
+        "{rename}"
+    );
+    assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}

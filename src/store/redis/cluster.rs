@@ -23,6 +23,8 @@ pub struct RedisClusterStore {
     layout: RecordLayout,
     /// Whether the masters complete a fresh claim natively (`SET ... IFEQ`).
     compare: std::sync::Arc<compare::NativeCompare>,
+    /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
+    staging: std::sync::Arc<staged::Staging>,
 }
 
 /// How long the cluster client itself waits for a reply before it drops the connection
@@ -125,6 +127,7 @@ impl RedisClusterStore {
             timeout,
             layout: RecordLayout::Hash,
             compare: Default::default(),
+            staging: Default::default(),
         })
     }
 

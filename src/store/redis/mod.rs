@@ -123,6 +123,8 @@ pub struct RedisStore {
     layout: RecordLayout,
     /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
     compare: std::sync::Arc<compare::NativeCompare>,
+    /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
+    staging: std::sync::Arc<staged::Staging>,
     /// The commands' deadlines, on timers kept for the next command.
     timers: std::sync::Arc<crate::timers::Timers>,
 }
@@ -174,6 +176,7 @@ impl RedisStore {
             timeout,
             layout: RecordLayout::Hash,
             compare: Default::default(),
+            staging: Default::default(),
             timers: Default::default(),
         })
     }
@@ -204,6 +207,7 @@ impl RedisStore {
             timeout,
             layout: RecordLayout::Hash,
             compare: Default::default(),
+            staging: Default::default(),
             timers: Default::default(),
         })
     }

@@ -245,7 +245,12 @@ macro_rules! redis_backend {
                 window: Duration,
                 strict: bool,
             ) -> Result<Typed<Value>, StoreError> {
-                let staged = strings::fresh_completion(owner, record, window, strict).and_then(
+                let unstaged = || {
+                    strings::finish_invocation(&self.scripts.string, key, owner, record, window, strict)
+                };
+                let staged = strings::fresh_completion(owner, record, window, strict)
+                    .filter(|_| self.staging.allowed())
+                    .and_then(
                     |(header, response, claimed)| {
                         staged::staged_completion(
                             &self.scripts.string.finish,
@@ -258,13 +263,14 @@ macro_rules! redis_backend {
                     },
                 );
                 if let Some(staged) = &staged {
+                    let (staging, unstaged) = (&*self.staging, &unstaged);
                     return self
-                        .query(move |mut con| async move { staged.send(&mut con).await })
+                        .query(move |mut con| async move {
+                            staged.send_or(staging, &mut con, unstaged).await
+                        })
                         .await;
                 }
-                let string =
-                    strings::finish_invocation(&self.scripts.string, key, owner, record, window, strict);
-                self.call(&string).await
+                self.call(&unstaged()).await
             }
 
             pub(in crate::store) async fn renew(

@@ -28,18 +28,53 @@
 //! slot (the same hash tag), and an ACL granting `~dedupe:*` covers it. Two completions
 //! may share it: each transaction writes, uses and removes it before any other runs.
 
-use redis::{Pipeline, RedisResult, Value};
+use redis::aio::ConnectionLike;
+use redis::{Pipeline, RedisError, RedisResult, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::compare::CompletedValue;
 use super::con::{Transact, Transaction};
 use super::millis;
-use super::scripts::{no_script, Script};
+use super::scripts::{no_script, Call, Script};
 use super::string_record::HEADER_LEN;
-use super::strings::{self, Typed};
+use super::strings::{self, typed, Typed};
 
 /// The completed record's length from which a completion is staged.
 pub(super) const STAGE_FROM: usize = 2048;
+
+/// Whether this gateway stages large completions: until a server refuses one. An ACL user
+/// may be denied `RENAME` (the script's error) or a queued command (`NOPERM`); nothing was
+/// written then, the completion is sent unstaged, and from then on every one is (logged
+/// once).
+#[derive(Debug, Default)]
+pub(super) struct Staging {
+    refused: AtomicBool,
+}
+
+impl Staging {
+    pub(super) fn allowed(&self) -> bool {
+        !self.refused.load(Ordering::Relaxed)
+    }
+
+    fn refuse(&self, e: &RedisError) {
+        if !self.refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "Redis refused a staged completion; large completions carry their response in the script from now on (grant the gateway's ACL user RENAME to stage them)");
+        }
+    }
+}
+
+/// Whether Redis refused the transaction for its user's permissions: a queued command
+/// (`NOPERM`) or the script's `RENAME` (an `ERR` naming the refusal). Nothing was written.
+fn denied(e: &RedisError) -> bool {
+    match e.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => e
+            .detail()
+            .is_some_and(|d| d.contains("can't run this command")),
+        _ => false,
+    }
+}
 
 /// The `MULTI` of a staged completion.
 pub(super) struct StagedCompletion<'a> {
@@ -92,9 +127,29 @@ impl StagedCompletion<'_> {
         Sent { staged: self, eval }
     }
 
+    /// Runs the transaction, or where Redis refuses it, `unstaged` (see [`Staging`]); a
+    /// transaction discarded for another error (`EXECABORT`: a queued command refused,
+    /// say for memory) runs nothing either, and that completion is sent unstaged.
+    pub(super) async fn send_or<'s, C: Transact + ConnectionLike>(
+        &self,
+        staging: &Staging,
+        con: &mut C,
+        unstaged: impl FnOnce() -> Call<'s>,
+    ) -> RedisResult<Typed<Value>> {
+        match self.send(con).await {
+            Err(e) if denied(&e) || e.code() == Some("EXECABORT") => {
+                if denied(&e) {
+                    staging.refuse(&e);
+                }
+                typed(unstaged().invoke(con)).await
+            }
+            reply => reply,
+        }
+    }
+
     /// Runs the transaction (again with `EVAL` where the node lacks the script): the
     /// script's reply, or the key holds the other layout's record.
-    pub(super) async fn send(&self, con: &mut impl Transact) -> RedisResult<Typed<Value>> {
+    async fn send(&self, con: &mut impl Transact) -> RedisResult<Typed<Value>> {
         let reply = match strings::send(&self.sent(false), con).await {
             Err(e) if no_script(&e) => {
                 tracing::debug!("a Redis node lacks the script; sending it with EVAL");
