@@ -12,11 +12,17 @@ use dedupe_test_support::{
 const PREFIX: &str = "reshard";
 
 fn config(up: &Upstream, cluster: &RedisCluster) -> GatewayConfig {
+    config_in(up, cluster, "hash")
+}
+
+/// With `store.record_layout = layout`.
+fn config_in(up: &Upstream, cluster: &RedisCluster, layout: &'static str) -> GatewayConfig {
     GatewayConfig::new(up.url())
         .store(
             StoreCfg::cluster(cluster.urls())
                 .timeout("2s")
-                .prefix(PREFIX),
+                .prefix(PREFIX)
+                .record_layout(layout),
         )
         .route(RouteCfg::header("orders", "/orders"))
 }
@@ -118,6 +124,60 @@ async fn claims_succeed_on_a_slot_migrating_to_a_new_master() {
         "the replay never met NOSCRIPT"
     );
     assert_eq!(up.effects(), 2, "replays execute nothing");
+}
+
+/// The string layout on a migrating slot: its claim and its staged completion are each a
+/// `MULTI`, which the source discards (it answers `ASK` for a key it lacks, and the redis
+/// crate follows no redirect inside a transaction). Each then runs as one script, which
+/// follows `ASK`: a new key with a large answer executes once and replays whole, and a
+/// record that moved replays. No staged key is left on either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_string_layout_claims_and_completes_on_a_migrating_slot() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start().await;
+    let gw = TestGateway::start(&config_in(&up, &cluster, "string")).await;
+    let http = Http::new();
+    let (old, source, slot, target) = old_key_and_a_new_node(&cluster, &http, &gw).await;
+    let slot_arg = slot.to_string();
+    tokio::task::block_in_place(|| start_moving_slot(&slot_arg, &[], source, &target));
+    let fresh = new_key_in(slot, "fresh");
+    let large = |key: &str| {
+        let (url, key) = (gw.url("/orders"), key.to_owned());
+        let http = http.clone();
+        async move {
+            let headers = [
+                ("Idempotency-Key", key.as_str()),
+                ("x-test-body-bytes", "16000"),
+            ];
+            http.post(&url, &headers, "{}").await
+        }
+    };
+    let first = large(&fresh).await;
+    assert_eq!(
+        first.status,
+        201,
+        "a new key on a migrating slot: {}",
+        first.text()
+    );
+    assert_eq!(first.body.len(), 16_000);
+    assert!(
+        holds(&target, &record_of(&fresh)),
+        "the claim ran on the target"
+    );
+    let again = large(&fresh).await;
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+
+    tokio::task::block_in_place(|| start_moving_slot(&slot_arg, &[&old], source, &target));
+    let r = order(&http, &gw, "old").await;
+    assert_eq!(r.status, 201, "a replay on a migrating slot: {}", r.text());
+    assert!(r.replayed());
+    assert_eq!(up.effects(), 2, "one execution per key");
+    for node in [source, &target] {
+        let staged: Vec<String> = node.cmd(&["KEYS", "*~*"]);
+        assert!(staged.is_empty(), "{staged:?}");
+    }
 }
 
 /// A new key and a replay on a slot that has moved to a new master (`MOVED`).

@@ -15,7 +15,8 @@ use dedupe_gateway::store::{
     Store, StoreKey,
 };
 use dedupe_test_support::{
-    GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer, RouteCfg, StoreCfg, Upstream,
+    slot_of, start_moving_slot, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer,
+    RouteCfg, StoreCfg, Upstream,
 };
 
 const H1: RequestHash = RequestHash::new([1; 32]);
@@ -345,4 +346,62 @@ async fn an_acl_user_without_rename_completes_unstaged() {
         "{rename}"
     );
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
+}
+
+/// While a slot migrates, Redis discards a staged completion's transaction (the source
+/// answers `ASK` for the staged key it lacks; the target, `TRYAGAIN`), and the redis crate
+/// follows no redirect inside one: the completion is then sent unstaged, as one script,
+/// which does follow `ASK`, before the records move and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_completion_on_a_migrating_slot_is_sent_unstaged() {
+    let cluster = RedisCluster::start();
+    let s = Store::Cluster(Box::new(
+        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2))
+            .unwrap()
+            .with_record_layout(RecordLayout::String),
+    ));
+    let slot = slot_of(key("moving-0").as_str());
+    let keys: Vec<StoreKey> = (0..)
+        .map(|i| key(&format!("moving-{i}")))
+        .filter(|k| slot_of(k.as_str()) == slot)
+        .take(2)
+        .collect();
+    let mut permits = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        permits.push(won(&s, k, LONG, 60 + i as u128).await);
+    }
+    let holds =
+        |n: &RedisServer, k: &StoreKey| n.cmd::<Vec<String>>(&["KEYS", k.as_str()]).len() == 1;
+    let source = cluster.nodes.iter().find(|n| holds(n, &keys[0])).unwrap();
+    let target = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port != source.port)
+        .unwrap();
+    let slot = slot.to_string();
+    // Migrating, the records still on the source; then the second moved to the target.
+    tokio::task::block_in_place(|| start_moving_slot(&slot, &[], source, target));
+    let body = big(16 * 1024, 9);
+    let done = s
+        .complete(&permits[0], body.clone(), LONG, None)
+        .await
+        .unwrap();
+    assert_eq!(done, Completion::Completed);
+    let moved = [keys[1].as_str()];
+    tokio::task::block_in_place(|| start_moving_slot(&slot, &moved, source, target));
+    let done = s
+        .complete(&permits[1], body.clone(), LONG, None)
+        .await
+        .unwrap();
+    assert_eq!(done, Completion::Completed);
+    assert!(holds(target, &keys[1]));
+    for (i, k) in keys.iter().enumerate() {
+        match s.claim(claim(k, LONG, 70 + i as u128)).await.unwrap() {
+            Claim::Replay(r) => assert_eq!(r, body),
+            other => panic!("{other:?}"),
+        }
+    }
+    for node in &cluster.nodes {
+        assert!(staged_keys(node).is_empty(), "{:?}", staged_keys(node));
+    }
 }

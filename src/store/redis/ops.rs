@@ -129,8 +129,12 @@ macro_rules! redis_backend {
                 loop {
                     let pipe = &strings::claim_transaction(req, value, with_time);
                     let v = self
-                        .query(move |mut con| async move { strings::send(pipe, &mut con).await })
+                        .query(move |mut con| async move {
+                            strings::send(pipe, &mut con).await.map(Some).or_else(strings::discarded)
+                        })
                         .await?;
+                    // A transaction Redis discarded ran nothing: the script decides.
+                    let Some(v) = v else { break };
                     let Typed::Reply(v) = v else {
                         return Ok(Typed::OtherLayout);
                     };

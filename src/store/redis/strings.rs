@@ -334,6 +334,18 @@ pub(super) enum Typed<T> {
     OtherLayout,
 }
 
+/// `None` for a transaction Redis discarded before running any of it (`EXECABORT`): a
+/// queued command was refused, as on Redis Cluster while the key's slot migrates (the
+/// source answers `ASK` for a key it lacks, and the redis crate does not follow it for a
+/// transaction), or for memory. A single command (a script) may still get through.
+pub(super) fn discarded<T>(e: redis::RedisError) -> RedisResult<Option<T>> {
+    if e.code() == Some("EXECABORT") {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
 /// Runs a command, turning `WRONGTYPE` into [`Typed::OtherLayout`].
 pub(super) async fn typed<T>(
     op: impl std::future::Future<Output = RedisResult<T>>,
