@@ -351,7 +351,8 @@ async fn an_acl_user_without_rename_completes_unstaged() {
 /// While a slot migrates, Redis discards a staged completion's transaction (the source
 /// answers `ASK` for the staged key it lacks; the target, `TRYAGAIN`), and the redis crate
 /// follows no redirect inside one: the completion is then sent unstaged, as one script,
-/// which does follow `ASK`, before the records move and after.
+/// which does follow `ASK`, before the records move and after. An inspection, also a
+/// `MULTI`, is read by a script likewise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_staged_completion_on_a_migrating_slot_is_sent_unstaged() {
     let cluster = RedisCluster::start();
@@ -395,6 +396,15 @@ async fn a_staged_completion_on_a_migrating_slot_is_sent_unstaged() {
         .unwrap();
     assert_eq!(done, Completion::Completed);
     assert!(holds(target, &keys[1]));
+    // An operator's inspection (a `MULTI` too) of the record moved, and of one on
+    // neither node: the script reads them through `ASK`.
+    let info = s.inspect(&keys[1]).await.unwrap().unwrap();
+    assert_eq!(info.response, Some(body.clone()));
+    let nowhere = (0..)
+        .map(|i| key(&format!("nowhere-{i}")))
+        .find(|k| slot_of(k.as_str()) == slot_of(keys[0].as_str()))
+        .unwrap();
+    assert_eq!(s.inspect(&nowhere).await.unwrap(), None);
     for (i, k) in keys.iter().enumerate() {
         match s.claim(claim(k, LONG, 70 + i as u128)).await.unwrap() {
             Claim::Replay(r) => assert_eq!(r, body),

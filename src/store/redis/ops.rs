@@ -320,8 +320,15 @@ macro_rules! redis_backend {
             ) -> Result<Typed<Option<RecordInfo>>, StoreError> {
                 let pipe = &strings::inspect_pipeline(key);
                 let v = self
-                    .query(move |mut con| async move { strings::send(pipe, &mut con).await })
+                    .query(move |mut con| async move {
+                        strings::send(pipe, &mut con).await.map(Some).or_else(strings::discarded)
+                    })
                     .await?;
+                let v = match v {
+                    Some(v) => v,
+                    // Discarded: the same reads as one script.
+                    None => self.call(&self.scripts.string.inspect.key(key)).await?,
+                };
                 Ok(match v {
                     Typed::Reply(v) => Typed::Reply(strings::parse_inspect(v)?),
                     Typed::OtherLayout => Typed::OtherLayout,

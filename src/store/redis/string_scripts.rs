@@ -196,12 +196,20 @@ end
 return redis.call('DEL', KEYS[1])
 "#;
 
+/// An inspection as one script, its reply the inspection `MULTI`'s (value, expiry,
+/// time): for a transaction Redis discarded (a slot migrating on Redis Cluster; a script
+/// follows `ASK`, a transaction does not).
+const INSPECT: &str = r#"
+return {redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1]), redis.call('TIME')}
+"#;
+
 /// The string layout's scripts.
 pub(super) struct StringScripts {
     pub(super) claim: Script,
     pub(super) renew: Script,
     pub(super) finish: Script,
     pub(super) forget: Script,
+    pub(super) inspect: Script,
 }
 
 impl StringScripts {
@@ -211,6 +219,7 @@ impl StringScripts {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
             forget: Script::new(FORGET.replace("{F}", LUA_FORMAT)),
+            inspect: Script::new(INSPECT.to_owned()),
             finish: Script::new(
                 format!("{FINISH_ARGS}{READ}{OWNS}{FINISH}")
                     .replace("{F}", LUA_FORMAT)
