@@ -56,7 +56,7 @@ impl RedisClusterStore {
 
     /// As [`RedisClusterStore::with_access`], keeping up to `near_cache` bytes of completed
     /// records locally (0: none), invalidated by every master through `CLIENT TRACKING ...
-    /// BCAST PREFIX <prefix>:` (`prefix`: `store.prefix`; see [`crate::store::near_cache`]).
+    /// BCAST PREFIX <prefix>:{` (`prefix`: `store.prefix`; see [`crate::store::near_cache`]).
     pub fn with_near_cache(
         urls: &[String],
         access: &RedisAccess,

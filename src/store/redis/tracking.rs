@@ -1,5 +1,6 @@
 //! The near-cache's invalidation channel on a Redis Cluster: one RESP3 connection per
-//! master, each in `CLIENT TRACKING ON BCAST PREFIX <store.prefix>:` mode, opened, proved
+//! master, each in `CLIENT TRACKING ON BCAST PREFIX <store.prefix>:{` mode (every record's
+//! key, the hash tag opening; not a staged completion's, see [`super::staged`]), opened, proved
 //! and replaced by one background task.
 //!
 //! Why a channel of its own: the cluster client opens and replaces its node connections
@@ -61,7 +62,7 @@ pub(super) struct Channel {
     /// Seed URLs: where the masters are first learnt, and how to reach a node.
     seeds: Vec<String>,
     access: RedisAccess,
-    /// `store.prefix` followed by `:`: the keys reported.
+    /// `store.prefix` followed by `:{`: the keys reported (records' keys).
     prefix: String,
     /// Weak, so that the task (and its connections) end when the store is dropped.
     near: Weak<NearCache>,
@@ -113,7 +114,7 @@ impl Channel {
         let channel = Channel {
             seeds: seeds.to_vec(),
             access: access.clone(),
-            prefix: format!("{prefix}:"),
+            prefix: format!("{prefix}:{{"),
             near: Arc::downgrade(near),
             patience: patience(timeout),
         };
