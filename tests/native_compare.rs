@@ -8,24 +8,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
-    Store, StoreKey,
+    Claim, Completion, Permit, RedisClusterStore, RedisStore, Store, StoreKey,
 };
+use dedupe_test_support::claims::{claim, store_on, won, LONG};
 use dedupe_test_support::{
     fleet, store_contract, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer,
     RouteCfg, StoreCfg, Upstream,
 };
-
-const H1: RequestHash = RequestHash::new([1; 32]);
-const LONG: Duration = Duration::from_secs(60);
-
-fn store_on(redis: &RedisServer, layout: RecordLayout) -> Store {
-    Store::Redis(
-        RedisStore::new(&redis.url(), Duration::from_secs(1))
-            .unwrap()
-            .with_record_layout(layout),
-    )
-}
 
 fn valkey_string_store() -> (Store, RedisServer) {
     let valkey = RedisServer::start_valkey(&[]);
@@ -53,25 +42,6 @@ fn valkey_cluster_string_store() -> (Store, ()) {
 store_contract!(valkey_string, valkey_string_store);
 store_contract!(valkey_hash, valkey_hash_store);
 store_contract!(valkey_cluster_string, valkey_cluster_string_store);
-
-fn claim<'a>(key: &'a StoreKey, lease: Duration, who: u128) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        request_hash: &H1,
-        lease,
-        window: LONG,
-        claimant: Claimant::new(who),
-        hold: false,
-        order: None,
-    }
-}
-
-async fn won(s: &Store, k: &StoreKey, lease: Duration, who: u128) -> Permit {
-    match s.claim(claim(k, lease, who)).await.unwrap() {
-        Claim::Won { permit, .. } => permit,
-        other => panic!("{k:?}: the claim did not win: {other:?}"),
-    }
-}
 
 /// Completes `permit`'s claim with `body`.
 async fn complete(s: &Store, permit: &Permit, body: &'static [u8]) -> Completion {

@@ -4,50 +4,17 @@
 //! (`src/store/redis/staged.rs`). Each writes the record the script would write, decides
 //! ownership as the script does, and leaves no staged key behind.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::key::store_key;
-use dedupe_gateway::store::{
-    Claim, ClaimRequest, Claimant, Completion, Permit, RedisClusterStore, RedisStore, RequestHash,
-    Store, StoreKey,
-};
+use dedupe_gateway::store::{Claim, Completion, RedisClusterStore, Store, StoreKey};
+use dedupe_test_support::claims::{claim, store_on, won, LONG};
 use dedupe_test_support::{
     slot_of, start_moving_slot, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer,
     RouteCfg, StoreCfg, Upstream,
 };
-
-const H1: RequestHash = RequestHash::new([1; 32]);
-const LONG: Duration = Duration::from_secs(60);
-
-fn store_on(redis: &RedisServer, layout: RecordLayout) -> Store {
-    Store::Redis(
-        RedisStore::new(&redis.url(), Duration::from_secs(1))
-            .unwrap()
-            .with_record_layout(layout),
-    )
-}
-
-fn claim<'a>(key: &'a StoreKey, lease: Duration, who: u128) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        request_hash: &H1,
-        lease,
-        window: LONG,
-        claimant: Claimant::new(who),
-        hold: false,
-        order: None,
-    }
-}
-
-async fn won(s: &Store, k: &StoreKey, lease: Duration, who: u128) -> Permit {
-    match s.claim(claim(k, lease, who)).await.unwrap() {
-        Claim::Won { permit, .. } => permit,
-        other => panic!("{k:?}: the claim did not win: {other:?}"),
-    }
-}
 
 /// `n` bytes that differ from one another (no run a compressor or a shared prefix hides).
 fn big(n: usize, seed: u8) -> Bytes {
@@ -60,24 +27,6 @@ fn big(n: usize, seed: u8) -> Bytes {
 /// A key as the gateway makes them: `dedupe:{tag}:route:scope:key`.
 fn key(name: &str) -> StoreKey {
     store_key("dedupe", "payments", "-", name)
-}
-
-/// `INFO commandstats`: command → calls.
-fn calls(redis: &RedisServer) -> HashMap<String, u64> {
-    let info: String = redis.cmd(&["INFO", "commandstats"]);
-    info.lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| {
-            let (name, fields) = l.split_once(':')?;
-            let calls = fields
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
 }
 
 /// Every key on `redis` that is not a record's (a staged key left behind).
@@ -109,7 +58,11 @@ async fn a_large_completion_is_staged_and_written_as_the_script_writes_it() {
         let permit = won(&s, k, LONG, 1).await;
         let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
         assert_eq!(done, Completion::Completed, "{k:?}");
-        assert_eq!(calls(&redis).get("rename"), Some(&1), "{k:?}: staged {i}");
+        assert_eq!(
+            redis.command_calls().get("rename"),
+            Some(&1),
+            "{k:?}: staged {i}"
+        );
     }
     let value = |k: &StoreKey| -> Vec<u8> { redis.cmd(&["GET", k.as_str()]) };
     let (a, b) = (masked(&value(&staged)), masked(&value(&scripted)));
@@ -184,7 +137,7 @@ async fn a_node_without_the_script_completes_by_eval_and_keeps_no_staged_key() {
     let _: String = redis.cmd(&["SCRIPT", "FLUSH"]);
     let done = s.complete(&permit, body.clone(), LONG, None).await.unwrap();
     assert_eq!(done, Completion::Completed);
-    let stats = calls(&redis);
+    let stats = redis.command_calls();
     assert_eq!(stats.get("eval"), Some(&1), "{stats:?}");
     assert_eq!(stats.get("rename"), Some(&1), "{stats:?}");
     let info = s.inspect(&k).await.unwrap().unwrap();
@@ -238,7 +191,7 @@ async fn a_cluster_stages_a_large_completion_in_the_records_slot() {
     let renames: u64 = cluster
         .nodes
         .iter()
-        .map(|n| calls(n).get("rename").copied().unwrap_or(0))
+        .map(|n| n.command_calls().get("rename").copied().unwrap_or(0))
         .sum();
     assert_eq!(renames, 6);
     for node in &cluster.nodes {
@@ -279,7 +232,7 @@ async fn a_large_answer_replays_whole_through_the_gateway() {
     let again = send().await;
     assert_eq!((again.status, &again.body), (first.status, &first.body));
     assert_eq!(up.effects(), 1);
-    assert_eq!(calls(&redis).get("rename"), Some(&1));
+    assert_eq!(redis.command_calls().get("rename"), Some(&1));
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
 }
 
@@ -323,7 +276,7 @@ async fn an_acl_user_without_rename_completes_unstaged() {
             "{name}"
         );
         if name == "s" {
-            assert_eq!(calls(&redis).get("rename"), Some(&1), "not staged");
+            assert_eq!(redis.command_calls().get("rename"), Some(&1), "not staged");
         }
     }
     assert_eq!(up.effects(), 3);

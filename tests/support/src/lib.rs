@@ -5,6 +5,7 @@
 //! real gRPC (grpcio) servers and clients.
 //! Everything binds loopback port 0.
 
+pub mod claims;
 pub mod client;
 pub mod cluster;
 pub mod config;
