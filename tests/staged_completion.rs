@@ -238,32 +238,45 @@ async fn a_large_answer_replays_whole_through_the_gateway() {
 
 /// A gateway on an ACL user: one granted the prefix's keys (`~dedupe:*`) stages, the
 /// staged key being under the prefix. One denied `RENAME` gets the script's refusal (with
-/// nothing written), completes that call unstaged, says so once, and stages no more.
+/// nothing written), completes that call unstaged, says so once, and stages no more; so
+/// does one granted only records' keys, whose staged `SET` is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_without_rename_completes_unstaged() {
     let redis = RedisServer::start();
-    let acl = |user: &str, extra: &[&str]| {
-        let mut args = vec!["ACL", "SETUSER", user, "on", ">pw", "~dedupe:*", "+@all"];
+    let acl = |user: &str, keys: &str, extra: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", user, "on", ">pw", keys, "+@all"];
         args.extend_from_slice(extra);
         let _: String = redis.cmd(&args);
     };
-    acl("stager", &[]);
-    acl("plain", &["-rename"]);
+    acl("stager", "~dedupe:*", &[]);
+    acl("plain", "~dedupe:*", &["-rename"]);
+    // Records' keys only: the staged key's SET is refused while queued, which the redis
+    // crate's connection (here for the near-cache) reports as an aborted transaction.
+    acl("tagged", "~dedupe:{*", &[]);
     let up = Upstream::start().await;
     let http = Http::new();
-    let gateway = |user: &str| {
+    let gateway = |user: &str, near: &str| {
         GatewayProcess::start(
             &GatewayConfig::new(up.url())
                 .store(
                     StoreCfg::redis(format!("redis://{user}:pw@127.0.0.1:{}", redis.port))
                         .timeout("1s")
-                        .record_layout("string"),
+                        .record_layout("string")
+                        .near_cache(near),
                 )
                 .route(RouteCfg::header("orders", "/orders/*")),
         )
     };
-    let (stager, plain) = (gateway("stager"), gateway("plain"));
-    for (gw, name) in [(&stager, "s"), (&plain, "p"), (&plain, "q")] {
+    let (stager, plain) = (gateway("stager", "0"), gateway("plain", "0"));
+    let tagged = gateway("tagged", "1MiB");
+    let sends = [
+        (&stager, "s"),
+        (&plain, "p"),
+        (&plain, "q"),
+        (&tagged, "t"),
+        (&tagged, "u"),
+    ];
+    for (gw, name) in sends {
         let url = gw.url("/orders/1");
         let headers = [("Idempotency-Key", name), ("x-test-body-bytes", "10000")];
         let send = || http.post(&url, &headers, "{}");
@@ -279,14 +292,16 @@ async fn an_acl_user_without_rename_completes_unstaged() {
             assert_eq!(redis.command_calls().get("rename"), Some(&1), "not staged");
         }
     }
-    assert_eq!(up.effects(), 3);
+    assert_eq!(up.effects(), 5);
     let refused = "Redis refused a staged completion";
-    let said = plain
-        .log_lines()
-        .iter()
-        .filter(|l| l.contains(refused))
-        .count();
-    assert_eq!(said, 1, "{:?}", plain.log_lines());
+    for gw in [&plain, &tagged] {
+        let said = gw
+            .log_lines()
+            .iter()
+            .filter(|l| l.contains(refused))
+            .count();
+        assert_eq!(said, 1, "{:?}", gw.log_lines());
+    }
     let stats: String = redis.cmd(&["INFO", "commandstats"]);
     let rename = stats
         .lines()
@@ -298,6 +313,12 @@ async fn an_acl_user_without_rename_completes_unstaged() {
         rename.starts_with("cmdstat_rename:calls=1,") && rename.contains("rejected_calls=1,"),
         "{rename}"
     );
+    // The tagged gateway's first staged `SET` refused while queued, its second never sent.
+    let set = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_set:"))
+        .unwrap();
+    assert!(set.contains("rejected_calls=1,"), "{set}");
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
 }
 

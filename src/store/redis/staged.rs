@@ -65,14 +65,25 @@ impl Staging {
 }
 
 /// Whether Redis refused the transaction for its user's permissions: a queued command
-/// (`NOPERM`) or the script's `RENAME` (an `ERR` naming the refusal). Nothing was written.
+/// (`NOPERM`: as itself on the gateway's own connection, among the reasons of a
+/// transaction aborted on the crate's), or the script's `RENAME` (an `ERR` naming the
+/// refusal: Redis 7.0 says the user "can't run this command", 7.2 and later "ACL failure
+/// in script ... no permissions"). Nothing was written.
 fn denied(e: &RedisError) -> bool {
-    match e.code() {
-        Some("NOPERM") => true,
-        Some("ERR") => e
-            .detail()
-            .is_some_and(|d| d.contains("can't run this command")),
+    let refusal = |code: &str, detail: Option<&str>| match code {
+        "NOPERM" => true,
+        "ERR" => detail.is_some_and(|d| {
+            d.contains("can't run this command") || d.contains("ACL failure in script")
+        }),
         _ => false,
+    };
+    match e.code() {
+        Some("EXECABORT") => e
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, s)| refusal(s.code(), s.details()))),
+        Some(code) => refusal(code, e.detail()),
+        None => false,
     }
 }
 
@@ -209,6 +220,32 @@ impl Transaction for Sent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_for_permissions_are_told_apart() {
+        let err = |code: &'static str, detail: &str| {
+            RedisError::from((redis::ErrorKind::Client, code, detail.to_owned()))
+        };
+        let server = |text: &[u8]| -> RedisError {
+            match redis::parse_redis_value(text).unwrap() {
+                Value::ServerError(e) => e.into(),
+                other => panic!("{other:?}"),
+            }
+        };
+        // Redis 7.0's and 7.2's words for a script's refused command.
+        assert!(denied(&server(
+            b"-ERR The user executing the script can't run this command or subcommand script: 1cd4, on @user_script:1.\r\n"
+        )));
+        assert!(denied(&server(
+            b"-ERR ACL failure in script: User app has no permissions to run the 'rename' command script: 1cd4, on @user_script:1.\r\n"
+        )));
+        assert!(denied(&server(
+            b"-NOPERM this user has no permissions to run the 'del' command\r\n"
+        )));
+        assert!(!denied(&server(b"-OOM command not allowed\r\n")));
+        assert!(!denied(&server(b"-ERR syntax error\r\n")));
+        assert!(!denied(&err("x", "y")));
+    }
     use crate::store::redis::scripts::tests::words;
 
     #[test]
