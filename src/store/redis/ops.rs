@@ -252,20 +252,12 @@ macro_rules! redis_backend {
                 let unstaged = || {
                     strings::finish_invocation(&self.scripts.string, key, owner, record, window, strict)
                 };
+                let finish = &self.scripts.string.finish;
                 let staged = strings::fresh_completion(owner, record, window, strict)
                     .filter(|_| self.staging.allowed())
-                    .and_then(
-                    |(header, response, claimed)| {
-                        staged::staged_completion(
-                            &self.scripts.string.finish,
-                            key,
-                            claimed,
-                            header,
-                            response,
-                            window,
-                        )
-                    },
-                );
+                    .and_then(|(header, response, claimed)| {
+                        staged::staged_completion(finish, key, claimed, header, response, window)
+                    });
                 if let Some(staged) = &staged {
                     let (staging, unstaged) = (&*self.staging, &unstaged);
                     return self

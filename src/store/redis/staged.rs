@@ -23,6 +23,12 @@
 //! and 42 instead of 121 at 64 KiB; below about 1.5 KiB the transaction costs more than
 //! the bytes it keeps out of Lua.
 //!
+//! A transaction Redis refuses or discards runs nothing, and that completion is sent
+//! unstaged, as one script: one refused for the ACL user's permissions (see [`Staging`]),
+//! and one discarded, as on Redis Cluster while the slot migrates (the source answers
+//! `ASK` for the staged key it lacks, and the redis crate follows no redirect inside a
+//! transaction; a script follows it).
+//!
 //! The staged key is the record's key with `~` after the prefix (`dedupe:~{tag}:...`): no
 //! record's key has it (the prefix is followed by the hash tag), it is in the record's
 //! slot (the same hash tag), and an ACL granting `~dedupe:*` covers it. Two completions
@@ -220,6 +226,7 @@ impl Transaction for Sent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::scripts::tests::words;
 
     #[test]
     fn refusals_for_permissions_are_told_apart() {
@@ -246,7 +253,6 @@ mod tests {
         assert!(!denied(&server(b"-ERR syntax error\r\n")));
         assert!(!denied(&err("x", "y")));
     }
-    use crate::store::redis::scripts::tests::words;
 
     #[test]
     fn the_staged_key_keeps_the_hash_tag_and_leaves_the_records_names() {
