@@ -249,11 +249,13 @@ macro_rules! redis_backend {
                 window: Duration,
                 strict: bool,
             ) -> Result<Typed<Value>, StoreError> {
+                let fresh = strings::fresh_completion(owner, record, window, strict);
                 let unstaged = || {
-                    strings::finish_invocation(&self.scripts.string, key, owner, record, window, strict)
+                    let scripts = &self.scripts.string;
+                    strings::finish_call(scripts, key, owner, record, window, strict, fresh)
                 };
                 let finish = &self.scripts.string.finish;
-                let staged = strings::fresh_completion(owner, record, window, strict)
+                let staged = fresh
                     .filter(|_| self.staging.allowed())
                     .and_then(|(header, response, claimed)| {
                         staged::staged_completion(finish, key, claimed, header, response, window)

@@ -153,15 +153,18 @@ impl StagedCompletion<'_> {
         con: &mut C,
         unstaged: impl FnOnce() -> Call<'s>,
     ) -> RedisResult<Typed<Value>> {
-        match self.send(con).await {
-            Err(e) if denied(&e) || e.code() == Some("EXECABORT") => {
-                if denied(&e) {
-                    staging.refuse(&e);
-                }
-                typed(unstaged().invoke(con)).await
-            }
-            reply => reply,
+        let e = match self.send(con).await {
+            Err(e) => e,
+            reply => return reply,
+        };
+        let refused = denied(&e);
+        if !refused && e.code() != Some("EXECABORT") {
+            return Err(e);
         }
+        if refused {
+            staging.refuse(&e);
+        }
+        typed(unstaged().invoke(con)).await
     }
 
     /// Runs the transaction (again with `EVAL` where the node lacks the script): the

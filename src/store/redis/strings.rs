@@ -238,6 +238,10 @@ fn claimant_arg(claimant: Option<u128>) -> Vec<u8> {
 /// claim's `SET` wrote the record and whose claimant is the permit's (the compare form's
 /// fall-through reads the fence from the completed record and the claimant from the
 /// claim's value).
+/// A completion in the compare form: the completed record's header, the response, and
+/// the value the claim's `SET` wrote.
+pub(super) type Fresh<'a> = ([u8; HEADER_LEN], &'a [u8], &'a [u8]);
+
 pub(super) fn fresh_completion<'a>(
     Owner {
         fence,
@@ -247,7 +251,7 @@ pub(super) fn fresh_completion<'a>(
     response: Option<&'a [u8]>,
     window: Duration,
     strict: bool,
-) -> Option<([u8; HEADER_LEN], &'a [u8], &'a [u8])> {
+) -> Option<Fresh<'a>> {
     let (response, claimed) = response.zip(claimed).filter(|_| !strict)?;
     let header = completed_header(claimed, fence, millis(window))?;
     let claimant = claimant?.to_be_bytes();
@@ -257,20 +261,18 @@ pub(super) fn fresh_completion<'a>(
 
 /// A completion (`response`) or release (`None`) by `owner`. A completion, not strict,
 /// whose claim's `SET` wrote the record (the owner knows the value it wrote, and is the
-/// claimant named in it) is sent in the compare form (see `FINISH_ARGS` in
-/// [`super::string_scripts`]), every other finish in the full form.
-pub(super) fn finish_invocation<'a>(
+/// claimant named in it: `fresh`, from [`fresh_completion`]) is sent in the compare form
+/// (see `FINISH_ARGS` in [`super::string_scripts`]), every other finish in the full form.
+pub(super) fn finish_call<'a>(
     scripts: &'a StringScripts,
     key: &str,
     owner: Owner<'_>,
     response: Option<&[u8]>,
     window: Duration,
     strict: bool,
+    fresh: Option<Fresh<'_>>,
 ) -> Call<'a> {
-    let Owner {
-        fence, claimant, ..
-    } = owner;
-    if let Some((header, response, claimed)) = fresh_completion(owner, response, window, strict) {
+    if let Some((header, response, claimed)) = fresh {
         let size = claimed.len() + header.len() + response.len() + 20;
         let mut inv = scripts.finish.call(key, None, size);
         inv.arg(claimed)
@@ -278,9 +280,16 @@ pub(super) fn finish_invocation<'a>(
             .arg(millis(window));
         return inv;
     }
-    let mut inv =
-        super::scripts::finish_call(&scripts.finish, key, None, fence, response, window, strict);
-    inv.arg(claimant_arg(claimant));
+    let mut inv = super::scripts::finish_call(
+        &scripts.finish,
+        key,
+        None,
+        owner.fence,
+        response,
+        window,
+        strict,
+    );
+    inv.arg(claimant_arg(owner.claimant));
     inv
 }
 
@@ -418,6 +427,19 @@ mod tests {
             61_000,
             false,
         )
+    }
+
+    /// The finish script's call for these arguments.
+    fn finish_invocation<'a>(
+        scripts: &'a StringScripts,
+        key: &str,
+        owner: Owner<'_>,
+        response: Option<&[u8]>,
+        window: Duration,
+        strict: bool,
+    ) -> Call<'a> {
+        let fresh = fresh_completion(owner, response, window, strict);
+        finish_call(scripts, key, owner, response, window, strict, fresh)
     }
 
     /// The arguments after `EVALSHA sha numkeys key`.
