@@ -160,3 +160,70 @@ async fn bombs_garbage_and_unknown_codings_are_refused_before_any_claim() {
     assert_eq!(r.status, 201);
     assert_eq!(e.up.effects(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_codings_past_two_are_refused_and_every_layer_shares_the_body_limit() {
+    let e = env().await;
+    // A thousand layers of `br` on a header-keyed route whose `match = "request"` reads
+    // the body: refused with their count, before anything is decoded or claimed, while a
+    // passthrough request beside it is answered.
+    let layers = vec!["br"; 1000].join(", ");
+    let h = [
+        ("idempotency-key", "n-1"),
+        ("content-encoding", &layers[..]),
+    ];
+    // (The body need not be coded at all: nothing is decoded.)
+    let nested = brotli(ORDER);
+    let plain = e.gw.url("/plain");
+    let (r, beside) = tokio::join!(e.post("/orders/n", &h, nested), e.http.get(&plain, &[]));
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert_eq!(
+        r.problem_type(),
+        "urn:dedupe-gateway:problem:content-encoding-unsupported"
+    );
+    assert!(
+        r.text().contains("names 1000 content codings"),
+        "the refusal says how many were sent: {}",
+        r.text()
+    );
+    assert_eq!(beside.status, 201, "{}", beside.text());
+    // Three are too many too; two are decoded.
+    let twice = gzip(&gzip(ORDER, 1), 2);
+    let h3 = [
+        ("idempotency-key", "n-3"),
+        ("content-encoding", "gzip, gzip, gzip"),
+    ];
+    let r = e.post("/orders/n", &h3, gzip(&twice, 3)).await;
+    assert_eq!(r.status, 415, "{}", r.text());
+    let h2 = [
+        ("idempotency-key", "n-2"),
+        ("content-encoding", "gzip, gzip"),
+    ];
+    let r = e.post("/orders/n", &h2, twice).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        e.up.effects(),
+        2,
+        "the passthrough and the two-coding request"
+    );
+
+    // Two layers, each under max_body (64 KiB) alone, over it together: 413.
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let noise: Vec<u8> = (0..40 << 10)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let inner = gzip(&noise, 0);
+    assert!(inner.len() + noise.len() > 64 << 10);
+    let h = [
+        ("idempotency-key", "n-4"),
+        ("content-encoding", "gzip, gzip"),
+    ];
+    let r = e.post("/orders/n", &h, gzip(&inner, 0)).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(e.up.effects(), 2, "nothing refused reached the upstream");
+}

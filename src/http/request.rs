@@ -213,12 +213,7 @@ impl Gateway {
         if let Err(e) = self.check_signature(route, &parts.headers, &body) {
             return refused(Refusal::read(e));
         }
-        let keyed = match route.verdict_with(
-            live.config.store.namespace(),
-            live.config.server.max_body,
-            &view(&parts, matched, &body),
-            header_key,
-        ) {
+        let keyed = match verdict((live, route_idx), &parts, matched, &body, header_key).await {
             Verdict::Claim(keyed) => keyed,
             Verdict::Skip(skip) => {
                 let req = Request::from_parts(parts, full(body));
@@ -419,6 +414,48 @@ fn admit<B>(req: Request<B>, conn: &ConnInfo) -> Result<Request<B>, (GatewayErro
         Ok(head) => Ok(head.map(|()| body)),
         Err(e) => Err((e.into(), body)),
     }
+}
+
+/// The route's verdict on a whole request. Undoing a content coding (or a gRPC message's
+/// compression) reads up to `server.max_body` bytes out of a bomb: that runs on tokio's
+/// blocking threads, so the connections that share this request's event loop never wait
+/// on it; a plain body is keyed where it is.
+async fn verdict(
+    (live, route_idx): (&Arc<Live>, usize),
+    parts: &Parts,
+    matched: &str,
+    body: &bytes::Bytes,
+    header_key: Option<String>,
+) -> Verdict {
+    let route = &live.config.routes[route_idx];
+    let (ns, max_body) = (live.config.store.namespace(), live.config.server.max_body);
+    if !route.decodes(&parts.headers) {
+        return route.verdict_with(ns, max_body, &view(parts, matched, body), header_key);
+    }
+    let (live, body, matched) = (live.clone(), body.clone(), matched.to_owned());
+    let (method, uri, headers) = (
+        parts.method.clone(),
+        parts.uri.clone(),
+        parts.headers.clone(),
+    );
+    let decoding = tokio::task::spawn_blocking(move || {
+        let view = RequestView {
+            method: &method,
+            path: &matched,
+            query: uri.query(),
+            headers: &headers,
+            body: &body,
+        };
+        let (ns, max_body) = (live.config.store.namespace(), live.config.server.max_body);
+        live.config.routes[route_idx].verdict_with(ns, max_body, &view, header_key)
+    });
+    decoding.await.unwrap_or_else(|e| {
+        error!(error = %e, "decoding a request body failed in its thread");
+        let corrupt = crate::key::coding::CodingError::Corrupt {
+            coding: "in its content coding",
+        };
+        Verdict::Skip(route.refuse(KeyError::Coding(corrupt)))
+    })
 }
 
 /// The parts of a request the key rules read; the path in its match form.

@@ -1,8 +1,11 @@
 //! Content codings of request bodies (RFC 9110 §8.4), undone before a body is keyed: the
 //! same content compressed twice (a gzip header carries a time) is the same request, and a
 //! `json:` part reads the JSON, not its compressed bytes. The upstream still gets the bytes
-//! the client sent. Pure, and bounded: the decoded body may not exceed the limit the
-//! raw body has (`server.max_body`), so a decompression bomb is a 413, not a heap.
+//! the client sent. Pure, and bounded: at most [`MAX_CODINGS`] codings, and the bytes
+//! decoded by every layer together may not exceed the limit the raw body has
+//! (`server.max_body`), so a decompression bomb is a 413, not a heap, and a body coded
+//! twenty thousand times over (each layer decoding the whole body again) is a 415, not
+//! half a minute of a core.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -10,13 +13,23 @@ use std::io::Read;
 use http::header::CONTENT_ENCODING;
 use http::HeaderMap;
 
+/// The most codings a body may name: every real client applies one, a few two; each more
+/// is a pass over the whole body that no client needs.
+pub const MAX_CODINGS: usize = 2;
+
 /// Why a body's coding could not be undone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodingError {
     /// A coding the gateway does not decode (415).
     #[error("the content coding {0:?} is not supported here (gzip, deflate, br, zstd)")]
     Unsupported(String),
-    /// The decoded body is larger than `server.max_body` (413).
+    /// More codings than [`MAX_CODINGS`] (415).
+    #[error("the request names {sent} content codings; at most {MAX_CODINGS} are decoded here")]
+    TooMany {
+        /// How many the request named (counted up to a bound).
+        sent: usize,
+    },
+    /// The bytes decoded, over every layer together, exceed `server.max_body` (413).
     #[error("the decoded request body exceeds {limit} bytes")]
     TooLarge {
         /// The limit.
@@ -114,28 +127,55 @@ pub fn decoded<'a>(
 
 /// The body with every coding the `header` names undone: `Content-Encoding`, or gRPC's
 /// `grpc-encoding` for a compressed message (gzip, deflate, zstd, as gRPC names them).
+/// The bytes every layer decodes count against one budget of `limit`.
 pub fn decoded_by<'a>(
     header: &http::HeaderName,
     headers: &HeaderMap,
     body: &'a [u8],
     limit: u64,
 ) -> Result<Cow<'a, [u8]>, CodingError> {
+    let codings = codings(header, headers)?;
+    let mut budget = limit;
+    let mut body = Cow::Borrowed(body);
+    for coding in codings.into_iter().rev() {
+        let out = coding.decode(&body, budget).map_err(|e| match e {
+            CodingError::TooLarge { .. } => CodingError::TooLarge { limit },
+            other => other,
+        })?;
+        budget -= out.len() as u64;
+        body = Cow::Owned(out);
+    }
+    Ok(body)
+}
+
+/// Whether `headers` name any coding under `header` other than `identity`: whether
+/// [`decoded_by`] has work to do (the caller may then run it off the async threads).
+pub fn is_coded(header: &http::HeaderName, headers: &HeaderMap) -> bool {
+    !matches!(codings(header, headers), Ok(c) if c.is_empty())
+}
+
+/// The codings `header` names, in the order applied; refused past [`MAX_CODINGS`], with
+/// how many were named (those past the bound counted, not parsed).
+fn codings(header: &http::HeaderName, headers: &HeaderMap) -> Result<Vec<Coding>, CodingError> {
     let mut codings = Vec::new();
+    let mut sent = 0;
     for value in headers.get_all(header) {
         let text = value.to_str().map_err(|_| {
             CodingError::Unsupported(String::from_utf8_lossy(value.as_bytes()).into())
         })?;
-        for name in text.split(',') {
-            if let Some(c) = Coding::parse(name.trim())? {
+        for name in text.split(',').map(str::trim) {
+            if sent >= MAX_CODINGS {
+                sent += usize::from(!name.is_empty() && !name.eq_ignore_ascii_case("identity"));
+            } else if let Some(c) = Coding::parse(name)? {
+                sent += 1;
                 codings.push(c);
             }
         }
     }
-    let mut body = Cow::Borrowed(body);
-    for coding in codings.into_iter().rev() {
-        body = Cow::Owned(coding.decode(&body, limit)?);
+    if sent > MAX_CODINGS {
+        return Err(CodingError::TooMany { sent });
     }
-    Ok(body)
+    Ok(codings)
 }
 
 #[cfg(test)]
@@ -209,5 +249,65 @@ mod tests {
             decoded(&HeaderMap::new(), JSON, 1),
             Ok(Cow::Borrowed(_))
         ));
+    }
+    #[test]
+    fn more_than_two_codings_are_refused_with_their_count_before_any_is_decoded() {
+        let twice = gzip(&gzip(JSON, 3), 4);
+        assert_eq!(
+            decoded(&headers("gzip, gzip, gzip"), &twice, 1 << 20),
+            Err(CodingError::TooMany { sent: 3 })
+        );
+        // Twenty thousand layers: counted, not parsed, and nothing decoded.
+        let many = vec!["br"; 20_000].join(", ");
+        assert_eq!(
+            decoded(&headers(&many), JSON, 1 << 20),
+            Err(CodingError::TooMany { sent: 20_000 })
+        );
+        // Over several header lines, and whatever names they use past the bound.
+        let mut h = headers("gzip");
+        h.append(CONTENT_ENCODING, "gzip".parse().unwrap());
+        h.append(CONTENT_ENCODING, "compress".parse().unwrap());
+        assert_eq!(
+            decoded(&h, &twice, 1 << 20),
+            Err(CodingError::TooMany { sent: 3 })
+        );
+        // `identity` is no coding: it is not counted.
+        assert_eq!(
+            &*decoded(&headers("identity, gzip, identity, gzip"), &twice, 1 << 20).unwrap(),
+            JSON
+        );
+        assert!(!is_coded(&CONTENT_ENCODING, &headers("identity")));
+        assert!(is_coded(&CONTENT_ENCODING, &headers("gzip")));
+        assert!(is_coded(&CONTENT_ENCODING, &headers(&many)));
+        assert!(!is_coded(&CONTENT_ENCODING, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_bytes_every_layer_decodes_share_one_budget() {
+        // The inner layer decodes to 600 KiB, the outer to about 600 KiB's gzip: each alone
+        // is under the 1 MiB limit, together they are not.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let noise: Vec<u8> = (0..600 << 10)
+            .map(|_| {
+                // xorshift: bytes gzip cannot shrink.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let inner = gzip(&noise, 0);
+        let outer = gzip(&inner, 0);
+        assert!(inner.len() < 1 << 20 && noise.len() < 1 << 20);
+        assert!(inner.len() + noise.len() > 1 << 20);
+        assert_eq!(
+            decoded(&headers("gzip, gzip"), &outer, 1 << 20),
+            Err(CodingError::TooLarge { limit: 1 << 20 })
+        );
+        let room = (inner.len() + noise.len()) as u64;
+        assert_eq!(
+            &*decoded(&headers("gzip, gzip"), &outer, room).unwrap(),
+            &noise[..]
+        );
     }
 }

@@ -23,7 +23,8 @@ impl GatewayError {
     pub fn grpc_code(&self) -> u16 {
         use GatewayError::*;
         match self {
-            Key(KeyError::Coding(CodingError::Unsupported(_))) | MethodNotSupported => 12,
+            Key(KeyError::Coding(CodingError::Unsupported(_) | CodingError::TooMany { .. }))
+            | MethodNotSupported => 12,
             Key(KeyError::Coding(CodingError::TooLarge { .. })) | BodyTooLarge { .. } => {
                 code::RESOURCE_EXHAUSTED
             }

@@ -164,7 +164,7 @@ fn key_problem(e: &KeyError) -> (StatusCode, &'static str, &'static str) {
             "version-invalid",
             "Request version unusable",
         ),
-        KeyError::Coding(CodingError::Unsupported(_)) => (
+        KeyError::Coding(CodingError::Unsupported(_) | CodingError::TooMany { .. }) => (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "content-encoding-unsupported",
             "Request body content coding not supported",

@@ -200,6 +200,15 @@ impl Route {
         }
     }
 
+    /// Whether keying this request undoes a coding: a compressed gRPC message, or a
+    /// `Content-Encoding` on a route whose rules read the body (see [`Route::verdict`]).
+    pub fn decodes(&self, headers: &HeaderMap) -> bool {
+        if self.grpc {
+            return coding::is_coded(&crate::grpc::GRPC_ENCODING, headers);
+        }
+        self.reads_body() && coding::is_coded(&http::header::CONTENT_ENCODING, headers)
+    }
+
     /// Whether the key, scope, `match` or order read the body.
     pub fn reads_body(&self) -> bool {
         let body = |p: &RequestPart| matches!(p, RequestPart::Body | RequestPart::Json(_));
@@ -314,7 +323,7 @@ impl Route {
         }
     }
 
-    fn refuse(&self, error: KeyError) -> Skip {
+    pub(crate) fn refuse(&self, error: KeyError) -> Skip {
         Skip::Refused {
             error,
             forwarded: self.mode == Mode::Shadow,
