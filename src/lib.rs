@@ -28,6 +28,10 @@
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
 //!   [`tokens::RequestHash`], [`tokens::Claimant`]), as types that cannot be swapped.
+//! - [`headers`]: every header name the gateway reads or writes.
+//! - [`hops`]: what a proxy does to framing and hop-by-hop fields between its two sides:
+//!   which never cross, the `Content-Length` a response keeps, what a record never stores
+//!   and how the writer to the client frames a body (pure).
 //! - [`grpc`]: gRPC's framing, status codes and content type, as the gateway reads them
 //!   (pure).
 //! - [`record`]: the encoding of a stored response, bound to its store key (pure).
@@ -39,7 +43,6 @@
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
-//! - [`headers`]: every header name the gateway reads or writes.
 //! - [`telemetry`]: traces (off unless configured): the request span and its children,
 //!   `traceparent` in and out, the OTLP/HTTP exporter.
 //! - [`log`]: one writer thread for every log line; the access line, formatted without
@@ -81,6 +84,7 @@ pub mod files;
 pub mod framing;
 pub mod grpc;
 pub mod headers;
+pub mod hops;
 pub mod http;
 pub mod key;
 pub mod keys;

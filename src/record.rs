@@ -140,7 +140,10 @@ impl FieldRecord {
             {
                 return Err(RecordError::Corrupt("bad header value"));
             }
-            each(name, value);
+            // Stored by no writer now; a record from before that rule keeps them unread.
+            if !crate::hops::is_framing(name) {
+                each(name, value);
+            }
             Ok(())
         })?;
         let body = r.body(bytes, start.state)?;
@@ -235,11 +238,13 @@ pub fn encode<'h>(
 }
 
 /// A header or trailer section: its count (written once the fields are), then each field
-/// (at most `u16::MAX`).
+/// (at most `u16::MAX`). A framing or hop-by-hop field is never stored
+/// ([`crate::hops::is_framing`]): whoever replays the record frames it anew.
 fn put_fields<'h>(out: &mut BytesMut, fields: impl Iterator<Item = Field<'h>>) {
     let at = out.len();
     out.put_u16(0);
     let mut count: u16 = 0;
+    let fields = fields.filter(|(name, _)| !crate::hops::is_framing(name));
     for (name, value) in fields.take(u16::MAX as usize) {
         put_u16_bytes(out, name);
         out.put_u32(value.len() as u32);
@@ -387,7 +392,10 @@ impl<'a> Reader<'a> {
                 .map_err(|_| RecordError::Corrupt("bad header name"))?;
             let value = HeaderValue::from_bytes(value)
                 .map_err(|_| RecordError::Corrupt("bad header value"))?;
-            fields.try_append(name, value).map_err(|_| too_many())?;
+            // As `FieldRecord::decode`: a framing field is never replayed.
+            if !crate::hops::is_framing(name.as_str().as_bytes()) {
+                fields.try_append(name, value).map_err(|_| too_many())?;
+            }
             Ok(())
         })?;
         Ok(fields)

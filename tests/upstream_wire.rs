@@ -230,3 +230,117 @@ async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> Vec<u8> {
     }
     got
 }
+
+/// The answers in `bytes`, read as a client reads them (RFC 9112 §6.3: chunked, else
+/// `Content-Length`, else to the end), as (status, body) pairs.
+fn answers(mut bytes: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&bytes[..end]).to_lowercase();
+        bytes = &bytes[end + 4..];
+        let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap();
+        let field = |name: &str| {
+            head.lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .find(|(n, _)| n.trim() == name)
+                .map(|(_, v)| v.trim().to_owned())
+        };
+        let mut body = Vec::new();
+        if field("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
+            loop {
+                let line = bytes.windows(2).position(|w| w == b"\r\n").unwrap();
+                let text = String::from_utf8_lossy(&bytes[..line]);
+                let size =
+                    usize::from_str_radix(text.split(';').next().unwrap().trim(), 16).unwrap();
+                bytes = &bytes[line + 2..];
+                if size == 0 {
+                    let end = bytes.windows(2).position(|w| w == b"\r\n").unwrap();
+                    bytes = &bytes[end + 2..];
+                    break;
+                }
+                body.extend_from_slice(&bytes[..size]);
+                bytes = &bytes[size + 2..];
+            }
+        } else if let Some(n) = field("content-length") {
+            let n: usize = n.parse().unwrap_or_else(|_| panic!("a bad length: {head}"));
+            body.extend_from_slice(&bytes[..n.min(bytes.len())]);
+            bytes = &bytes[n.min(bytes.len())..];
+        } else if !(status == 204 || status == 304 || (100..200).contains(&status)) {
+            body.extend_from_slice(bytes);
+            bytes = &[];
+        }
+        out.push((status, body));
+    }
+    out
+}
+
+/// An upstream whose answer to a keyed write carries a stale `Content-Length` beside
+/// `Transfer-Encoding: chunked`, a chunked body that hides a second answer behind the
+/// length's four bytes, or lengths the body does not match.
+fn stale_length(_: usize, _: usize, head: &str) -> Option<Vec<u8>> {
+    let line = head.lines().next().unwrap_or_default();
+    let hidden = b"SAFEHTTP/1.1 418 INJECTED\r\nContent-Length: 0\r\n\r\n";
+    Some(if line.contains("/v1/te") {
+        let mut a = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            hidden.len()
+        )
+        .into_bytes();
+        a.extend_from_slice(hidden);
+        a.extend_from_slice(b"\r\n0\r\n\r\n");
+        a
+    } else if line.contains("/v1/twice") {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4, 4\r\n\r\nSAFE".to_vec()
+    } else {
+        ok("other")
+    })
+}
+
+#[tokio::test]
+async fn a_stale_upstream_length_is_never_stored_nor_written_beside_another_body() {
+    let (up, _) = scripted(stale_length).await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(format!("http://{up}"))
+            .upstream_timeout("5s")
+            .route(dedupe_test_support::RouteCfg::header("orders", "/v1/**")),
+    )
+    .await;
+    for path in ["/v1/te", "/v1/twice"] {
+        let key = format!("k{path}");
+        let post = format!(
+            "POST {path} HTTP/1.1\r\nhost: gw\r\nidempotency-key: {key}\r\ncontent-length: 2\r\n\r\n"
+        );
+        let after = "{}GET /other HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n";
+        // The winner, then its replay, each followed on its connection by another request;
+        // the body in a second segment takes hyper's path as well as the lane's.
+        for (attempt, split) in [(0, false), (1, false), (2, true)] {
+            let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            if split {
+                s.write_all(post.as_bytes()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                s.write_all(after.as_bytes()).await.unwrap();
+            } else {
+                s.write_all(format!("{post}{after}").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+                .await
+                .expect("answered within 5 s")
+                .unwrap();
+            let read = answers(&got);
+            let statuses: Vec<u16> = read.iter().map(|(s, _)| *s).collect();
+            let text = String::from_utf8_lossy(&got);
+            assert_eq!(statuses, [200, 200], "{path} #{attempt}: {text}");
+            assert_eq!(read[1].1, b"other", "{path} #{attempt}: {text}");
+            let body = if path == "/v1/te" {
+                &b"SAFEHTTP/1.1 418 INJECTED\r\nContent-Length: 0\r\n\r\n"[..]
+            } else {
+                b"SAFE"
+            };
+            assert_eq!(read[0].1, body, "{path} #{attempt}: {text}");
+        }
+    }
+}

@@ -26,20 +26,13 @@ enum ResolveAs {
     Done,
 }
 
-/// Headers a resolved response may not carry: hop-by-hop (RFC 9110 §7.6.1) and framing.
-/// A `content-length: 1000` over a 3-byte body would break every replay.
-const FRAMING: [&str; 10] = [
-    "connection",
-    "content-length",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+/// Whether a resolved response may not carry a header: framing and hop-by-hop fields
+/// (RFC 9110 §7.6.1, [`crate::hops::is_framing`]), which no record keeps, and `Trailer`,
+/// which names trailers a resolution has none of. A `content-length: 1000` over a 3-byte
+/// body would break every replay.
+fn refused(name: &str) -> bool {
+    crate::hops::is_framing(name.as_bytes()) || name.eq_ignore_ascii_case("trailer")
+}
 
 fn bad(message: impl Into<String>) -> GatewayError {
     GatewayError::BadAdminRequest(message.into())
@@ -67,7 +60,7 @@ fn resolution(
     for (name, value) in &req.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| bad(format!("{name:?} is not a header name")))?;
-        if FRAMING.contains(&name.as_str()) {
+        if refused(name.as_str()) {
             return Err(bad(format!(
                 "{name} is a hop-by-hop or framing header: stored responses never carry one \
                  (a replay frames its body itself)"

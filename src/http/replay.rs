@@ -4,9 +4,7 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{
-    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TRAILER, TRANSFER_ENCODING,
-};
+use http::header::{HeaderName, HeaderValue, DATE, TRAILER};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
@@ -69,23 +67,19 @@ pub(super) fn respond(
 
 /// A replay the lane writes ([`Written`]): the stored fields decoded straight into the
 /// lines it sends, `Idempotent-Replayed` and `Idempotency-Expires` added as lines, no header
-/// map. The stored `Content-Length` (what an answer to `HEAD` declares) goes into the map,
-/// for the writer's framing. `None` when the record is not one a header map would be
-/// read from the same way: no body, trailers, a field the gateway sets itself, or corrupt
-/// (the header map's way then answers it).
+/// map; the writer frames the body it sends (a record holds no framing field, see
+/// [`crate::hops`]). `None` when the record is not one a header map would be read from
+/// the same way: no body, trailers, a field the gateway sets itself, or corrupt (the
+/// header map's way then answers it).
 fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Option<Response<Body>> {
     // Room for the two fields added here.
     let mut lines = Vec::with_capacity(record.len().min(4096) + 96);
-    let (mut length, mut ours, mut dated) = (None, false, false);
+    let (mut ours, mut dated) = (false, false);
     let each = |name: &[u8], value: &[u8]| {
         let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
-        if is(&CONTENT_LENGTH) {
-            length = HeaderValue::from_bytes(value).ok();
-        } else if !(is(&TRANSFER_ENCODING) || is(&CONNECTION)) {
-            ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
-            dated |= is(&DATE);
-            field(&mut lines, name, value);
-        }
+        ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
+        dated |= is(&DATE);
+        field(&mut lines, name, value);
     };
     let stored = FieldRecord::decode(record, store_key, each).ok()??;
     let StoredBody::Stored(body) = stored.body else {
@@ -110,7 +104,7 @@ fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Opti
         fields: Bytes::from(lines),
         dated,
     };
-    Some(written.response(stored.status, body, length))
+    Some(written.response(stored.status, body, None))
 }
 
 /// Sets `Idempotency-Expires` to `expires` as an HTTP-date, when it is known.

@@ -79,8 +79,20 @@ impl Gateway {
         self.serve(req, conn).await
     }
 
-    /// The pipeline, whichever way the body came.
+    /// The pipeline, whichever way the body came. Every response leaves here, framed by
+    /// the body it carries ([`crate::hops::frame_for_client`]).
     async fn serve(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
+        let head = req.method() == http::Method::HEAD;
+        let mut response = self.answer(req, conn).await;
+        let status = response.status();
+        let bodiless = head || status.is_informational() || matches!(status.as_u16(), 204 | 304);
+        let exact = hyper::body::Body::size_hint(response.body()).exact();
+        crate::hops::frame_for_client(response.headers_mut(), exact, bodiless);
+        response
+    }
+
+    /// A request's response, its framing as it came.
+    async fn answer(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
         let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();

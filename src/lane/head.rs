@@ -199,7 +199,7 @@ impl Field {
             2 if is(b"te") => Self::Refused,
             6 if is(b"expect") => Self::Refused,
             7 if is(b"upgrade") || is(b"trailer") => Self::Refused,
-            _ if crate::upstream::hop_by_hop(name).is_some() => Self::Refused,
+            _ if crate::hops::hop_by_hop(name).is_some() => Self::Refused,
             _ => Self::Other,
         }
     }

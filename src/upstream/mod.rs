@@ -19,19 +19,17 @@ use crate::{Body, BoxError};
 
 mod body;
 mod by_runtime;
-mod hops;
 mod pool;
 pub mod sent;
 mod wire;
 
 pub use self::body::UpstreamBody;
 use self::by_runtime::ByRuntime;
-pub(crate) use self::hops::hop_by_hop;
-pub use self::hops::strip_hop_by_hop;
 use self::pool::{Limits, Pool};
 pub use self::wire::{
     after_status_line, has_written_field, written_fields, Framing, RawHead, Written, WrittenFields,
 };
+use crate::hops::strip_hop_by_hop;
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -267,7 +265,7 @@ impl Upstream {
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         if let (Some(h2c), Version::HTTP_2) = (&self.h2c, req.version()) {
             return match h2c.clients.here().request(self.absolute(req)).await {
-                Ok(resp) => Ok(from_hyper(resp)),
+                Ok(resp) => from_hyper(resp),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
             };
@@ -275,7 +273,7 @@ impl Upstream {
         match &self.transport {
             Transport::Plain(pool) => pool.send(req).await,
             Transport::Tls(clients) => match clients.here().request(self.absolute(req)).await {
-                Ok(resp) => Ok(from_hyper(resp)),
+                Ok(resp) => from_hyper(resp),
                 Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
                 Err(e) => Err(UpstreamFailure::Broken(e.into())),
             },
@@ -344,12 +342,13 @@ pub struct LaneTarget<'a> {
     pub base_path: &'a [u8],
 }
 
-/// A response from hyper's client, its hop-by-hop fields stripped (the pool's own
-/// connections drop them as they parse the head).
-fn from_hyper(resp: Response<Incoming>) -> Response<UpstreamBody> {
+/// A response from hyper's client, made fit to cross ([`crate::hops::response_head`]):
+/// hyper keeps a `Content-Length` beside the `Transfer-Encoding` it decoded, and a list of
+/// lengths as it came. Two different lengths are no answer.
+fn from_hyper(resp: Response<Incoming>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
     let (mut head, body) = resp.into_parts();
-    strip_hop_by_hop(&mut head.headers);
-    Response::from_parts(head, UpstreamBody::plain(body))
+    crate::hops::response_head(&mut head.headers).map_err(|e| UpstreamFailure::Broken(e.into()))?;
+    Ok(Response::from_parts(head, UpstreamBody::plain(body)))
 }
 
 impl Upstream {

@@ -187,15 +187,7 @@ impl OwnedCall<'_> {
         expires: SystemTime,
     ) -> Kept {
         let drops = &self.route.replay_drop_headers;
-        // The length the upstream declared is kept, as a header map keeps it (the written
-        // lines leave it to the client's framing): a replayed answer to `HEAD` declares it.
-        let mut digits = itoa::Buffer::new();
-        let declared = head
-            .declared
-            .map(|n| (&b"content-length"[..], digits.format(n).as_bytes()));
-        let kept = written_fields(&fields)
-            .chain(declared)
-            .filter(|(name, _)| routes::replay_keeps(drops, name));
+        let kept = written_fields(&fields).filter(|(name, _)| routes::replay_keeps(drops, name));
         // A line's `: ` and line end take four bytes, a record's lengths six.
         let size = fields.len() * 3 / 2 + 32;
         let body = StoredBody::Stored(bytes.clone());

@@ -211,7 +211,7 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
             let name = HeaderName::from_bytes(field.name.as_bytes())
                 .map_err(|_| WireError::Malformed(format!("header name {:?}", field.name)))?;
             framing.see(name.as_str().as_bytes(), field.value);
-            let hop = crate::upstream::hop_by_hop(field.name.as_bytes());
+            let hop = crate::hops::hop_by_hop(field.name.as_bytes());
             if hop.is_some_and(|i| i != 0) {
                 continue;
             }
@@ -243,8 +243,11 @@ pub(super) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         headers.append(name, value);
     }
     if framing.names_fields {
-        crate::upstream::strip_hop_by_hop(&mut headers);
+        crate::hops::strip_hop_by_hop(&mut headers);
     }
+    // The length crosses only where it framed the body (RFC 9112 §6.1), as one number.
+    crate::hops::response_length(&mut headers, framing.coding.is_some())
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
     let framing_of = response_framing(code, method, version, &framing)?;
     // `close` wins, whatever else `Connection` lists.
     let keep_alive = framing_of != Framing::UntilClose
@@ -268,7 +271,7 @@ pub(super) struct FramingFields {
     pub(super) coding: Option<bool>,
     /// `Connection` says `close`; says `keep-alive`; names anything but `keep-alive`
     /// (those fields are hop-by-hop then too; `close` is read as a name as well, as
-    /// [`strip_hop_by_hop`](crate::upstream::strip_hop_by_hop) reads it).
+    /// [`strip_hop_by_hop`](crate::hops::strip_hop_by_hop) reads it).
     pub(super) close: bool,
     pub(super) keep_alive: bool,
     pub(super) names_fields: bool,

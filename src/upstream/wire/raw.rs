@@ -243,7 +243,7 @@ fn write_head(
     let mut dated = false;
     for field in fields {
         let name = field.name.as_bytes();
-        if crate::upstream::hop_by_hop(name).is_some()
+        if crate::hops::hop_by_hop(name).is_some()
             || named.iter().any(|n| n.eq_ignore_ascii_case(name))
             || name.eq_ignore_ascii_case(b"content-length")
         {
@@ -258,7 +258,11 @@ fn write_head(
         keep_alive,
         dated,
         http10: version == Version::HTTP_10,
-        declared: framing.length.and_then(Result::ok),
+        // Beside a transfer coding, the length describes nothing (RFC 9112 §6.1).
+        declared: framing
+            .length
+            .and_then(Result::ok)
+            .filter(|_| framing.coding.is_none()),
     })
 }
 

@@ -140,23 +140,17 @@ fn a_response_s_hop_by_hop_fields_go_no_further() {
         ["content-length", "x-kept"]
     );
     // Every hop-by-hop name is found whatever its case, and no other name of its length.
-    let hops = crate::upstream::hops::HOP_BY_HOP
-        .iter()
-        .chain([&header::UPGRADE]);
+    let hops = crate::hops::HOP_BY_HOP.iter().chain([&header::UPGRADE]);
     for (i, name) in hops.enumerate() {
         let upper = name.as_str().to_ascii_uppercase();
-        assert_eq!(
-            crate::upstream::hop_by_hop(upper.as_bytes()),
-            Some(i),
-            "{name}"
-        );
+        assert_eq!(crate::hops::hop_by_hop(upper.as_bytes()), Some(i), "{name}");
         let other = "x".repeat(name.as_str().len());
         assert!(
-            crate::upstream::hop_by_hop(other.as_bytes()).is_none(),
+            crate::hops::hop_by_hop(other.as_bytes()).is_none(),
             "{name}"
         );
     }
-    assert!(crate::upstream::hop_by_hop(b"trailer").is_none());
+    assert!(crate::hops::hop_by_hop(b"trailer").is_none());
 }
 
 #[test]
