@@ -370,3 +370,40 @@ async fn each_worker_calls_the_server_over_its_own_h2c_connection() {
         "one h2c connection per worker"
     );
 }
+
+/// A client deadline shorter than the call (#54): the caller gives up with
+/// `DEADLINE_EXCEEDED`, but the winner's call runs to its end under the gateway's own
+/// `grpc-timeout` (what is left of `server.upstream_timeout`, not the caller's 0.5 s), so
+/// its answer is stored and the retry replays it: one execution. (Had the upstream given
+/// up with the caller, the claim would be kept unknown: retries `ABORTED` for the 3 s lease,
+/// then a takeover executing again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_deadline_shorter_than_the_call_still_executes_once_and_the_retry_replays() {
+    let server = GrpcServer::start().await;
+    let create = RouteCfg::grpc("create", CREATE).lease("3s");
+    let gw = TestGateway::start(&GatewayConfig::new(server.url()).route(create)).await;
+    let slow = GrpcCall::unary(CREATE, "pay 12")
+        .key("t-1")
+        .metadata("x-test-delay-ms", "1500");
+    let first = slow.clone().deadline(0.5).send(&target(&gw)).await;
+    assert_eq!(first["code"], "DEADLINE_EXCEEDED", "{first}");
+    // The handler has finished, and the gateway has stored its answer, once the retry
+    // finds the key settled rather than in flight.
+    let settled = eventually(Duration::from_secs(10), || async {
+        let seen = GrpcCall::unary(CREATE, "pay 12")
+            .key("t-1")
+            .send(&target(&gw))
+            .await;
+        seen["code"] != "ABORTED"
+    })
+    .await;
+    assert!(settled, "the key stayed in flight");
+    let again = GrpcCall::unary(CREATE, "pay 12")
+        .key("t-1")
+        .send(&target(&gw))
+        .await;
+    assert_eq!(again["code"], "OK", "{again}");
+    assert_eq!(again["responses"][0], "created 1: pay 12", "{again}");
+    assert!(replayed(&again), "{again}");
+    assert_eq!(server.executions("Create").await, 1);
+}

@@ -1,12 +1,14 @@
 //! gRPC over HTTP/2, as far as the gateway needs it (pure): which requests are gRPC
-//! calls, the length-prefixed message framing ([`frame`]), and status codes, their names,
-//! what each means for a claim and `grpc-message`'s percent-encoding ([`status`]).
+//! calls, the length-prefixed message framing ([`frame`]), status codes, their names,
+//! what each means for a claim and `grpc-message`'s percent-encoding ([`status`]), and
+//! `grpc-timeout`'s encoding ([`timeout`]).
 
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::Version;
 
 pub mod frame;
 pub mod status;
+pub mod timeout;
 
 /// `grpc-status`: the call's status code, in the trailers (or a trailers-only head).
 pub const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");

@@ -110,6 +110,9 @@ impl Forwarder {
                 let req = Request::from_parts(parts, full(body));
                 let mut req = live.upstream.prepare(req, &client_ip);
                 owner_headers(req.headers_mut(), &key, &scope, fence);
+                if route.grpc {
+                    crate::upstream::own_grpc_deadline(req.headers_mut(), deadline);
+                }
                 telemetry::inject(&span, req.headers_mut());
                 let called = live.upstream.call(req, deadline, span.clone()).await;
                 called.map(Answer::Map)

@@ -173,7 +173,8 @@ impl Upstream {
 
     /// Rewrites a client request for the upstream: path and query under the base path,
     /// HTTP/1.1 (HTTP/2 when it goes over h2c, with `te: trailers` for a gRPC call),
-    /// hop-by-hop headers stripped, `X-Forwarded-*` set.
+    /// hop-by-hop headers stripped, `X-Forwarded-*` set. A gRPC call keeps its caller's
+    /// `grpc-timeout`; a winner's is then bounded by the gateway ([`own_grpc_deadline`]).
     pub fn prepare(&self, mut req: Request<Body>, client_ip: &HeaderValue) -> Request<Body> {
         let grpc = crate::grpc::is_call(req.version(), req.headers());
         let trailers = grpc || accepts_trailers(req.headers());
@@ -333,6 +334,20 @@ impl Upstream {
     }
 }
 
+/// Sets a winner's gRPC call's `grpc-timeout` to what is left until `deadline` (its
+/// `server.upstream_timeout`), in place of its caller's. The winner's call outlives its
+/// caller (see `http::inline`) so that its answer is stored and a retry replays it; under
+/// the caller's deadline the upstream would give up with it, answering
+/// `DEADLINE_EXCEEDED`, which leaves the outcome unknown though the handler may have run
+/// to its end, and a retry would take the key over and run the call again.
+pub fn own_grpc_deadline(headers: &mut HeaderMap, deadline: tokio::time::Instant) {
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    headers.insert(
+        crate::grpc::timeout::GRPC_TIMEOUT,
+        crate::grpc::timeout::encode(left),
+    );
+}
+
 /// Where the lane's requests go: the `Host` they carry and the path they go under.
 #[derive(Debug, Clone, Copy)]
 pub struct LaneTarget<'a> {
@@ -486,5 +501,37 @@ mod tests {
         let every = upstream("upstream_http2 = \"prior-knowledge\"\n");
         let plain = every.prepare(request(Version::HTTP_11, &[]), remote);
         assert_eq!(plain.version(), Version::HTTP_2);
+    }
+
+    /// A passthrough gRPC call keeps its caller's deadline; a winner's gets what is left
+    /// of `server.upstream_timeout`, longer or shorter than its caller's, or none.
+    #[tokio::test(start_paused = true)]
+    async fn a_winner_s_grpc_timeout_is_what_is_left_of_upstream_timeout_not_its_caller_s() {
+        let remote = &client_ip("10.0.0.1:5000".parse().unwrap());
+        let up = upstream("upstream_timeout = \"20s\"\n");
+        let short = [
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("grpc-timeout", "500m"),
+        ];
+        let passthrough = up.prepare(request(Version::HTTP_2, &short), remote);
+        assert_eq!(passthrough.headers()["grpc-timeout"], "500m");
+        let deadline = up.deadline();
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        let mut won = up.prepare(request(Version::HTTP_2, &short), remote);
+        own_grpc_deadline(won.headers_mut(), deadline);
+        let sent: Vec<_> = won.headers().get_all("grpc-timeout").iter().collect();
+        assert_eq!(sent, ["18500000u"], "20 s less the 1.5 s gone, one value");
+        // Longer than what is left, or no deadline at all: what is left still.
+        for caller in [&[("grpc-timeout", "1H")][..], &[]] {
+            let mut won = up.prepare(request(Version::HTTP_2, caller), remote);
+            own_grpc_deadline(won.headers_mut(), deadline);
+            assert_eq!(won.headers()["grpc-timeout"], "18500000u", "{caller:?}");
+        }
+        // Past the deadline: none left (the gateway times the call out itself).
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let mut late = up.prepare(request(Version::HTTP_2, &short), remote);
+        own_grpc_deadline(late.headers_mut(), deadline);
+        assert_eq!(late.headers()["grpc-timeout"], "0n");
     }
 }

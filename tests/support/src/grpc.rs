@@ -119,6 +119,13 @@ impl GrpcCall {
         self.metadata("idempotency-key", key)
     }
 
+    /// The client's deadline, in seconds (the client script's default is 10): sent as
+    /// `grpc-timeout`, and the client gives up with `DEADLINE_EXCEEDED` once it passes.
+    pub fn deadline(mut self, seconds: f64) -> Self {
+        self.spec["timeout"] = seconds.into();
+        self
+    }
+
     /// The client's own retry policy: a service config retrying ABORTED and UNAVAILABLE.
     pub fn retrying(mut self) -> Self {
         self.spec["retry"] = true.into();
