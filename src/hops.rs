@@ -146,6 +146,34 @@ pub fn response_length(headers: &mut HeaderMap, coded: bool) -> Result<(), Inval
     Ok(())
 }
 
+/// A request's head made fit to go upstream: hop-by-hop fields stripped; `Expect` too
+/// (the gateway's server answers the client's `100-continue` itself as it reads the
+/// body: the upstream would be asked a question that has been answered); a field whose
+/// name holds `_` dropped unless `underscores` (some upstream frameworks read `_` and `-`
+/// as one, CGI-style, so `Transfer_Encoding` would frame what this proxy did not; nginx
+/// drops them too); a `Content-Length` written as its number (`0005` is `5`).
+pub fn request_head(headers: &mut HeaderMap, underscores: bool) {
+    strip_hop_by_hop(headers);
+    headers.remove(header::EXPECT);
+    if !underscores && headers.keys().any(|n| n.as_str().contains('_')) {
+        let named: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| n.as_str().contains('_'))
+            .cloned()
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    let padded = headers
+        .get(header::CONTENT_LENGTH)
+        .map(HeaderValue::as_bytes)
+        .filter(|v| v.len() > 1 && v[0] == b'0');
+    if let Some(Ok(Some(n))) = padded.map(|v| kept_length(false, [v])) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+}
+
 /// A response's head as the writer that sends it to the client frames it: it derives the
 /// length from the body it sends (`exact`, when the body knows it), so no
 /// `Content-Length` from anywhere else is written beside that body, and no
@@ -252,6 +280,32 @@ mod tests {
         assert_eq!(kept_length(false, [&b"0005"[..]]), Ok(Some(5)));
         assert_eq!(kept_length(false, []), Ok(None));
         assert_eq!(kept_length(true, [&b"4, 5"[..]]), Ok(None));
+    }
+
+    #[test]
+    fn a_request_goes_upstream_without_what_only_this_hop_may_read() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("content-length", "0005"),
+            ("expect", "100-continue"),
+            ("transfer_encoding", "chunked"),
+            ("x_forwarded_for", "1.2.3.4"),
+            ("x-kept", "1"),
+            ("connection", "keep-alive"),
+        ] {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        let mut kept = h.clone();
+        request_head(&mut h, false);
+        let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-length", "x-kept"], "{h:?}");
+        assert_eq!(h["content-length"], "5");
+        request_head(&mut kept, true);
+        assert!(
+            kept.contains_key("transfer_encoding"),
+            "kept when asked: {kept:?}"
+        );
+        assert!(!kept.contains_key("expect"), "{kept:?}");
     }
 
     #[test]

@@ -405,3 +405,60 @@ async fn probes_are_answered_with_silent_connections_at_the_admin_cap() {
     flood.abort();
     drop(silent);
 }
+
+/// Issue #54, item 3: what the upstream gets of a padded length, fields named with `_`, and
+/// an `Expect` the gateway has answered itself; on a keyed route and passing through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn padded_lengths_underscored_names_and_expect_reach_the_upstream_as_nginx_sends_them() {
+    let (up, gw) = start().await;
+    let keyed = "POST /v1/payments/1 HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: u-1\r\n";
+    let plain = "POST /plain HTTP/1.1\r\nHost: gw\r\n";
+    for (i, line) in [keyed, plain].into_iter().enumerate() {
+        let padded = format!("{line}Content-Length: 0002\r\nConnection: close\r\n\r\n{{}}");
+        assert_eq!(status(&raw(&gw, padded.as_bytes()).await), 201, "{line}");
+        let seen = &up.seen()[i];
+        assert_eq!(seen.headers["content-length"], "2", "{line}");
+        assert_eq!(seen.body, "{}");
+    }
+    let underscored = "POST /v1/payments/2 HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: u-2\r\n\
+                       Transfer_Encoding: chunked\r\nX_User: admin\r\nX-Kept: 1\r\n\
+                       Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+    assert_eq!(status(&raw(&gw, underscored.as_bytes()).await), 201);
+    let seen = &up.seen()[2];
+    assert!(
+        !seen.headers.contains_key("transfer_encoding"),
+        "{:?}",
+        seen.headers
+    );
+    assert!(!seen.headers.contains_key("x_user"), "{:?}", seen.headers);
+    assert_eq!(seen.headers["x-kept"], "1");
+    // `Expect`: the client gets the gateway's own `100 Continue`, the upstream no question.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/payments/3 HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: u-3\r\n\
+          Expect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut interim))
+        .await
+        .expect("100 Continue within 5 s")
+        .unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"{}").await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(status(&String::from_utf8_lossy(&rest)), 201);
+    let seen = &up.seen()[3];
+    assert!(!seen.headers.contains_key("expect"), "{:?}", seen.headers);
+    assert_eq!(up.effects(), 4);
+
+    // Kept where the operator says so.
+    let up = Upstream::start().await;
+    let cfg = GatewayConfig::new(up.url()).underscores_in_headers(true);
+    let gw = TestGateway::start(&cfg).await;
+    let kept = "GET /plain HTTP/1.1\r\nHost: gw\r\nX_User: admin\r\nConnection: close\r\n\r\n";
+    assert_eq!(status(&raw(&gw, kept.as_bytes()).await), 201);
+    assert_eq!(up.seen()[0].headers["x_user"], "admin");
+}

@@ -86,6 +86,8 @@ pub struct FileServer {
     /// `http://` upstreams: which calls go over HTTP/2 with prior knowledge (h2c):
     /// `"grpc"` (gRPC calls), `"prior-knowledge"` (every call) or `"off"`.
     pub upstream_http2: Option<UpstreamHttp2>,
+    /// Request fields whose names hold `_` go upstream (absent: they are dropped).
+    pub underscores_in_headers: Option<bool>,
     /// `[server.tls]`: TLS on the public listener.
     pub tls: Option<FileListenerTls>,
 }

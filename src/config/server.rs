@@ -53,6 +53,9 @@ pub struct ServerConfig {
     pub tls: Option<ListenerTls>,
     /// `server.upstream_http2`: which calls to an `http://` upstream go over h2c.
     pub upstream_http2: UpstreamHttp2,
+    /// `server.underscores_in_headers`: request fields whose names hold `_` go upstream
+    /// (otherwise they are dropped, as nginx drops them).
+    pub underscores_in_headers: bool,
 }
 
 /// `server.upstream_http2`: which calls to a plain-`http` upstream go over HTTP/2 with
@@ -161,6 +164,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,
         upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),
+        underscores_in_headers: s.underscores_in_headers.unwrap_or(false),
         listen,
         upstream,
         upstream_timeout,

@@ -170,10 +170,14 @@ fn plain_target(target: &str) -> bool {
         })
 }
 
-/// A `Content-Length` of digits only.
+/// A `Content-Length` of digits only, with no leading zero (`0005` goes to the full path,
+/// which writes it upstream as its number).
 fn length(value: &[u8]) -> Option<usize> {
     let value = value.trim_ascii();
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if value.len() > 1 && value[0] == b'0' {
         return None;
     }
     std::str::from_utf8(value).ok()?.parse().ok()
@@ -200,6 +204,8 @@ impl Field {
             6 if is(b"expect") => Self::Refused,
             7 if is(b"upgrade") || is(b"trailer") => Self::Refused,
             _ if crate::hops::hop_by_hop(name).is_some() => Self::Refused,
+            // Dropped or kept by `server.underscores_in_headers`: the full path decides.
+            _ if name.contains(&b'_') => Self::Refused,
             _ => Self::Other,
         }
     }

@@ -29,7 +29,6 @@ use self::pool::{Limits, Pool};
 pub use self::wire::{
     after_status_line, has_written_field, written_fields, Framing, RawHead, Written, WrittenFields,
 };
-use crate::hops::strip_hop_by_hop;
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -91,6 +90,8 @@ pub struct Upstream {
     timeout: Duration,
     /// The calls' deadlines, on timers kept for the next call.
     timers: Arc<Timers>,
+    /// `server.underscores_in_headers`: request fields named with `_` go upstream.
+    underscores: bool,
 }
 
 /// The h2c clients (one per runtime) and which calls take them.
@@ -163,6 +164,7 @@ impl Upstream {
             target: cfg.upstream.clone(),
             timeout: cfg.upstream_timeout,
             timers: Arc::new(Timers::new()),
+            underscores: cfg.underscores_in_headers,
         }
     }
 
@@ -206,7 +208,7 @@ impl Upstream {
             Version::HTTP_11
         };
         let headers = req.headers_mut();
-        strip_hop_by_hop(headers);
+        crate::hops::request_head(headers, self.underscores);
         if trailers {
             // The client takes trailers, so the gateway does: the one `TE` HTTP/2 allows,
             // which gRPC servers look for and without which an HTTP/1.1 server sends none.

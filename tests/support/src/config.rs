@@ -58,6 +58,8 @@ struct Server {
     workers: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_ca_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    underscores_in_headers: Option<bool>,
     // Last: a table follows the plain values.
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<ListenerTls>,
@@ -119,6 +121,7 @@ impl GatewayConfig {
                 max_connections: None,
                 workers: None,
                 upstream_ca_file: None,
+                underscores_in_headers: None,
                 tls: None,
             },
             store: None,
@@ -127,6 +130,12 @@ impl GatewayConfig {
             telemetry: None,
             routes: Vec::new(),
         }
+    }
+
+    /// `server.underscores_in_headers`.
+    pub fn underscores_in_headers(mut self, keep: bool) -> Self {
+        self.server.underscores_in_headers = Some(keep);
+        self
     }
 
     /// `server.upstream_ca_file`.
