@@ -18,6 +18,8 @@ const MIB: u64 = 1024 * KIB;
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// `server.upstream_http2`: gRPC calls go over h2c to an `http://` upstream.
 pub const DEFAULT_UPSTREAM_HTTP2: super::server::UpstreamHttp2 = super::server::UpstreamHttp2::Grpc;
+/// `server.underscores_in_headers`: request fields named with `_` are dropped.
+pub const DEFAULT_UNDERSCORES_IN_HEADERS: bool = false;
 /// `server.connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `server.max_body`.
@@ -292,6 +294,9 @@ mod tests {
             "store.on_error" => enum_value::<OnError>(text) == DEFAULT_ON_ERROR,
             "store.max_records" => n(DEFAULT_MAX_RECORDS as u64),
             "store.tls_insecure" => text.parse().ok() == Some(DEFAULT_TLS_INSECURE),
+            "server.underscores_in_headers" => {
+                text.parse().ok() == Some(DEFAULT_UNDERSCORES_IN_HEADERS)
+            }
             "defaults.lease" => d(DEFAULT_LEASE),
             "defaults.window" => d(DEFAULT_WINDOW),
             "defaults.on_conflict" => enum_value::<OnConflict>(text) == DEFAULT_ON_CONFLICT,

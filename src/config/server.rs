@@ -8,9 +8,10 @@ use http::uri::{Authority, Scheme};
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_IDLE_POLL, DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_HTTP2,
-    DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_CONCURRENT_STREAMS,
-    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT, MAX_WORKERS, MIN_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS,
+    DEFAULT_UPSTREAM_HTTP2, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT,
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT,
+    MAX_WORKERS, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -164,7 +165,9 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,
         upstream_http2: s.upstream_http2.unwrap_or(DEFAULT_UPSTREAM_HTTP2),
-        underscores_in_headers: s.underscores_in_headers.unwrap_or(false),
+        underscores_in_headers: s
+            .underscores_in_headers
+            .unwrap_or(DEFAULT_UNDERSCORES_IN_HEADERS),
         listen,
         upstream,
         upstream_timeout,
