@@ -20,7 +20,7 @@ const BASE: &str = "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://127.
 /// A file with one header-key route named `payments`, plus `extra` inside that route: the
 /// literal text whose handling the tests check.
 fn payments_route(extra: &str) -> String {
-    format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\n{extra}")
+    format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nscope = []\n{extra}")
 }
 
 /// Runs `check` on `text`; returns the exit code, stdout and stderr.
