@@ -78,7 +78,13 @@ fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
         let mut what = format!("overrides {field} of the file");
         match var {
             "DEDUPE_REDIS_URLS" => what += " (comma-separated)",
-            "DEDUPE_REDIS_PASSWORD" => what += ", never printed",
+            // Not a field of the file: a password there would sit beside everything else.
+            "DEDUPE_REDIS_PASSWORD" => {
+                what = format!(
+                    "{field}, which the file has no field for: used in place of one in the \
+                     store URLs (with sentinels, the primary's); never printed"
+                )
+            }
             _ => {}
         }
         let also = read_as(var);

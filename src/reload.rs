@@ -117,7 +117,7 @@ mod tests {
         );
         let new = Config::from_toml(
             "[server]\nlisten = \"127.0.0.1:8081\"\nupstream = \"http://127.0.0.1:9000\"\n\
-             [[routes]]\nname = \"p\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = { header = \"Idempotency-Key\" }\n",
+             [[routes]]\nname = \"p\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = { header = \"Idempotency-Key\" }\nscope = []\n",
         )
         .unwrap();
         let (merged, restart) = merge(&old, new);

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::key::{KeyRule, MatchRule, RequestPart};
 
 pub mod dialect;
+mod foreign;
 mod keyed;
 pub mod preset;
 
@@ -224,8 +225,13 @@ fn glob(pattern: &str) -> Result<GlobMatcher, String> {
 
 impl PathPattern {
     /// Compiles a pattern; it must start with `/` and be in normal form (requests are
-    /// matched after normalisation, so `/v1//x` or `/v1/./x` would never match).
+    /// matched after normalisation, so `/v1//x` or `/v1/./x` would never match), and in
+    /// this gateway's syntax: a path parameter (`{id}`, `:id`) or a regular expression
+    /// (`.*`) would be a valid glob that matches none of the paths it means.
     pub fn new(pattern: &str) -> Result<Self, String> {
+        if let Some(refusal) = foreign::refusal(pattern) {
+            return Err(refusal);
+        }
         if !pattern.starts_with('/') {
             return Err(format!("{pattern:?} must start with '/'"));
         }

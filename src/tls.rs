@@ -46,7 +46,7 @@ impl PemFile {
     pub fn read(path: impl AsRef<Path>) -> Result<Self, PemError> {
         let path = path.as_ref();
         let bytes =
-            crate::files::read_bounded(path, crate::files::MAX_PEM_FILE).map_err(|e| PemError {
+            crate::files::read_regular(path, crate::files::MAX_PEM_FILE).map_err(|e| PemError {
                 path: path.display().to_string(),
                 reason: format!("cannot read: {e}"),
             })?;

@@ -20,7 +20,7 @@ const BASE: &str = "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://127.
 /// A file with one header-key route named `payments`, plus `extra` inside that route: the
 /// literal text whose handling the tests check.
 fn payments_route(extra: &str) -> String {
-    format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\n{extra}")
+    format!("{BASE}[[routes]]\nname = \"payments\"\nmethods = [\"POST\"]\npath = \"/p\"\nkey = {{ header = \"Idempotency-Key\" }}\nscope = []\n{extra}")
 }
 
 /// Runs `check` on `text`; returns the exit code, stdout and stderr.
@@ -321,13 +321,13 @@ fn check_refuses_a_worker_count_out_of_range_naming_the_field() {
 
 #[test]
 fn check_accepts_the_largest_values_in_bounds() {
-    let text = payments_route("lease = \"1day\"\nwindow = \"365d\"\nconflict_wait = \"1h\"\n")
+    let text = payments_route("lease = \"1d\"\nwindow = \"365d\"\nconflict_wait = \"1h\"\n")
         .replace(
         "[server]\n",
         "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\nidle_poll = \"100us\"\nworkers = 1024\n",
     ) + "[store]\nprefix = \""
         + &"p".repeat(256)
-        + "\"\ntimeout = \"1min\"\n";
+        + "\"\ntimeout = \"1m\"\n";
     let (code, out, err) = check(&text);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("lease=1d window=365d"), "{out}");

@@ -524,7 +524,7 @@ async fn run_logs_store_findings_at_start_up() {
 fn the_crash_drill_on_a_holding_route_checks_the_hold_and_its_resolve() {
     let redis = RedisServer::start();
     let tmp = tempfile::tempdir().unwrap();
-    let route = "[[routes]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"/v1/pay/**\"\nkey = { header = \"Idempotency-Key\" }\non_unknown = \"hold\"\n";
+    let route = "[[routes]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"/v1/pay/**\"\nkey = { header = \"Idempotency-Key\" }\nscope = []\non_unknown = \"hold\"\n";
     let base = "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
     for store in [
         "[store]\nbackend = \"memory\"\n".to_owned(),

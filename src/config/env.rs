@@ -3,14 +3,20 @@
 
 use super::file::{EnvOverride, FileAdmin, FileConfig};
 
-/// Every variable that overrides a field of the file, with the field it sets: what
-/// `dedupe-gateway --help` and the man page list. A test holds it to [`FileConfig::apply_env`].
+/// What `DEDUPE_REDIS_PASSWORD` sets. The file has no field for it (a password in the file
+/// would sit beside everything else in a config map), so errors and `--help` name it in
+/// words rather than as a field that does not exist.
+pub const REDIS_PASSWORD: &str = "the Redis password";
+
+/// Every variable that overrides the configuration, with what it sets: a field of the file,
+/// or [`REDIS_PASSWORD`], which the file has no field for. What `dedupe-gateway --help` and
+/// the man page list. A test holds it to [`FileConfig::apply_env`].
 pub const ENV_OVERRIDES: [(&str, &str); 7] = [
     ("DEDUPE_LISTEN", "server.listen"),
     ("DEDUPE_UPSTREAM", "server.upstream"),
     ("DEDUPE_REDIS_URL", "store.url"),
     ("DEDUPE_REDIS_URLS", "store.urls"),
-    ("DEDUPE_REDIS_PASSWORD", "store.password"),
+    ("DEDUPE_REDIS_PASSWORD", REDIS_PASSWORD),
     ("DEDUPE_ADMIN_LISTEN", "admin.listen"),
     ("DEDUPE_ADMIN_TOKEN", "admin.token"),
 ];
@@ -18,8 +24,8 @@ pub const ENV_OVERRIDES: [(&str, &str); 7] = [
 impl FileConfig {
     /// Applies the environment overrides a container sets (`DEDUPE_LISTEN`,
     /// `DEDUPE_UPSTREAM`, `DEDUPE_REDIS_URL`, `DEDUPE_REDIS_URLS`, `DEDUPE_ADMIN_LISTEN`,
-    /// `DEDUPE_ADMIN_TOKEN`, `DEDUPE_REDIS_PASSWORD`). `lookup` is the environment; tests pass a map. An error in a
-    /// value set here names the variable, not the file.
+    /// `DEDUPE_ADMIN_TOKEN`, `DEDUPE_REDIS_PASSWORD`). `lookup` is the environment; tests
+    /// pass a map. An error in a value set here names the variable, not the file.
     pub fn apply_env(&mut self, lookup: impl Fn(&str) -> Option<String>) {
         let mut set = |var: &'static str, field: &'static str| {
             let v = lookup(var)?;
@@ -32,7 +38,7 @@ impl FileConfig {
         let urls = set("DEDUPE_REDIS_URLS", "store.urls");
         let admin_listen = set("DEDUPE_ADMIN_LISTEN", "admin.listen");
         let admin_token = set("DEDUPE_ADMIN_TOKEN", "admin.token");
-        let password = set("DEDUPE_REDIS_PASSWORD", "store.password");
+        let password = set("DEDUPE_REDIS_PASSWORD", REDIS_PASSWORD);
         if password.is_some() {
             self.store.password = password;
         }

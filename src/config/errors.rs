@@ -2,7 +2,6 @@
 //! gateway's own answers. A template file is read and checked here (JSON once filled with
 //! sample values), so a broken one is refused before any port is bound.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use super::defaults::{DEFAULT_ERRORS, DEFAULT_TEMPLATE_CONTENT_TYPE, MAX_TEMPLATE_BYTES};
@@ -60,16 +59,17 @@ fn template(at: &str, t: &FileTemplate) -> Result<Template, ConfigError> {
         .unwrap_or(DEFAULT_TEMPLATE_CONTENT_TYPE);
     let at_file = format!("{at}.template");
     let path = &t.template;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_TEMPLATE_BYTES + 1).read_to_string(&mut text))
-        .map_err(|e| invalid(&at_file, format!("cannot read {path}: {e}")))?;
-    if text.len() as u64 > MAX_TEMPLATE_BYTES {
-        return Err(invalid(
-            &at_file,
-            format!("{path} is larger than {MAX_TEMPLATE_BYTES} bytes"),
-        ));
-    }
+    // A regular file only: a FIFO named here would block `check` and `run` for ever.
+    let bytes = crate::files::read_regular(std::path::Path::new(path), MAX_TEMPLATE_BYTES)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => invalid(
+                &at_file,
+                format!("{path} is larger than {MAX_TEMPLATE_BYTES} bytes"),
+            ),
+            _ => invalid(&at_file, format!("cannot read {path}: {e}")),
+        })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| invalid(&at_file, format!("cannot read {path}: not UTF-8 text")))?;
     Template::new(&text, content_type).map_err(|e| match e {
         crate::route::dialect::TemplateError::ContentType(_) => {
             invalid(format!("{at}.content_type"), e.to_string())

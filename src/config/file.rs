@@ -146,7 +146,8 @@ pub struct FileStore {
     /// `rediss://`: accept any certificate (a warning at start).
     pub tls_insecure: Option<bool>,
     /// The Redis password from `DEDUPE_REDIS_PASSWORD`; never in the file, where it
-    /// would sit beside everything else in a config map.
+    /// would sit beside everything else in a config map (so `store.password` in a file is
+    /// an unknown field, and errors name it [`super::REDIS_PASSWORD`]).
     #[serde(skip)]
     pub password: Option<String>,
 }

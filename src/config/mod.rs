@@ -37,7 +37,7 @@ mod tests;
 mod verify;
 
 pub use crate::route::{OnConflict, OnError};
-pub use env::ENV_OVERRIDES;
+pub use env::{ENV_OVERRIDES, REDIS_PASSWORD};
 pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
     FileServer, FileStore, FileVerify,

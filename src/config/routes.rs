@@ -145,7 +145,7 @@ pub(super) fn validate(
     let scope = match (&r.scope, r.preset) {
         (Some(parts), _) => parse_parts(&format!("{at}.scope"), parts)?,
         (None, Some(preset)) => preset.scope(),
-        (None, None) => Vec::new(),
+        (None, None) => unscoped(at, &key)?,
     };
     let hash_headers = r
         .hash_headers
@@ -206,6 +206,28 @@ pub(super) fn validate(
         verify: super::verify::validate(at, r, env)?,
         errors: super::grpc::dialect(super::errors::route(at, r, &inherited.errors)?, grpc),
     })
+}
+
+/// The scope of a route that writes none and has no preset: empty for a fingerprint (its
+/// key is the request's own content), refused for a header key. A header key is a value
+/// each caller picks, so without a scope every caller shares one key space and one
+/// caller's key replays another's stored response; `scope = []`, written, is the file
+/// saying one caller. A preset's sender is its one provider, and its key an id that
+/// provider mints, so a preset route is never asked.
+fn unscoped(at: &str, key: &KeyRule) -> Result<Vec<RequestPart>, ConfigError> {
+    match key {
+        KeyRule::Fingerprint(_) => Ok(Vec::new()),
+        KeyRule::Header { name, .. } => Err(invalid(
+            format!("{at}.scope"),
+            format!(
+                "required with a header key: a header key without a scope is shared by every \
+                 caller, so one caller's {name} replays another caller's stored response. \
+                 Name what identifies a caller (scope = [\"header:Authorization\"], or the \
+                 header naming the tenant), or write scope = [] if one caller alone ever \
+                 sends to this route"
+            ),
+        )),
+    }
 }
 
 fn name(at: &str, name: &str) -> Result<(), ConfigError> {
@@ -417,18 +439,9 @@ pub(super) fn lints(server: &ServerConfig, routes: &[Route]) -> Vec<String> {
                 ));
             }
         }
+        // A header key without a scope is refused at validation (`unscoped`), not warned.
         let fingerprint = match &r.key {
-            KeyRule::Header { .. } => {
-                // A preset's key is an id its provider mints, not one a caller chooses.
-                if r.scope.is_empty() && r.preset.is_none() {
-                    out.push(format!(
-                        "routes[{name}].scope: a header key without scope is shared by every caller, \
-                         so one client's key replays another's response; name what identifies a \
-                         caller (scope = [\"header:Authorization\"])"
-                    ));
-                }
-                None
-            }
+            KeyRule::Header { .. } => None,
             KeyRule::Fingerprint(parts) => Some(parts),
         };
         let listed = [

@@ -14,21 +14,12 @@ pub(super) fn read(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     let (bytes, origin) = if let Some(path) = source.strip_prefix("file:") {
-        let bytes = crate::files::read_bounded(Path::new(path), crate::files::MAX_SECRET_FILE)
-            .map_err(|e| {
-                // The kind alone for I/O errors; the size limit says what it is.
-                let why = match e.kind() {
-                    std::io::ErrorKind::InvalidData => e.to_string(),
-                    kind => kind.to_string(),
-                };
-                invalid(at, format!("cannot read the file {path:?}: {why}"))
-            })?;
+        let bytes = file(path, crate::files::MAX_SECRET_FILE)
+            .map_err(|why| invalid(at, format!("cannot read the file {path:?}: {why}")))?;
         (bytes, format!("the file {path:?}"))
     } else if let Some(name) = source.strip_prefix("env:") {
-        let value = env(name)
-            .ok_or_else(|| invalid(at, format!("the environment variable {name} is not set")))?;
         (
-            value.into_bytes(),
+            env_var(at, name, env)?.into_bytes(),
             format!("the environment variable {name}"),
         )
     } else {
@@ -42,6 +33,31 @@ pub(super) fn read(
         return Err(invalid(at, format!("{origin} is empty")));
     }
     Ok((trimmed.to_vec(), origin))
+}
+
+/// A `file:` source's bytes (a regular file, at most `limit` bytes), or why not, in words
+/// that quote none of it: the I/O error's kind alone, or what the file is instead.
+pub(super) fn file(path: &str, limit: u64) -> Result<Vec<u8>, String> {
+    crate::files::read_regular(Path::new(path), limit).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => e.to_string(),
+        kind => kind.to_string(),
+    })
+}
+
+/// An `env:` source's value: set, and named (`env:` alone would otherwise be reported as
+/// "the environment variable  is not set").
+pub(super) fn env_var(
+    at: &str,
+    name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    if name.is_empty() {
+        return Err(invalid(
+            at,
+            "\"env:\" names no variable: the variable's name is empty; write \"env:NAME\"",
+        ));
+    }
+    env(name).ok_or_else(|| invalid(at, format!("the environment variable {name} is not set")))
 }
 
 /// Whether a value names a source rather than being the secret itself.
@@ -89,9 +105,14 @@ mod tests {
         std::fs::write(&file, "\n").unwrap();
         let e = read("x", &format!("file:{}", file.display()), &env).unwrap_err();
         assert!(e.to_string().ends_with("is empty"), "{e}");
-        // An endless file is refused at once, by its size.
+        // An endless file is refused at once: it is a device, not a file.
         let e = read("x", "file:/dev/zero", &env).unwrap_err().to_string();
-        assert!(e.contains("larger than 4096 bytes"), "{e}");
+        assert!(
+            e.contains("not a regular file but a character device"),
+            "{e}"
+        );
+        let e = read("x", "env:", &env).unwrap_err().to_string();
+        assert!(e.starts_with("x: \"env:\" names no variable"), "{e}");
     }
 
     #[test]

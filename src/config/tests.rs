@@ -49,11 +49,13 @@ name = "a"
 methods = ["POST"]
 path = "/a"
 key = { header = "Idempotency-Key" }
+scope = []
 [[routes]]
 name = "b"
 methods = ["POST"]
 path = "/b/*"
 key = { header = "Idempotency-Key", required = false }
+scope = []
 lease = "250ms"
 on_error = "fail-open"
 "#,
@@ -82,6 +84,7 @@ name = "a"
 methods = ["POST"]
 path = "/a"
 key = { header = "Idempotency-Key", requierd = true }
+scope = []
 "#);
     assert!(e.contains("requierd"), "{e}");
     let e = err("[defaults]\nleese = \"1s\"\n");
@@ -96,6 +99,7 @@ name = "payments"
 methods = ["POST"]
 path = "/a"
 key = { header = "Idempotency-Key" }
+scope = []
 lease = "thirty seconds"
 "#);
     assert!(e.starts_with("routes[payments].lease:"), "{e}");
@@ -119,7 +123,7 @@ fn key_rules_are_checked() {
 #[test]
 fn routes_need_unique_safe_names_methods_and_paths() {
     let r = |name: &str, methods: &str, path: &str| {
-        format!("[[routes]]\nname = \"{name}\"\nmethods = {methods}\npath = \"{path}\"\nkey = {{ header = \"K\" }}\n")
+        format!("[[routes]]\nname = \"{name}\"\nmethods = {methods}\npath = \"{path}\"\nkey = {{ header = \"K\" }}\nscope = []\n")
     };
     assert!(err(&r("a:b", "[\"POST\"]", "/a")).contains("routes[a:b].name"));
     assert!(err(&r("a", "[]", "/a")).contains("routes[a].methods"));
@@ -200,7 +204,7 @@ fn a_lease_too_short_to_renew_is_warned_about() {
 fn status_lists_and_on_unknown_parse_with_defaults_and_overrides() {
     use crate::route::{OnUnknown, StatusMeaning};
     let route =
-        "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = { header = \"K\" }\n";
+        "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = { header = \"K\" }\nscope = []\n";
     let c = with(route).unwrap();
     let r = &c.routes[0];
     assert_eq!(r.on_unknown, OnUnknown::Retry);
@@ -255,7 +259,7 @@ fn environment_overrides_apply_before_validation() {
 #[test]
 fn replay_settings_are_checked() {
     let route = |extra: &str| {
-        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\n{extra}")
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nscope = []\n{extra}")
     };
     let c = with(&route("")).unwrap();
     assert!(c.routes[0].store_body && c.routes[0].advertise_expiry);
@@ -277,7 +281,7 @@ fn match_defaults_by_key_kind_and_names_its_errors() {
     use crate::key::{MatchRule, RequestPart};
     let route = |key: &str, extra: &str| {
         format!(
-            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/r\"\nkey = {key}\n{extra}"
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/r\"\nkey = {key}\nscope = []\n{extra}"
         )
     };
     let header = r#"{ header = "Idempotency-Key" }"#;
@@ -325,7 +329,7 @@ fn match_defaults_by_key_kind_and_names_its_errors() {
 fn mode_defaults_to_enforce_and_a_typo_names_the_field_and_the_choices() {
     let route = |mode: &str| {
         format!(
-            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\n{mode}"
+            "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\nkey = {{ header = \"K\" }}\nscope = []\n{mode}"
         )
     };
     assert_eq!(
@@ -364,7 +368,7 @@ fn order_rules_are_checked() {
     let route = |order: &str| {
         format!(
             "[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/a\"\n\
-             key = {{ header = \"Idempotency-Key\" }}\norder = {order}\n"
+             key = {{ header = \"Idempotency-Key\" }}\nscope = []\norder = {order}\n"
         )
     };
     let c = with(&route(r#"{ entity = "json:/id", version = "header:x-v" }"#)).unwrap();
@@ -386,4 +390,37 @@ fn order_rules_are_checked() {
     ))
     .unwrap();
     assert!(c.store.tags_by_entity() && c.routes[0].order.is_some());
+}
+
+#[test]
+fn a_header_key_needs_a_scope_written_and_a_preset_or_fingerprint_does_not() {
+    let route = |key: &str, extra: &str| {
+        format!("[[routes]]\nname = \"r\"\nmethods = [\"POST\"]\npath = \"/r\"\n{key}\n{extra}")
+    };
+    let header = "key = { header = \"Idempotency-Key\" }";
+    let e = err(&route(header, ""));
+    assert!(
+        e.starts_with("routes[r].scope: required with a header key"),
+        "{e}"
+    );
+    assert!(
+        e.contains("scope = []") && e.contains("header:Authorization"),
+        "{e}"
+    );
+    // Written, even empty, it is the file saying one caller: no error, no warning.
+    let c = with(&route(header, "scope = []")).unwrap();
+    assert!(
+        c.routes[0].scope.is_empty() && c.warnings.is_empty(),
+        "{:?}",
+        c.warnings
+    );
+    // A webhook preset's sender is one provider; its own header key keeps the exemption.
+    for preset in [
+        "preset = \"standard-webhooks\"",
+        "preset = \"shopify\"\nkey = { header = \"X-Shopify-Event-Id\" }",
+    ] {
+        with(&route(preset, "")).unwrap();
+    }
+    // A fingerprint is the request's own content, not a value each caller picks.
+    with(&route("key = { fingerprint = [\"json:/id\"] }", "")).unwrap();
 }

@@ -130,7 +130,7 @@ mod tests {
             "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
              [[routes]]\nname = \"pay\"\nmethods = [\"POST\"]\n\
              path = \"/pay.v1.Payments/Create\"\ngrpc = true\n\
-             key = { header = \"idempotency-key\", required = true }\n",
+             key = { header = \"idempotency-key\", required = true }\nscope = []\n",
         )
         .unwrap()
         .routes;

@@ -329,7 +329,7 @@ mod tests {
             let routes = routes(&format!(
                 "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
                  [[routes]]\nname = \"o\"\nmethods = [\"POST\"]\npath = \"/o\"\n\
-                 key = {{ header = \"Idempotency-Key\" }}\n\
+                 key = {{ header = \"Idempotency-Key\" }}\nscope = []\n\
                  order = {{ entity = \"json:/data/id\", version = \"header:x-v\", compare = \"{compare}\" }}\n"
             ));
             let none = HeaderMap::new();

@@ -56,6 +56,7 @@ name = "pay"
 methods = ["POST"]
 path = "/pay.v1.Payments/Create"
 key = { header = "idempotency-key" }
+scope = []
 grpc = true
 "#;
         let line = "POST /pay.v1.Payments/Create";

@@ -403,6 +403,7 @@ name = "orders"
 methods = ["POST"]
 path = "/orders/**"
 key = { header = "Idempotency-Key", required = true }
+scope = []
 
 [[routes]]
 name = "calls"
@@ -410,6 +411,7 @@ methods = ["POST"]
 path = "/pkg.Svc/**"
 grpc = true
 key = { header = "Idempotency-Key", required = true }
+scope = []
 "#;
 
     fn taken(raw: &[u8], tls: bool) -> Option<Taken> {

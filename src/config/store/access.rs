@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::super::defaults::DEFAULT_TLS_INSECURE;
 use super::super::file::FileStore;
-use super::super::{invalid, ConfigError};
+use super::super::{invalid, ConfigError, REDIS_PASSWORD};
 use crate::tls::{self, PemFile};
 
 /// How the gateway reaches Redis beyond its URLs: the TLS files for `rediss://` and a
@@ -53,7 +53,7 @@ pub(super) fn refuse_access(s: &FileStore) -> Result<(), ConfigError> {
     refuse_tls_fields(s)?;
     match password(s)? {
         Some(_) => Err(invalid(
-            "store.password",
+            REDIS_PASSWORD,
             "applies to the Redis backends only",
         )),
         None => Ok(()),
@@ -118,7 +118,7 @@ fn client_cert(s: &FileStore) -> Result<Option<(PemFile, PemFile)>, ConfigError>
 
 fn password(s: &FileStore) -> Result<Option<String>, ConfigError> {
     if s.password.as_deref() == Some("") {
-        return Err(invalid("store.password", "must not be empty"));
+        return Err(invalid(REDIS_PASSWORD, "must not be empty"));
     }
     Ok(s.password.clone())
 }

@@ -1,7 +1,7 @@
 //! `store.encryption_keys`: the keys that seal stored records, read from files or the
 //! environment.
 
-use super::super::{invalid, ConfigError};
+use super::super::{invalid, secrets, ConfigError};
 use crate::seal::{self, Keyring, KEY_LEN};
 
 /// Reads and checks every `encryption_keys` entry. Errors name the entry and its source,
@@ -28,20 +28,11 @@ fn material(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     if let Some(path) = source.strip_prefix("file:") {
-        let bytes =
-            crate::files::read_bounded(std::path::Path::new(path), crate::files::MAX_KEY_FILE)
-                .map_err(|e| {
-                    // The kind alone for I/O errors; the size limit says what it is.
-                    let why = match e.kind() {
-                        std::io::ErrorKind::InvalidData => e.to_string(),
-                        kind => kind.to_string(),
-                    };
-                    invalid(at, format!("cannot read the key file {path:?}: {why}"))
-                })?;
+        let bytes = secrets::file(path, crate::files::MAX_KEY_FILE)
+            .map_err(|why| invalid(at, format!("cannot read the key file {path:?}: {why}")))?;
         Ok((bytes, format!("the key file {path:?}")))
     } else if let Some(name) = source.strip_prefix("env:") {
-        let value = env(name)
-            .ok_or_else(|| invalid(at, format!("the environment variable {name} is not set")))?;
+        let value = secrets::env_var(at, name, env)?;
         // Raw bytes cannot travel in a variable: there, a key is 64 hex digits.
         if value.len() == KEY_LEN {
             return Err(invalid(

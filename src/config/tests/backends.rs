@@ -162,7 +162,10 @@ fn the_password_belongs_to_the_redis_backends() {
     };
     let e = password("[store]\n").unwrap_err().to_string();
     assert!(
-        e.contains("store.password") && e.contains("Redis backends only"),
+        e.starts_with("DEDUPE_REDIS_PASSWORD: ")
+            && e.contains("Redis backends only")
+            && e.contains("(it sets the Redis password)")
+            && !e.contains("store.password"),
         "{e}"
     );
     for store in [REDIS, CLUSTER, SENTINEL] {

@@ -8,7 +8,7 @@ use crate::route::dialect::Envelope;
 fn route(name: &str, extra: &str) -> String {
     format!(
         "[[routes]]\nname = \"{name}\"\nmethods = [\"POST\"]\npath = \"/{name}\"\n\
-         key = {{ header = \"Idempotency-Key\" }}\n{extra}\n"
+         key = {{ header = \"Idempotency-Key\" }}\nscope = []\n{extra}\n"
     )
 }
 

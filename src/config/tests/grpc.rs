@@ -9,6 +9,7 @@ name = "pay"
 methods = ["POST"]
 path = "/pay.v1.Payments/Create"
 key = { header = "idempotency-key" }
+scope = []
 grpc = true
 "#;
 

@@ -490,8 +490,10 @@ pub struct RouteCfg {
     path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<Key>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    scope: Vec<String>,
+    /// `None` leaves `scope` out of the file; a header route the test gives no scope gets
+    /// `scope = []` written, as the gateway requires of a header key (one caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lease: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -583,8 +585,12 @@ impl RouteCfg {
             mode: None,
             preset: None,
             path: path.to_owned(),
+            // A header key needs a scope written; a test that sets none means one caller.
+            scope: key
+                .as_ref()
+                .filter(|k| k.header.is_some())
+                .map(|_| Vec::new()),
             key,
-            scope: Vec::new(),
             lease: None,
             window: None,
             on_conflict: None,
@@ -632,6 +638,10 @@ impl RouteCfg {
             required: None,
             fingerprint: None,
         });
+        // A preset route keeps its preset's scope; any other header route needs one written.
+        if self.preset.is_none() && self.scope.is_none() {
+            self.scope = Some(Vec::new());
+        }
         self
     }
 
@@ -676,7 +686,7 @@ impl RouteCfg {
 
     /// `scope`.
     pub fn scope(mut self, fields: &[&str]) -> Self {
-        self.scope = fields.iter().map(|f| f.to_string()).collect();
+        self.scope = Some(fields.iter().map(|f| f.to_string()).collect());
         self
     }
 
