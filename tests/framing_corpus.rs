@@ -816,7 +816,7 @@ fn pipelining_family() -> Vec<Mutation> {
     let l = d.len();
     let keyed = format!("POST {{P}} HTTP/1.1\r\nHost: x\r\n{{K}}Content-Length: {l}\r\n\r\n");
     let keyed_chunked =
-        format!("POST {{P}} HTTP/1.1\r\nHost: x\r\n{{K}}Transfer-Encoding: chunked\r\n\r\n");
+        "POST {P} HTTP/1.1\r\nHost: x\r\n{K}Transfer-Encoding: chunked\r\n\r\n".to_owned();
     let t = chunked(&d);
     let replay = |name: &str, first: Vec<u8>, second: Vec<u8>| Mutation {
         keyed_only: true,
@@ -1263,4 +1263,633 @@ async fn requests_with_odd_lines_bytes_and_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_replays_and_expect() {
     request_family("pipelining", pipelining_family()).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Response side: hostile upstream answers.
+
+/// A smuggled answer, hidden where a stale length would expose it.
+const INJECTED: &str = "HTTP/1.1 418 INJECTED\r\nContent-Length: 0\r\n\r\n";
+
+/// One hostile answer, and what a client may read for it.
+#[derive(Clone)]
+struct Hostile {
+    name: &'static str,
+    answer: Vec<u8>,
+    /// The upstream closes its connection after writing it.
+    close: bool,
+    /// The request it answers is `HEAD /pass` (else POSTs, keyed and passthrough).
+    head: bool,
+    /// The answer relayed whole: status and body. `None`: only a refusal is right.
+    relay: Option<(u16, Vec<u8>)>,
+    /// The answer may break off (the connection ends inside it).
+    may_break: bool,
+}
+
+fn h(name: &'static str, answer: impl AsRef<[u8]>, relay: Option<(u16, &[u8])>) -> Hostile {
+    Hostile {
+        name,
+        answer: answer.as_ref().to_vec(),
+        close: false,
+        head: false,
+        relay: relay.map(|(s, b)| (s, b.to_vec())),
+        may_break: false,
+    }
+}
+
+impl Hostile {
+    fn closes(mut self) -> Self {
+        self.close = true;
+        self
+    }
+    fn breaks(mut self) -> Self {
+        self.may_break = true;
+        self
+    }
+    fn answering_head(mut self) -> Self {
+        self.head = true;
+        self
+    }
+}
+
+fn hostile_lengths() -> Vec<Hostile> {
+    let data = format!("SAFE{INJECTED}");
+    let d = data.as_bytes();
+    let ch = String::from_utf8(chunked(d)).unwrap();
+    let ok = "HTTP/1.1 200 OK\r\n";
+    vec![
+        h(
+            "cl_then_te_injected",
+            format!("{ok}Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{ch}"),
+            Some((200, d)),
+        ),
+        h(
+            "te_then_cl_injected",
+            format!("{ok}Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n{ch}"),
+            Some((200, d)),
+        ),
+        h(
+            "cl_larger_than_chunked",
+            format!("{ok}Content-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n{ch}"),
+            Some((200, d)),
+        ),
+        h(
+            "two_lengths",
+            format!(
+                "{ok}Content-Length: 4\r\nContent-Length: {}\r\n\r\n{data}",
+                d.len()
+            ),
+            None,
+        ),
+        h(
+            "two_lengths_comma",
+            format!("{ok}Content-Length: 4, {}\r\n\r\n{data}", d.len()),
+            None,
+        ),
+        h(
+            "length_4_4",
+            format!("{ok}Content-Length: 4, 4\r\n\r\nSAFE"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "length_twice_same",
+            format!("{ok}Content-Length: 4\r\nContent-Length: 4\r\n\r\nSAFE"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "length_smaller_than_body",
+            format!("{ok}Content-Length: 4\r\n\r\n{data}"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "length_larger_then_close",
+            format!("{ok}Content-Length: 10\r\n\r\nSAFE"),
+            None,
+        )
+        .closes()
+        .breaks(),
+        h(
+            "length_larger_stalls",
+            format!("{ok}Content-Length: 10\r\n\r\nSAFE"),
+            None,
+        )
+        .breaks(),
+        h(
+            "length_plus",
+            format!("{ok}Content-Length: +4\r\n\r\nSAFE"),
+            None,
+        ),
+        h(
+            "length_zero_padded",
+            format!("{ok}Content-Length: 0004\r\n\r\nSAFE"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "chunked_then_bytes",
+            format!("{ok}Transfer-Encoding: chunked\r\n\r\n4\r\nSAFE\r\n0\r\n\r\n{INJECTED}"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "te_leading_space",
+            format!("{ok}Transfer-Encoding:  chunked\r\n\r\n4\r\nSAFE\r\n0\r\n\r\n"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "te_upper",
+            format!("{ok}Transfer-Encoding: CHUNKED\r\n\r\n4\r\nSAFE\r\n0\r\n\r\n"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "te_chunked_identity",
+            format!("{ok}Transfer-Encoding: chunked, identity\r\n\r\n4\r\nSAFE\r\n0\r\n\r\n"),
+            Some((200, b"4\r\nSAFE\r\n0\r\n\r\n")),
+        )
+        .closes(),
+        h(
+            "chunk_extension_and_trailer",
+            format!("{ok}Transfer-Encoding: chunked\r\n\r\n4;a=b\r\nSAFE\r\n0\r\nX-T: 1\r\n\r\n"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "chunk_size_overflow",
+            format!("{ok}Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFF\r\nSAFE"),
+            None,
+        )
+        .closes()
+        .breaks(),
+        h(
+            "chunk_size_wrong",
+            format!("{ok}Transfer-Encoding: chunked\r\n\r\n2\r\nSAFE\r\n0\r\n\r\n"),
+            None,
+        )
+        .breaks(),
+    ]
+}
+
+fn hostile_interim_and_bodiless() -> Vec<Hostile> {
+    let ok4 = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nSAFE";
+    vec![
+        h(
+            "continue_then_200",
+            format!("HTTP/1.1 100 Continue\r\n\r\n{ok4}"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "early_hints_then_200",
+            format!("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n{ok4}"),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "twenty_continues",
+            format!("{}{ok4}", "HTTP/1.1 100 Continue\r\n\r\n".repeat(20)),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "continue_with_a_body",
+            format!("HTTP/1.1 100 Continue\r\nContent-Length: 4\r\n\r\nSAFE{ok4}"),
+            None,
+        ),
+        h(
+            "no_content_with_length",
+            "HTTP/1.1 204 No Content\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((204, b"")),
+        ),
+        h(
+            "no_content_then_injected",
+            format!("HTTP/1.1 204 No Content\r\n\r\n{INJECTED}"),
+            Some((204, b"")),
+        ),
+        h(
+            "no_content_chunked",
+            "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nSAFE\r\n0\r\n\r\n",
+            Some((204, b"")),
+        ),
+        h(
+            "not_modified_with_body",
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((304, b"")),
+        ),
+        h(
+            "not_modified_then_injected",
+            format!("HTTP/1.1 304 Not Modified\r\n\r\n{INJECTED}"),
+            Some((304, b"")),
+        ),
+        h(
+            "head_with_length",
+            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n",
+            Some((200, b"")),
+        )
+        .answering_head(),
+        h(
+            "head_with_a_body",
+            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((200, b"")),
+        )
+        .answering_head(),
+        h(
+            "head_then_injected",
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{INJECTED}"),
+            Some((200, b"")),
+        )
+        .answering_head(),
+        h(
+            "head_chunked",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Some((200, b"")),
+        )
+        .answering_head(),
+    ]
+}
+
+fn hostile_ends_and_heads() -> Vec<Hostile> {
+    let data = format!("SAFE{INJECTED}");
+    vec![
+        h(
+            "close_delimited",
+            "HTTP/1.1 200 OK\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        )
+        .closes(),
+        h(
+            "close_delimited_injected",
+            format!("HTTP/1.1 200 OK\r\n\r\n{data}"),
+            Some((200, data.as_bytes())),
+        )
+        .closes(),
+        h(
+            "http10_close_delimited",
+            "HTTP/1.0 200 OK\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        )
+        .closes(),
+        h(
+            "http10_keep_alive",
+            "HTTP/1.0 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "truncated_chunked",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nSAFE",
+            None,
+        )
+        .closes()
+        .breaks(),
+        h("truncated_head", "HTTP/1.1 200 OK\r\nContent-Le", None).closes(),
+        h(
+            "oversized_head",
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 4\r\n\r\nSAFE",
+                "a".repeat(200_000)
+            ),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "many_fields",
+            format!(
+                "HTTP/1.1 200 OK\r\n{}Content-Length: 4\r\n\r\nSAFE",
+                "X-N: v\r\n".repeat(2000)
+            ),
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "status_without_reason",
+            "HTTP/1.1 200\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "bare_lf_head",
+            "HTTP/1.1 200 OK\nContent-Length: 4\n\nSAFE",
+            Some((200, b"SAFE")),
+        )
+        .closes(),
+        h(
+            "obs_fold",
+            "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "nul_in_value",
+            "HTTP/1.1 200 OK\r\nX-A: a\0b\r\nContent-Length: 4\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        ),
+        h(
+            "space_before_colon",
+            "HTTP/1.1 200 OK\r\nContent-Length : 4\r\n\r\nSAFE",
+            Some((200, b"SAFE")),
+        )
+        .closes(),
+    ]
+}
+
+/// An upstream that answers `/other...` with `other:<target>` and everything else with
+/// `answer`; it records each request's line.
+async fn hostile_upstream(x: Hostile) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let (x, seen) = (x.clone(), s2.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 16 * 1024];
+                loop {
+                    match wire::read_request(&buf) {
+                        RequestStep::Done(req, used) => {
+                            buf.drain(..used);
+                            seen.lock()
+                                .unwrap()
+                                .push(format!("{} {}", req.method, req.target));
+                            let (answer, close) = if req.target.starts_with("/other") {
+                                let body = format!("other:{}", req.target);
+                                (
+                                    format!(
+                                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                                        body.len()
+                                    )
+                                    .into_bytes(),
+                                    false,
+                                )
+                            } else {
+                                (x.answer.clone(), x.close)
+                            };
+                            if s.write_all(&answer).await.is_err() || close {
+                                return;
+                            }
+                            continue;
+                        }
+                        RequestStep::More { .. } => {}
+                        RequestStep::Bad(_) => return,
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(n @ 1..) => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// One client connection of a hostile case: the request, then `GET /other?c=<n>`.
+struct Shot {
+    label: String,
+    method: &'static str,
+    first: Vec<u8>,
+    split: bool,
+    other: String,
+}
+
+fn shots(x: &Hostile) -> Vec<Shot> {
+    let body = "{\"a\":1}";
+    let post = |path: &str, key: &str| {
+        let key = if key.is_empty() {
+            String::new()
+        } else {
+            format!("Idempotency-Key: {key}\r\n")
+        };
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{key}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    };
+    let plan: Vec<(String, &'static str, Vec<u8>, bool)> = if x.head {
+        vec![
+            (
+                "HEAD".into(),
+                "HEAD",
+                b"HEAD /pass HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+                false,
+            ),
+            (
+                "HEAD again".into(),
+                "HEAD",
+                b"HEAD /pass HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+                false,
+            ),
+        ]
+    } else {
+        vec![
+            ("winner".into(), "POST", post(KEYED_PATH, "w1"), false),
+            ("replay".into(), "POST", post(KEYED_PATH, "w1"), false),
+            (
+                "replay, body in a 2nd segment".into(),
+                "POST",
+                post(KEYED_PATH, "w1"),
+                true,
+            ),
+            (
+                "winner, body in a 2nd segment".into(),
+                "POST",
+                post(KEYED_PATH, "w2"),
+                true,
+            ),
+            (
+                "replay of it, body in a 2nd segment".into(),
+                "POST",
+                post(KEYED_PATH, "w2"),
+                true,
+            ),
+            ("replay of it".into(), "POST", post(KEYED_PATH, "w2"), false),
+            ("passthrough".into(), "POST", post(PASS_PATH, ""), false),
+            (
+                "passthrough, body in a 2nd segment".into(),
+                "POST",
+                post(PASS_PATH, ""),
+                true,
+            ),
+        ]
+    };
+    plan.into_iter()
+        .enumerate()
+        .map(|(n, (label, method, first, split))| Shot {
+            label,
+            method,
+            first,
+            split,
+            other: format!("/other?c={n}"),
+        })
+        .collect()
+}
+
+/// Runs every shot of `x` against a gateway of its own; the failures, each naming the shot.
+async fn run_hostile(x: Hostile) -> Vec<String> {
+    let (up, seen) = hostile_upstream(x.clone()).await;
+    let gw = gateway(up, "1s").await;
+    let mut fail = Vec::new();
+    let shots = shots(&x);
+    for shot in &shots {
+        let other = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", shot.other);
+        let parts = if shot.split {
+            let at = head_end(&shot.first);
+            vec![
+                shot.first[..at].to_vec(),
+                [&shot.first[at..], other.as_bytes()].concat(),
+            ]
+        } else {
+            vec![[shot.first.as_slice(), other.as_bytes()].concat()]
+        };
+        let ex = exchange(
+            gw.addr,
+            &parts,
+            Duration::from_millis(50),
+            &[shot.method, "GET"],
+        )
+        .await;
+        for f in judge_hostile(&x, shot, &ex) {
+            fail.push(format!("{} ({}): {f}", x.name, shot.label));
+        }
+    }
+    // The upstream saw only requests the clients sent, each at most once per send.
+    let seen = seen.lock().unwrap().clone();
+    for s in &seen {
+        let sent = shots.iter().filter(|sh| s.ends_with(&sh.other)).count()
+            + shots
+                .iter()
+                .filter(|sh| {
+                    s.starts_with(sh.method)
+                        && s.ends_with(if sh.first.starts_with(b"POST /pass") {
+                            PASS_PATH
+                        } else if sh.method == "HEAD" {
+                            "/pass"
+                        } else {
+                            KEYED_PATH
+                        })
+                })
+                .count();
+        let times = seen.iter().filter(|t| *t == s).count();
+        if sent == 0 || times > sent {
+            fail.push(format!(
+                "{}: the upstream saw `{s}` {times} time(s); clients sent it {sent} time(s)",
+                x.name
+            ));
+        }
+    }
+    fail.sort();
+    fail.dedup();
+    fail
+}
+
+fn judge_hostile(x: &Hostile, shot: &Shot, ex: &Exchange) -> Vec<String> {
+    let mut fail = Vec::new();
+    if let StreamEnd::Malformed(why, bytes) = &ex.end {
+        let at = bytes.len().min(300);
+        fail.push(format!(
+            "answer {} is malformed: {why}: {:?}",
+            ex.answers.len(),
+            wire::show(&bytes[..at])
+        ));
+    }
+    let Some(first) = ex.answers.first() else {
+        // Broken off, or still waiting on a stalled upstream.
+        let broke = matches!(ex.end, StreamEnd::Incomplete(_));
+        let nothing = ex.closed && ex.end == StreamEnd::Clean;
+        if !(x.may_break && (broke || nothing)) && !matches!(ex.end, StreamEnd::Malformed(..)) {
+            fail.push(format!(
+                "no whole answer (closed: {}, left over: {:?})",
+                ex.closed,
+                match &ex.end {
+                    StreamEnd::Incomplete(b) => wire::show(&b[..b.len().min(200)]),
+                    _ => String::new(),
+                }
+            ));
+        }
+        return fail;
+    };
+    // A refusal, or the gateway's own answer about the key (in flight, not stored).
+    let refused = first.status >= 500
+        || first
+            .value("content-type")
+            .is_some_and(|t| t.starts_with("application/problem+json"));
+    match (&x.relay, refused) {
+        (_, true) => {}
+        (Some((status, body)), false) => {
+            if first.status != *status || first.body != *body {
+                fail.push(format!(
+                    "relayed {} {:?}; the upstream's answer is {status} {:?}",
+                    first.status,
+                    first.text(),
+                    String::from_utf8_lossy(body)
+                ));
+            }
+        }
+        (None, false) => fail.push(format!(
+            "relayed {} {:?}; only a refusal is right",
+            first.status,
+            first.text()
+        )),
+    }
+    match ex.answers.get(1) {
+        Some(second) => {
+            let own = format!("other:{}", shot.other);
+            if second.status != 200 || second.text() != own {
+                fail.push(format!(
+                    "the answer to `GET {}` is {} {:?}, not its own ({own:?}): bytes of another answer",
+                    shot.other,
+                    second.status,
+                    second.text()
+                ));
+            }
+        }
+        None => {
+            if !ex.closed {
+                fail.push(format!(
+                    "`GET {}` was never answered and the connection stayed open",
+                    shot.other
+                ));
+            }
+        }
+    }
+    for extra in ex.answers.iter().skip(2) {
+        fail.push(format!(
+            "an answer too many: {} {:?}",
+            extra.status,
+            extra.text()
+        ));
+    }
+    fail
+}
+
+/// Runs a family of hostile answers concurrently; fails once, naming every failure.
+async fn response_family(family: &str, hostiles: Vec<Hostile>) {
+    let started = Instant::now();
+    let n = hostiles.len();
+    let mut tasks = tokio::task::JoinSet::new();
+    for x in hostiles {
+        tasks.spawn(run_hostile(x));
+    }
+    let mut failures = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        failures.extend(r.unwrap());
+    }
+    failures.sort();
+    println!("{family}: {n} hostile answers, {:.1?}", started.elapsed());
+    assert!(
+        failures.is_empty(),
+        "{} failure(s) in {family}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_answers_with_stale_or_odd_lengths() {
+    response_family("response lengths", hostile_lengths()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_interim_and_bodiless_answers() {
+    response_family(
+        "response interim and bodiless",
+        hostile_interim_and_bodiless(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_answer_ends_and_heads() {
+    response_family("response ends and heads", hostile_ends_and_heads()).await;
 }
