@@ -2,7 +2,8 @@
 //! gateways in-process and as child processes of the real binary, a typed builder for their
 //! config files, the store contract every backend must pass, webhook deliveries signed and
 //! judged by the providers' own libraries, Stripe's own Python client making calls, and
-//! real gRPC (grpcio) servers and clients.
+//! real gRPC (grpcio) servers and clients, nginx as a reference proxy, and a strict reader
+//! of HTTP/1.1 on the wire.
 //! Everything binds loopback port 0.
 
 pub mod claims;
@@ -15,6 +16,7 @@ pub mod fleet;
 pub mod gateway;
 pub mod grpc;
 pub mod near_cache;
+pub mod nginx;
 pub mod otlp;
 pub mod redis_server;
 pub mod sentinel;
@@ -22,6 +24,7 @@ pub mod stripe_client;
 pub mod tls;
 pub mod upstream;
 pub mod webhooks;
+pub mod wire;
 
 use std::time::{Duration, Instant};
 
