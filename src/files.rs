@@ -12,34 +12,6 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-/// `O_NONBLOCK`, written out because the crate forbids `unsafe` and takes no `libc` for one
-/// constant: opening a FIFO for reading waits for a writer unless it is set. (It changes
-/// nothing for a regular file, whose reads never block.)
-#[cfg(any(
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly"
-))]
-const O_NONBLOCK: i32 = 0x4;
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    any(target_arch = "mips", target_arch = "mips64")
-))]
-const O_NONBLOCK: i32 = 0x80;
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    target_arch = "sparc64"
-))]
-const O_NONBLOCK: i32 = 0x4000;
-#[cfg(all(
-    any(target_os = "linux", target_os = "android"),
-    not(any(target_arch = "mips", target_arch = "mips64", target_arch = "sparc64"))
-))]
-const O_NONBLOCK: i32 = 0o4000;
-
 /// Largest configuration file read: far above any real one.
 pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
 /// Largest encryption key file read: a key is 32 bytes or 64 hex digits.
@@ -65,7 +37,9 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(O_NONBLOCK)
+        // Opening a FIFO for reading waits for a writer unless this is set; it changes
+        // nothing for a regular file, whose reads never block.
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
