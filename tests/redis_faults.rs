@@ -557,3 +557,33 @@ async fn chaos_two_gateways_one_redis_killed_frozen_and_cut_under_load() {
         "the gateway panicked"
     );
 }
+
+/// Issue #56, item 3: a completion that times out behind a paused Redis is tried again
+/// within one lease, and lands: the retry replays, the upstream ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_times_out_is_tried_again_within_the_lease_and_lands() {
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let gw = gateway(&redis.url(), &up).await;
+    let http = Http::new();
+    let url = gw.url("/orders/paused");
+    let first = tokio::spawn({
+        let http = http.clone();
+        async move {
+            let h = [("Idempotency-Key", "paused"), ("x-test-delay-ms", "400")];
+            http.post(&url, &h, "{}").await
+        }
+    });
+    // The claim is made and the upstream is at work: Redis stops taking writes for longer
+    // than the store timeout (250 ms), so the completion's first try times out.
+    up.wait_for_effects(1).await;
+    let _: () = redis.cmd(&["CLIENT", "PAUSE", "1200", "WRITE"]);
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    let retry = post(&http, &gw, "/orders/paused", "paused").await;
+    assert!(
+        retry.replayed(),
+        "the completion was never stored: {retry:?}"
+    );
+    assert_eq!(up.effects(), 1);
+}

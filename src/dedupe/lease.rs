@@ -113,18 +113,33 @@ impl<'a> Lease<'a> {
     }
 
     /// Stores the final response (`record`, encoded under this key): duplicates replay it.
+    ///
+    /// Once the upstream has answered, this write is the most valuable one the gateway
+    /// makes: unstored, a retry after the lease executes again. So a completion that
+    /// times out or finds the store unavailable is tried again until one lease from now
+    /// (fixed: renewals do not move it), while the lease is kept renewed. A retry is
+    /// fenced like the first try, so it never overwrites a successor; one refused because
+    /// an earlier try landed after all counts as stored.
     pub async fn complete(mut self, record: Bytes) -> Finish {
         self.settled = true;
         if *self.renewed.get_mut() {
             self.permit.renewed();
         }
+        let deadline = tokio::time::Instant::now() + self.lease;
         let started = Instant::now();
-        let done = self
+        let mut done = self
             .store
-            .complete(&self.permit, record, self.window, self.order)
+            .complete(&self.permit, record.clone(), self.window, self.order)
             .await;
         self.metrics
             .store_op(StoreOp::Complete, started.elapsed(), done.is_ok());
+        if let Err(e) = &done {
+            if retryable(e) {
+                warn!(store_key = %self.key(), fence = self.fence().get(), error = %e,
+                    "could not store the response; trying again within one lease");
+                done = self.renewing(self.complete_again(&record, deadline)).await;
+            }
+        }
         match done {
             Ok(Completion::Completed) => Finish::Completed,
             Ok(Completion::Fenced) => {
@@ -138,6 +153,54 @@ impl<'a> Lease<'a> {
                     "could not store the response: a retry after the lease expires will execute again");
                 Finish::Unstored
             }
+        }
+    }
+
+    /// The completion tried again until `deadline`, each try after a pause that doubles
+    /// (from 10 ms, at most a tenth of the lease). Renewals may run meanwhile, so a try
+    /// checks ownership by fence and claimant only (see [`Permit::renewed`]); a try
+    /// refused because the record already holds this fence's completion (an earlier try
+    /// that timed out here and landed there) is the completion.
+    async fn complete_again(
+        &self,
+        record: &Bytes,
+        deadline: tokio::time::Instant,
+    ) -> Result<Completion, crate::store::StoreError> {
+        let mut permit = self.permit.clone();
+        permit.renewed();
+        let most = (self.lease / 10).max(MIN_RENEW_EVERY);
+        let mut pause = MIN_RENEW_EVERY;
+        loop {
+            tokio::time::sleep(pause.min(most)).await;
+            pause *= 2;
+            let started = Instant::now();
+            let attempt = self
+                .store
+                .complete(&permit, record.clone(), self.window, self.order);
+            let done = match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(done) => done,
+                Err(_) => Err(crate::store::StoreError::Timeout(self.lease)),
+            };
+            self.metrics
+                .store_op(StoreOp::Complete, started.elapsed(), done.is_ok());
+            match done {
+                Ok(Completion::Fenced) if self.landed().await => return Ok(Completion::Completed),
+                Err(e) if retryable(&e) && tokio::time::Instant::now() < deadline => {
+                    debug!(store_key = %self.key(), fence = self.fence().get(), error = %e,
+                        "completion failed again; trying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Whether the record holds this fence's completion.
+    async fn landed(&self) -> bool {
+        match self.store.inspect(self.key()).await {
+            Ok(Some(info)) => {
+                info.state == crate::store::RecordState::Completed && info.fence == self.fence()
+            }
+            _ => false,
         }
     }
 
@@ -183,6 +246,16 @@ impl<'a> Lease<'a> {
         }
         Finish::OutcomeUnknown
     }
+}
+
+/// Whether a failed store operation may succeed if sent again: no answer in time, or no
+/// connection. A reply the gateway cannot read, or a full embedded store, will not change
+/// in the next moments.
+fn retryable(e: &crate::store::StoreError) -> bool {
+    matches!(
+        e,
+        crate::store::StoreError::Timeout(_) | crate::store::StoreError::Unavailable(_)
+    )
 }
 
 impl Drop for Lease<'_> {
