@@ -152,6 +152,10 @@ pub(super) fn full_with_trailers(head: &mut HeaderMap, body: Bytes, trailers: He
     if trailers.is_empty() {
         return full(body);
     }
+    // A body with trailers is framed by its writer (chunked, or HTTP/2's frames), whose
+    // length it never declares: the upstream's, where it came with one, goes, so the
+    // first answer and its replays (whose records keep no length) carry the same head.
+    head.remove(http::header::CONTENT_LENGTH);
     if !head.contains_key(TRAILER) {
         let names: Vec<&str> = trailers.keys().map(|n| n.as_str()).collect();
         if let Ok(v) = HeaderValue::from_str(&names.join(", ")) {
