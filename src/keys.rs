@@ -82,6 +82,9 @@ pub struct Located {
     pub entity: Option<String>,
     /// The store key the config derives.
     pub store_key: StoreKey,
+    /// The route's scope headers that the arguments did not give (each hashed as absent):
+    /// why a record a client made may not be found under this name.
+    pub scope_not_given: Vec<String>,
 }
 
 impl Located {
@@ -152,7 +155,7 @@ pub fn locate(config: &Config, args: &KeyArgs) -> Result<Located, KeysError> {
         // The fingerprint as listed: only the scope is derived.
         let scope = crate::key::scope_hash(&route.scope, &view)?;
         let store_key = ns.record_key(&route.name, &scope, &key, None);
-        return Ok(located(route, key, scope, None, store_key));
+        return Ok(located(route, (key, scope, None), store_key, &headers));
     }
     let named = route
         .record_of(ns, config.server.max_body, &view)?
@@ -160,26 +163,52 @@ pub fn locate(config: &Config, args: &KeyArgs) -> Result<Located, KeysError> {
     let entity = named.entity.filter(|_| ns.tags_by_entity);
     Ok(located(
         route,
-        named.key,
-        named.scope,
-        entity,
+        (named.key, named.scope, entity),
         named.store_key,
+        &headers,
     ))
 }
 
 fn located(
     route: &Route,
-    key: String,
-    scope: String,
-    entity: Option<String>,
+    (key, scope, entity): (String, String, Option<String>),
     store_key: StoreKey,
+    headers: &HeaderMap,
 ) -> Located {
+    let scope_not_given = route
+        .scope
+        .iter()
+        .filter(|p| matches!(p, RequestPart::Header(name) if !headers.contains_key(name)))
+        .map(ToString::to_string)
+        .collect();
     Located {
         route: route.name.to_string(),
         key,
         scope,
         entity,
         store_key,
+        scope_not_given,
+    }
+}
+
+impl Located {
+    /// What to add to an admin API's "no record under that key": the scope parts this
+    /// name was derived without, when there are any.
+    pub fn not_found_hint(&self) -> Option<String> {
+        (!self.scope_not_given.is_empty()).then(|| {
+            let them = if self.scope_not_given.len() == 1 {
+                "it"
+            } else {
+                "them"
+            };
+            format!(
+                "route {} scopes its keys by {}: not given here, so the record was looked for \
+                 in the scope of a request without {them}; give each as the client sent it \
+                 (-H \"Name: value\")",
+                self.route,
+                self.scope_not_given.join(", "),
+            )
+        })
     }
 }
 

@@ -203,11 +203,13 @@ async fn act_on(action: Action) -> Result<serde_json::Value, KeysError> {
     match action {
         Action::Show { record, out } => {
             let located = locate(&record)?;
-            act::show(&admin(&out)?, &located).await
+            let shown = act::show(&admin(&out)?, &located).await;
+            shown.map_err(|e| hinted(e, &located))
         }
         Action::Resolve(args) => {
             let located = locate(&args.record)?;
-            act::resolve(&admin(&args.out)?, &located, &resolution(&args)?).await
+            let resolved = act::resolve(&admin(&args.out)?, &located, &resolution(&args)?).await;
+            resolved.map_err(|e| hinted(e, &located))
         }
         Action::Delete {
             record,
@@ -216,7 +218,8 @@ async fn act_on(action: Action) -> Result<serde_json::Value, KeysError> {
             out,
         } => {
             let located = locate(&record)?;
-            act::delete(&admin(&out)?, &located, fence, force).await
+            let deleted = act::delete(&admin(&out)?, &located, fence, force).await;
+            deleted.map_err(|e| hinted(e, &located))
         }
         Action::List {
             state,
@@ -237,6 +240,43 @@ async fn act_on(action: Action) -> Result<serde_json::Value, KeysError> {
             };
             act::list(&admin(&out)?, &req).await
         }
+    }
+}
+
+/// The admin API's refusal with what the command line can add: for "no record", the
+/// scope parts its name was derived without; for a stale fence, how to read the record's
+/// fence now.
+fn hinted(e: KeysError, located: &keys::Located) -> KeysError {
+    let KeysError::Refused {
+        status,
+        problem_type,
+        title,
+        detail,
+    } = e
+    else {
+        return e;
+    };
+    let is = |name: &str| problem_type.as_deref().is_some_and(|t| t.ends_with(name));
+    let hint = if is("record-not-found") {
+        located.not_found_hint()
+    } else if is("stale-fence") {
+        Some(format!(
+            "read its fence now with `dedupe-gateway keys show --route {} ...` (the same \
+             record arguments), then act under that fence",
+            located.route
+        ))
+    } else {
+        None
+    };
+    let detail = match (detail, hint) {
+        (Some(d), Some(h)) => Some(format!("{d}; {h}")),
+        (d, h) => d.or(h),
+    };
+    KeysError::Refused {
+        status,
+        problem_type,
+        title,
+        detail,
     }
 }
 

@@ -166,6 +166,20 @@ async fn a_held_key_is_listed_shown_and_resolved(b: Backend) {
         .await;
     assert_eq!(bob.status.code(), Some(1), "{}", stderr(&bob));
     assert!(stderr(&bob).contains("404"), "{}", stderr(&bob));
+    assert!(
+        !stderr(&bob).contains("scopes its keys"),
+        "{}",
+        stderr(&bob)
+    );
+    // No scope at all: the refusal says which parts the route scopes by.
+    let unscoped = e.keys(&["show", "--route", "held", "--key", "k1"]).await;
+    assert_eq!(unscoped.status.code(), Some(1), "{}", stderr(&unscoped));
+    assert!(
+        stderr(&unscoped)
+            .contains("route held scopes its keys by header:authorization: not given here"),
+        "{}",
+        stderr(&unscoped)
+    );
 
     let stale = (fence - 1).to_string();
     let refused = e
@@ -179,6 +193,11 @@ async fn a_held_key_is_listed_shown_and_resolved(b: Backend) {
         )
         .await;
     assert_eq!(refused.status.code(), Some(1), "a stale fence is refused");
+    assert!(
+        stderr(&refused).contains("dedupe-gateway keys show --route held"),
+        "{}",
+        stderr(&refused)
+    );
     let fence = fence.to_string();
     let resolved = e
         .json(

@@ -14,7 +14,7 @@ use super::defaults::{
 };
 use super::file::{FileDefaults, FileKey, FileMatch, FileOrder, FileRoute};
 use super::server::ServerConfig;
-use super::store::StoreConfig;
+use super::store::{StoreBackend, StoreConfig};
 use super::{invalid, parse, ConfigError};
 use crate::key::order::OrderRule;
 use crate::key::{KeyRule, MatchRule, RequestPart};
@@ -380,8 +380,12 @@ fn parse_parts(at: &str, parts: &[String]) -> Result<Vec<RequestPart>, ConfigErr
 /// The winner renews its lease every third of it, one store operation each: a lease within
 /// a few store timeouts of that leaves a renewal that times out too little time, and a
 /// healthy but slow call could be taken over and executed twice. (The upstream timeout no
-/// longer matters: a renewed lease outlives any call.)
+/// longer matters: a renewed lease outlives any call.) The embedded store never waits, and
+/// `store.timeout` is Redis's: it gets no such warning.
 pub(super) fn lease_warnings(store: &StoreConfig, routes: &[Route]) -> Vec<String> {
+    if matches!(store.backend, StoreBackend::Memory { .. }) {
+        return Vec::new();
+    }
     let needed = store.timeout * 6;
     routes
         .iter()
