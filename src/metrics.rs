@@ -18,6 +18,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::dedupe::{Finish, Outcome, Would};
+
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
 // not an allocation, on every request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -287,6 +289,43 @@ impl Metrics {
         };
         at_zero(&metrics.events, &metrics.store_errors);
         metrics
+    }
+
+    /// Creates every series a route counts on at 0 (each outcome and finish; what
+    /// enforcement would have done on a shadow route; each signature result on a signed
+    /// route), so the first event on a route is an increase a rule can see rather than a
+    /// series that begins at 1. At start and after each reload; a route a reload removed
+    /// keeps its series (they hold what it counted).
+    pub fn routes_at_zero(&self, routes: &[crate::route::Route]) {
+        use strum::VariantArray;
+        let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
+        let finishes = Finish::VARIANTS.iter().map(|f| f.as_str());
+        let labels: Vec<&'static str> = outcomes.chain(finishes).collect();
+        for route in routes {
+            for &outcome in &labels {
+                let _ = self.outcomes.get_or_create(&RouteOutcome {
+                    route: route.name.clone(),
+                    outcome,
+                });
+            }
+            if route.mode == crate::route::Mode::Shadow {
+                for would in Would::VARIANTS {
+                    let _ = self.shadow.get_or_create(&RouteWould {
+                        route: route.name.clone(),
+                        would: would.as_str(),
+                    });
+                }
+            }
+            if route.verify.is_some() {
+                let results = ["verified"].into_iter();
+                for result in results.chain(crate::verify::SignatureError::RESULTS) {
+                    let _ = self.signatures.get_or_create(&RouteResult {
+                        route: route.name.clone(),
+                        result,
+                    });
+                }
+            }
+        }
     }
 
     /// Counts one request outcome, or what became of a won claim, on a route (`-` for no

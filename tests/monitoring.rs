@@ -394,3 +394,73 @@ async fn overload_refusals_are_counted() {
     assert_eq!(sample(&scrape(&http, &gw).await, overloaded), Some(1.0));
     assert_eq!(up.effects(), 1);
 }
+
+/// Whether every series a route counts on is exported at 0 in `metrics`: each outcome and
+/// finish; what enforcement would have done only on a shadow route; each signature result
+/// only on a signed one.
+fn route_at_zero(metrics: &str, route: &str, shadow: bool, signed: bool) {
+    let at = |name: &str, label: &str, value: &str| {
+        sample(
+            metrics,
+            &format!(r#"{name}{{route="{route}",{label}="{value}"}}"#),
+        )
+    };
+    let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
+    for outcome in outcomes.chain(Finish::VARIANTS.iter().map(|f| f.as_str())) {
+        assert_eq!(
+            at("dedupe_requests_total", "outcome", outcome),
+            Some(0.0),
+            "{route} {outcome}:\n{metrics}"
+        );
+    }
+    for would in Would::VARIANTS {
+        let want = shadow.then_some(0.0);
+        let got = at("dedupe_shadow_total", "would", would.as_str());
+        assert_eq!(got, want, "{route} {would:?}:\n{metrics}");
+    }
+    for result in ["verified", "missing", "malformed", "expired", "mismatch"] {
+        let want = signed.then_some(0.0);
+        let got = at("dedupe_signature_total", "result", result);
+        assert_eq!(got, want, "{route} {result}:\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_s_series_begin_at_zero_when_the_configuration_loads_and_reloads() {
+    let up = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dedupe_test_support::webhooks::secret_file(&dir, "hook", "s3cret");
+    let config = GatewayConfig::new(up.url())
+        .admin()
+        .route(RouteCfg::header("orders", "/orders/*"))
+        .route(RouteCfg::header("trial", "/trial/*").mode("shadow"))
+        .route(RouteCfg::preset("hooks", "/hooks", "github").verify(&[secret]));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+    // Before any request: a first held refusal will be an increase from 0.
+    let metrics = scrape(&http, &gw).await;
+    route_at_zero(&metrics, "orders", false, false);
+    route_at_zero(&metrics, "trial", true, false);
+    route_at_zero(&metrics, "hooks", false, true);
+
+    // A route a reload adds begins at 0 too; the counts of the others go on.
+    let r = http
+        .post(&gw.url("/orders/1"), &[("Idempotency-Key", "k")], "{}")
+        .await;
+    assert!(r.status.is_success(), "{r:?}");
+    let reloaded = config.route(RouteCfg::header("refunds", "/refunds/*").mode("shadow"));
+    let text = reloaded.to_toml();
+    let reloaded =
+        dedupe_gateway::config::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    gw.gateway.reload(reloaded);
+    let metrics = scrape(&http, &gw).await;
+    route_at_zero(&metrics, "refunds", true, false);
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"dedupe_requests_total{route="orders",outcome="won"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+}
