@@ -254,6 +254,35 @@ fn zsh_loads_the_script_and_completes_subcommands_flags_and_values() {
     }
 }
 
+/// `scripts/demo` with `env`, stopped before it builds anything by the refusals this
+/// checks: its exit status and what it said.
+fn demo(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new("scripts/demo")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), said)
+}
+
+#[test]
+fn the_demo_refuses_a_taken_port_naming_the_variable_that_chooses_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    for var in ["DEMO_PORT", "DEMO_ADMIN_PORT", "DEMO_UPSTREAM_PORT"] {
+        let (code, said) = demo(&[(var, &port)]);
+        assert_eq!(code, Some(69), "{var}: {said}");
+        assert!(
+            said.contains(&format!("127.0.0.1:{port} ({var}) is already in use"))
+                && said.contains(&format!("set {var} to a free port")),
+            "{var}: {said}"
+        );
+    }
+    let (code, said) = demo(&[("DEMO_PORT", "80a")]);
+    assert_eq!(code, Some(64), "{said}");
+    assert!(said.contains("DEMO_PORT=80a is not a port"), "{said}");
+}
+
 #[test]
 fn man_pages_are_roff_with_exit_statuses_and_environment() {
     let page = stdout(gateway().arg("man"));
