@@ -204,18 +204,36 @@ fn fish_completes_subcommands_flags_and_values() {
 
 /// zsh completes only inside its line editor: an interactive `zsh -f` on a pseudo-terminal
 /// (`zsh/zpty`), with compinit and the script on its `fpath`, is sent the line and a TAB,
-/// then a return. `dedupe-gateway` there is a function that prints the words it ran with
-/// (`RAN:...`), so the terminal shows the line as completed; a listing shows above it.
+/// then (once the terminal is quiet) a return. `dedupe-gateway` there is a function that
+/// prints the words it ran with (`RAN:...:END`), so the terminal shows the line as
+/// completed; a listing shows above it. Each wait is bounded (20 s), none is a fixed sleep.
 fn zsh_completes(dir: &Path, line: &str) -> String {
     let drive = format!(
         r#"zmodload zsh/zpty
 zpty -b z zsh -f -i
-zpty -w z "PS1='> '; fpath=({dir} \$fpath); autoload -U compinit; compinit -u -D; setopt nobeep; dedupe-gateway() {{ print -r -- RAN:\$*:END }}"
+zpty -w z "PS1='> '; fpath=({dir} \$fpath); autoload -U compinit; compinit -u -D; setopt nobeep; dedupe-gateway() {{ print -r -- RAN:\$*:END }}; print -r -- READY\$((6*7))"
+typeset all=""
+# Reads into $all until it matches $1; with no pattern, until half a second passes quietly.
+read_until() {{
+  local out; integer waited=0 quiet=0
+  while (( waited < 400 )); do
+    if zpty -r -t z out; then
+      all+=$out; quiet=0
+      [[ -n $1 && $all == *$~1* ]] && return 0
+    else
+      [[ -z $1 ]] && (( quiet >= 10 )) && return 0
+      sleep 0.05; (( waited++, quiet++ ))
+    fi
+  done
+  print -r -- "timed out waiting for ${{1:-quiet}}: $all"; exit 1
+}}
+read_until 'READY42'
+all=""
 zpty -w -n z $'{line}\t'
-sleep 1
+read_until
 zpty -w -n z $'\r'
-sleep 1
-while zpty -r -t z out; do print -r -- "$out"; done
+read_until 'RAN:*:END'
+print -r -- "$all"
 zpty -d z
 "#,
         dir = dir.display()
