@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::HeaderName;
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use crate::http::Gateway;
 use crate::key::{self, RequestPart, RequestView};
+use crate::metrics::Exposition;
 use crate::problem::GatewayError;
 use crate::record::{StoredBody, StoredResponse};
 use crate::route::Route;
@@ -79,12 +80,12 @@ async fn route(
             if let Some(stats) = gateway.store().near_cache_stats() {
                 gateway.metrics().near_cache(stats);
             }
-            let mut resp = Response::new(full(gateway.metrics().encode()));
+            let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Exposition::negotiate(accept);
+            let mut resp = Response::new(full(gateway.metrics().exposition(format)));
             resp.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                HeaderValue::from_static(format.content_type()),
             );
             Ok(resp)
         }

@@ -198,9 +198,27 @@ fn main_page(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The name the completions complete.
+const BIN: &str = "dedupe-gateway";
+
 /// The completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell, mut cmd: clap::Command) -> Vec<u8> {
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "dedupe-gateway", &mut out);
-    out
+    clap_complete::generate(shell, &mut cmd, BIN, &mut out);
+    match shell {
+        clap_complete::Shell::Bash => bash_states_agree(out),
+        _ => out,
+    }
+}
+
+/// clap_complete's bash script (4.6.12 and before; clap-rs/clap#6421, open) spells the
+/// state it walks to as `dedupe__gateway__subcmd__keys` and labels the branch for it
+/// `dedupe__subcmd__gateway__subcmd__keys` (the bin name's hyphen escaped as a
+/// subcommand separator), so nothing past the first word completed. The labels are
+/// spelled as the walk spells them; a clap_complete that fixes it leaves nothing to do.
+fn bash_states_agree(script: Vec<u8>) -> Vec<u8> {
+    let script = String::from_utf8(script).expect("clap_complete writes UTF-8");
+    let label = BIN.replace('-', "__subcmd__");
+    let state = BIN.replace('-', "__");
+    script.replace(&label, &state).into_bytes()
 }

@@ -18,6 +18,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::dedupe::{Finish, Outcome, Would};
+
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
 // not an allocation, on every request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -289,6 +291,43 @@ impl Metrics {
         metrics
     }
 
+    /// Creates every series a route counts on at 0 (each outcome and finish; what
+    /// enforcement would have done on a shadow route; each signature result on a signed
+    /// route), so the first event on a route is an increase a rule can see rather than a
+    /// series that begins at 1. At start and after each reload; a route a reload removed
+    /// keeps its series (they hold what it counted).
+    pub fn routes_at_zero(&self, routes: &[crate::route::Route]) {
+        use strum::VariantArray;
+        let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
+        let finishes = Finish::VARIANTS.iter().map(|f| f.as_str());
+        let labels: Vec<&'static str> = outcomes.chain(finishes).collect();
+        for route in routes {
+            for &outcome in &labels {
+                let _ = self.outcomes.get_or_create(&RouteOutcome {
+                    route: route.name.clone(),
+                    outcome,
+                });
+            }
+            if route.mode == crate::route::Mode::Shadow {
+                for would in Would::VARIANTS {
+                    let _ = self.shadow.get_or_create(&RouteWould {
+                        route: route.name.clone(),
+                        would: would.as_str(),
+                    });
+                }
+            }
+            if route.verify.is_some() {
+                let results = ["verified"].into_iter();
+                for result in results.chain(crate::verify::SignatureError::RESULTS) {
+                    let _ = self.signatures.get_or_create(&RouteResult {
+                        route: route.name.clone(),
+                        result,
+                    });
+                }
+            }
+        }
+    }
+
     /// Counts one request outcome, or what became of a won claim, on a route (`-` for no
     /// route). The labels are the names of [`crate::dedupe::Outcome`] and
     /// [`crate::dedupe::Finish`].
@@ -407,13 +446,90 @@ impl Metrics {
         self.near_cache_serving.set(i64::from(stats.serving));
     }
 
-    /// The text exposition.
+    /// The OpenMetrics exposition.
     pub fn encode(&self) -> String {
+        self.exposition(Exposition::OpenMetrics)
+    }
+
+    /// The exposition in `format`.
+    pub fn exposition(&self, format: Exposition) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        match format {
+            Exposition::OpenMetrics => out,
+            Exposition::PrometheusText => prometheus_text(&out),
+        }
     }
+}
+
+/// The formats `/metrics` answers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposition {
+    /// OpenMetrics 1.0 (`application/openmetrics-text`), what Prometheus asks for first.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4 (`text/plain`), for any other client: `curl`,
+    /// `promtool check metrics`, older scrapers.
+    PrometheusText,
+}
+
+impl Exposition {
+    /// The format an `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text` at a quality above 0 and no lower than that of
+    /// `text/plain`, `text/*` or `*/*`; the text format otherwise, and without the header.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let (mut open, mut other) = (0.0_f32, 0.0_f32);
+        for range in accept.unwrap_or("").split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, v)| v.trim().parse().unwrap_or(0.0));
+            match media.as_str() {
+                "application/openmetrics-text" => open = open.max(q),
+                "text/plain" | "text/*" | "*/*" => other = other.max(q),
+                _ => {}
+            }
+        }
+        match open > 0.0 && open >= other {
+            true => Self::OpenMetrics,
+            false => Self::PrometheusText,
+        }
+    }
+
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// The Prometheus text format (0.0.4) of an OpenMetrics exposition as prometheus-client
+/// writes it (it writes no other): a counter's `HELP` and `TYPE` name its samples
+/// (`dedupe_requests_total`), not its family (`dedupe_requests`), and there is no `UNIT`
+/// line and no `# EOF`. Samples, labels and values are written alike in both.
+fn prometheus_text(open_metrics: &str) -> String {
+    let mut out = String::with_capacity(open_metrics.len() + 512);
+    let mut help: Option<&str> = None;
+    for line in open_metrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest.split_once(' ').map_or("", |(_, text)| text));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (family, kind) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
+            let total = if kind == "counter" { "_total" } else { "" };
+            if let Some(text) = help.take() {
+                out += &format!("# HELP {family}{total} {text}\n");
+            }
+            out += &format!("# TYPE {family}{total} {kind}\n");
+        } else if !(line.starts_with("# UNIT ") || line == "# EOF") {
+            out += line;
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Decrements the in-flight gauge when the claim's work ends, however it ends.
@@ -428,6 +544,71 @@ impl Drop for InflightGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openmetrics_only_when_asked_for_first() {
+        use Exposition::*;
+        // Prometheus's own scrape.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        for (accept, want) in [
+            (Some(prometheus), OpenMetrics),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            (
+                Some("Application/OpenMetrics-Text; version=1.0.0"),
+                OpenMetrics,
+            ),
+            (None, PrometheusText),
+            (Some("text/plain"), PrometheusText),
+            (Some("*/*"), PrometheusText),
+            (
+                Some("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5"),
+                PrometheusText,
+            ),
+            (Some("application/openmetrics-text;q=0"), PrometheusText),
+            (Some("application/json"), PrometheusText),
+        ] {
+            assert_eq!(Exposition::negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_format_names_counters_by_their_samples_and_has_no_eof() {
+        let m = Metrics::new();
+        m.outcome(&Arc::from("orders"), "won");
+        m.upstream(&Arc::from("orders"), 201, Duration::from_millis(3));
+        let open = m.encode();
+        assert!(open.contains("# TYPE dedupe_requests counter\n"), "{open}");
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        let text = m.exposition(Exposition::PrometheusText);
+        assert!(
+            text.contains("# HELP dedupe_requests_total Requests by route and key outcome.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE dedupe_requests_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dedupe_requests_total{route=\"orders\",outcome=\"won\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE dedupe_upstream_latency_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        // Every sample line of one is in the other.
+        let samples = |t: &str| {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(samples(&open), samples(&text));
+    }
 
     #[test]
     fn millis_print_without_float_noise() {

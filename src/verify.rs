@@ -170,14 +170,18 @@ pub enum SignatureError {
 }
 
 impl SignatureError {
+    /// Every [`SignatureError::result`], in the order of the variants.
+    pub const RESULTS: [&'static str; 4] = ["missing", "malformed", "expired", "mismatch"];
+
     /// The `result` label of `dedupe_signature_total` (`verified` for a success).
     pub fn result(&self) -> &'static str {
-        match self {
-            SignatureError::Missing(_) => "missing",
-            SignatureError::Malformed { .. } => "malformed",
-            SignatureError::Expired { .. } => "expired",
-            SignatureError::Mismatch { .. } => "mismatch",
-        }
+        let i = match self {
+            SignatureError::Missing(_) => 0,
+            SignatureError::Malformed { .. } => 1,
+            SignatureError::Expired { .. } => 2,
+            SignatureError::Mismatch { .. } => 3,
+        };
+        Self::RESULTS[i]
     }
 }
 

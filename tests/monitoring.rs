@@ -394,3 +394,153 @@ async fn overload_refusals_are_counted() {
     assert_eq!(sample(&scrape(&http, &gw).await, overloaded), Some(1.0));
     assert_eq!(up.effects(), 1);
 }
+
+/// Whether every series a route counts on is exported at 0 in `metrics`: each outcome and
+/// finish; what enforcement would have done only on a shadow route; each signature result
+/// only on a signed one.
+fn route_at_zero(metrics: &str, route: &str, shadow: bool, signed: bool) {
+    let at = |name: &str, label: &str, value: &str| {
+        sample(
+            metrics,
+            &format!(r#"{name}{{route="{route}",{label}="{value}"}}"#),
+        )
+    };
+    let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
+    for outcome in outcomes.chain(Finish::VARIANTS.iter().map(|f| f.as_str())) {
+        assert_eq!(
+            at("dedupe_requests_total", "outcome", outcome),
+            Some(0.0),
+            "{route} {outcome}:\n{metrics}"
+        );
+    }
+    for would in Would::VARIANTS {
+        let want = shadow.then_some(0.0);
+        let got = at("dedupe_shadow_total", "would", would.as_str());
+        assert_eq!(got, want, "{route} {would:?}:\n{metrics}");
+    }
+    for result in ["verified", "missing", "malformed", "expired", "mismatch"] {
+        let want = signed.then_some(0.0);
+        let got = at("dedupe_signature_total", "result", result);
+        assert_eq!(got, want, "{route} {result}:\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_s_series_begin_at_zero_when_the_configuration_loads_and_reloads() {
+    let up = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dedupe_test_support::webhooks::secret_file(&dir, "hook", "s3cret");
+    let config = GatewayConfig::new(up.url())
+        .admin()
+        .route(RouteCfg::header("orders", "/orders/*"))
+        .route(RouteCfg::header("trial", "/trial/*").mode("shadow"))
+        .route(RouteCfg::preset("hooks", "/hooks", "github").verify(&[secret]));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+    // Before any request: a first held refusal will be an increase from 0.
+    let metrics = scrape(&http, &gw).await;
+    route_at_zero(&metrics, "orders", false, false);
+    route_at_zero(&metrics, "trial", true, false);
+    route_at_zero(&metrics, "hooks", false, true);
+
+    // A route a reload adds begins at 0 too; the counts of the others go on.
+    let r = http
+        .post(&gw.url("/orders/1"), &[("Idempotency-Key", "k")], "{}")
+        .await;
+    assert!(r.status.is_success(), "{r:?}");
+    let reloaded = config.route(RouteCfg::header("refunds", "/refunds/*").mode("shadow"));
+    let text = reloaded.to_toml();
+    let reloaded =
+        dedupe_gateway::config::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    gw.gateway.reload(reloaded);
+    let metrics = scrape(&http, &gw).await;
+    route_at_zero(&metrics, "refunds", true, false);
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"dedupe_requests_total{route="orders",outcome="won"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+/// `promtool check metrics` on `text` (read from its standard input): its lint's output.
+fn promtool_check_metrics(text: &str) -> std::process::Output {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/test installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_openmetrics_when_asked_and_the_text_format_promtool_checks_otherwise() {
+    let up = Upstream::start().await;
+    let gw = TestGateway::start(
+        &GatewayConfig::new(up.url())
+            .admin()
+            .route(RouteCfg::header("orders", "/orders/*")),
+    )
+    .await;
+    let http = Http::new();
+    // Every kind of series with samples: counters, histograms, gauges.
+    for _ in 0..2 {
+        let r = http
+            .post(&gw.url("/orders/1"), &[("Idempotency-Key", "k")], "{}")
+            .await;
+        assert!(r.status.is_success(), "{r:?}");
+    }
+    let url = gw.admin_url("/metrics");
+    let content_type =
+        |r: &dedupe_test_support::Reply| r.headers["content-type"].to_str().unwrap().to_owned();
+    for accept in [None, Some("text/plain"), Some("*/*")] {
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+        let r = http.get(&url, &headers).await;
+        assert_eq!(
+            content_type(&r),
+            "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
+        let text = r.text();
+        assert!(
+            text.contains("# TYPE dedupe_requests_total counter\n"),
+            "{text}"
+        );
+        let out = promtool_check_metrics(&text);
+        assert_ok(&out, "promtool check metrics");
+        // Its lint (names, suffixes, help) finds nothing either.
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.trim().is_empty(),
+            "promtool check metrics: {said}\n{text}"
+        );
+    }
+    // Prometheus's own scrape asks for OpenMetrics first.
+    let r = http
+        .get(
+            &url,
+            &[(
+                "Accept",
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            )],
+        )
+        .await;
+    assert_eq!(
+        content_type(&r),
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let open = r.text();
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    assert!(open.contains("# TYPE dedupe_requests counter\n"), "{open}");
+}

@@ -127,23 +127,178 @@ fn completions_cover_every_subcommand_in_each_shell() {
         }
         assert!(script.contains("config"), "{shell}: the --config option");
     }
-    // bash parses the script and gets a completion function for the binary.
-    let bash = stdout(gateway().args(["completions", "bash"]));
-    let check = Command::new("bash")
-        .args(["-c", "source /dev/stdin && complete -p dedupe-gateway"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(bash.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    assert!(check.status.success(), "{check:?}");
-    assert!(String::from_utf8_lossy(&check.stdout).contains("dedupe-gateway"));
     let out = gateway().args(["completions", "tcsh"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "no such shell: a usage error");
+}
+
+/// The completion script for `shell`, in a file a shell can load.
+fn completion_script(shell: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), stdout(gateway().args(["completions", shell]))).unwrap();
+    file
+}
+
+/// What bash's completion offers for the words typed so far (the last one being completed),
+/// as bash-completion calls the function the script registers: `COMP_WORDS`, `COMP_CWORD`,
+/// and the command, the word and the word before as arguments.
+fn bash_completes(script: &Path, words: &[&str]) -> Vec<String> {
+    const DRIVE: &str = r#"
+source "$1"; shift
+spec=$(complete -p dedupe-gateway) || exit 1
+f=${spec##* -F }; f=${f%% *}
+COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 ))
+COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+"$f" dedupe-gateway "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = stdout(
+        Command::new("bash")
+            .args(["--norc", "-c", DRIVE, "bash"])
+            .arg(script)
+            .args(words),
+    );
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completes_subcommands_flags_and_values_past_the_first_word() {
+    let script = completion_script("bash");
+    let script = script.path();
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["dedupe-gateway", "ke"], &["keys"]),
+        (&["dedupe-gateway", "keys", "li"], &["list"]),
+        (&["dedupe-gateway", "check", "--co"], &["--config"]),
+        (&["dedupe-gateway", "keys", "list", "--st"], &["--state"]),
+        (
+            &["dedupe-gateway", "keys", "list", "--state", ""],
+            &["held", "in-flight"],
+        ),
+    ];
+    for (words, want) in cases {
+        assert_eq!(bash_completes(script, words), want, "{words:?}");
+    }
+}
+
+#[test]
+fn fish_completes_subcommands_flags_and_values() {
+    let script = completion_script("fish");
+    let cases = [
+        ("dedupe-gateway keys li", "list"),
+        ("dedupe-gateway check --co", "--config"),
+        ("dedupe-gateway keys list --state ", "held\nin-flight"),
+    ];
+    for (line, want) in cases {
+        let out = stdout(Command::new("fish").args([
+            "--no-config",
+            "-c",
+            &format!("source {}; complete -C '{line}'", script.path().display()),
+        ]));
+        // Each candidate, without fish's tab and description.
+        let got: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
+        assert_eq!(got.join("\n"), want, "{line:?}");
+    }
+}
+
+/// zsh completes only inside its line editor: an interactive `zsh -f` on a pseudo-terminal
+/// (`zsh/zpty`), with compinit and the script on its `fpath`, is sent the line and a TAB,
+/// then (once the terminal is quiet) a return. `dedupe-gateway` there is a function that
+/// prints the words it ran with (`RAN:...:END`), so the terminal shows the line as
+/// completed; a listing shows above it. Each wait is bounded (20 s), none is a fixed sleep.
+fn zsh_completes(dir: &Path, line: &str) -> String {
+    let drive = format!(
+        r#"zmodload zsh/zpty
+zpty -b z zsh -f -i
+zpty -w z "PS1='> '; fpath=({dir} \$fpath); autoload -U compinit; compinit -u -D; setopt nobeep; dedupe-gateway() {{ print -r -- RAN:\$*:END }}; print -r -- READY\$((6*7))"
+typeset all=""
+# Reads into $all until it matches $1; with no pattern, until half a second passes quietly.
+read_until() {{
+  local out; integer waited=0 quiet=0
+  while (( waited < 400 )); do
+    if zpty -r -t z out; then
+      all+=$out; quiet=0
+      [[ -n $1 && $all == *$~1* ]] && return 0
+    else
+      [[ -z $1 ]] && (( quiet >= 10 )) && return 0
+      sleep 0.05; (( waited++, quiet++ ))
+    fi
+  done
+  print -r -- "timed out waiting for ${{1:-quiet}}: $all"; exit 1
+}}
+read_until 'READY42'
+all=""
+zpty -w -n z $'{line}\t'
+read_until
+zpty -w -n z $'\r'
+read_until 'RAN:*:END'
+print -r -- "$all"
+zpty -d z
+"#,
+        dir = dir.display()
+    );
+    stdout(Command::new("zsh").args(["-f", "-c", &drive]))
+}
+
+#[test]
+fn zsh_loads_the_script_and_completes_subcommands_flags_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("_dedupe-gateway"),
+        stdout(gateway().args(["completions", "zsh"])),
+    )
+    .unwrap();
+    // Loaded by compinit from fpath, as the package installs it: no error, and registered.
+    let loaded = stdout(Command::new("zsh").args([
+        "-f",
+        "-c",
+        &format!(
+            "fpath=({} $fpath); autoload -U compinit; compinit -u -D; print -r -- $_comps[dedupe-gateway]",
+            dir.path().display()
+        ),
+    ]));
+    assert_eq!(loaded.trim(), "_dedupe-gateway");
+    let cases = [
+        ("dedupe-gateway keys li", &["RAN:keys list"][..]),
+        ("dedupe-gateway check --co", &["RAN:check --config"]),
+        ("dedupe-gateway keys list --state ", &["held", "in-flight"]),
+    ];
+    for (line, want) in cases {
+        let shown = zsh_completes(dir.path(), line);
+        for w in want {
+            assert!(shown.contains(w), "{line:?}: {w} not offered in {shown:?}");
+        }
+    }
+}
+
+/// `scripts/demo` with `env`, stopped before it builds anything by the refusals this
+/// checks: its exit status and what it said.
+fn demo(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new("scripts/demo")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), said)
+}
+
+#[test]
+fn the_demo_refuses_a_taken_port_naming_the_variable_that_chooses_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    for var in ["DEMO_PORT", "DEMO_ADMIN_PORT", "DEMO_UPSTREAM_PORT"] {
+        let (code, said) = demo(&[(var, &port)]);
+        assert_eq!(code, Some(69), "{var}: {said}");
+        assert!(
+            said.contains(&format!("127.0.0.1:{port} ({var}) is already in use"))
+                && said.contains(&format!("set {var} to a free port")),
+            "{var}: {said}"
+        );
+    }
+    let (code, said) = demo(&[("DEMO_PORT", "80a")]);
+    assert_eq!(code, Some(64), "{said}");
+    assert!(said.contains("DEMO_PORT=80a is not a port"), "{said}");
 }
 
 #[test]

@@ -23,6 +23,45 @@ async fn stop(gw: &mut GatewayProcess) {
     }
 }
 
+/// Every attribute a span of the gateway carries, with its type: OpenTelemetry's semantic
+/// conventions for HTTP spans (`http.request.method` and `url.path` strings,
+/// `http.response.status_code` an int: a query like `>= 500` reads it only as one), the
+/// gateway's own `dedupe.*` (the fence a number, the rest text), and what
+/// `tracing-opentelemetry` adds to every span (`busy_ns`, `idle_ns`: ints).
+const ATTRIBUTE_TYPES: &[(&str, &str)] = &[
+    ("http.request.method", "string"),
+    ("url.path", "string"),
+    ("http.response.status_code", "int"),
+    ("dedupe.route", "string"),
+    ("dedupe.outcome", "string"),
+    ("dedupe.finish", "string"),
+    ("dedupe.fence", "int"),
+    ("dedupe.key", "string"),
+    ("dedupe.scope", "string"),
+    ("busy_ns", "int"),
+    ("idle_ns", "int"),
+];
+
+/// Every attribute of every span is one [`ATTRIBUTE_TYPES`] names (a new one is given its
+/// type there), of that type.
+fn assert_attribute_types(spans: &[ReceivedSpan]) {
+    assert!(!spans.is_empty());
+    for span in spans {
+        for (name, kind) in &span.types {
+            let want = ATTRIBUTE_TYPES
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{}: {name} has no type in ATTRIBUTE_TYPES", span.name))
+                .1;
+            assert_eq!(
+                *kind, want,
+                "{}: {name} = {:?}",
+                span.name, span.attributes[name]
+            );
+        }
+    }
+}
+
 /// The first log line that `matches`, waiting for the harness to read it.
 async fn logged(
     gw: &GatewayProcess,
@@ -142,6 +181,10 @@ async fn a_deduped_request_is_traced_under_the_callers_trace_and_forwards_it() {
         format!("00-{TRACE}-{}-01", call.span_id)
     );
     assert_eq!(upstream.seen()[0].headers["tracestate"], "vendor=abc");
+    // Each attribute of the conventions' type: the status an int, on both spans.
+    assert_eq!(request.types["http.response.status_code"], "int");
+    assert_eq!(call.types["http.response.status_code"], "int");
+    assert_attribute_types(&spans);
     // Never a scope input: no attribute carries the Authorization value or its name.
     for span in &spans {
         for (name, value) in &span.attributes {
@@ -182,6 +225,8 @@ async fn a_replay_is_a_request_span_with_no_upstream_call_and_passthrough_is_tra
     let passthrough = root(&spans, "passthrough");
     let children = children_of(&spans, passthrough);
     assert_eq!(names(&children), ["upstream"]);
+    assert_eq!(children[0].types["http.response.status_code"], "int");
+    assert_attribute_types(&spans);
     let get = upstream
         .seen()
         .into_iter()

@@ -124,7 +124,7 @@ impl Forwarder {
         };
         let took = started.elapsed();
         let status = answer.status().as_u16();
-        span.record("http.response.status_code", status);
+        telemetry::record_status(&span, status);
         metrics.upstream(&route.name, status, took);
         live.recent[route_idx].record(took);
         // The body the store keeps is read under the same span.

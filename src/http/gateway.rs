@@ -76,11 +76,13 @@ impl Gateway {
     /// A gateway over a validated config and a store.
     pub fn new(config: Config, store: Store) -> Arc<Self> {
         let keyring = config.store.encryption.clone();
+        let metrics = Metrics::new();
+        metrics.routes_at_zero(&config.routes);
         Arc::new(Self {
             live: ArcSwap::from_pointee(Live::new(config)),
             store,
             keyring,
-            metrics: Metrics::new(),
+            metrics,
             tasks: TaskTracker::new(),
             claimants: Claimants::new(),
             no_route: Arc::from("-"),
@@ -98,6 +100,7 @@ impl Gateway {
     /// only take effect after a restart (listeners and store).
     pub fn reload(&self, config: Config) -> Vec<&'static str> {
         let (config, restart) = crate::reload::merge(&self.live().config, config);
+        self.metrics.routes_at_zero(&config.routes);
         self.live.store(Arc::new(Live::new(config)));
         restart
     }

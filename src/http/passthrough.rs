@@ -60,7 +60,7 @@ pub(super) async fn forward(
         }
         Ok(resp) => {
             let took = started.elapsed();
-            span.record("http.response.status_code", resp.status().as_u16());
+            telemetry::record_status(&span, resp.status().as_u16());
             metrics.upstream(route, resp.status().as_u16(), took);
             Forwarded {
                 response: Ok(stream_response(resp)),

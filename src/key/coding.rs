@@ -310,4 +310,153 @@ mod tests {
             &noise[..]
         );
     }
+
+    /// Bounded property tests (issue 55's safety net; cargo-fuzz cannot run in CI here).
+    mod properties {
+        use super::*;
+        use http::HeaderValue;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            }
+        }
+
+        /// A `Content-Encoding` line: names real and not, in any case, with odd spacing,
+        /// or any bytes a header value takes at all.
+        fn line() -> impl Strategy<Value = HeaderValue> {
+            let name = select(vec![
+                "gzip", "x-gzip", "deflate", "br", "zstd", "identity", "", "GZip", "BR",
+                "compress", "snappy", " gzip ", "gzip;q=1",
+            ]);
+            let listed = vec(name, 0..5).prop_map(|names| names.join(","));
+            let any_bytes = vec(any::<u8>(), 0..16)
+                .prop_filter_map("a header value", |b| HeaderValue::from_bytes(&b).ok());
+            prop_oneof![
+                3 => listed.prop_map(|l| HeaderValue::from_str(&l).unwrap()),
+                1 => any_bytes,
+            ]
+        }
+
+        /// How many codings other than `identity` the lines name, or `None` when a line is
+        /// not text.
+        fn named(lines: &[HeaderValue]) -> Option<usize> {
+            let mut n = 0;
+            for line in lines {
+                let text = line.to_str().ok()?;
+                n += text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+                    .count();
+            }
+            Some(n)
+        }
+
+        /// A body in one real coding, as a client writes it.
+        fn encode(coding: Coding, data: &[u8]) -> Vec<u8> {
+            match coding {
+                Coding::Gzip => gzip(data, 7),
+                Coding::Deflate => {
+                    let mut z =
+                        flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+                    z.write_all(data).unwrap();
+                    z.finish().unwrap()
+                }
+                Coding::Brotli => {
+                    let params = brotli::enc::BrotliEncoderParams {
+                        quality: 4,
+                        ..Default::default()
+                    };
+                    let mut out = Vec::new();
+                    brotli::BrotliCompress(&mut &data[..], &mut out, &params).unwrap();
+                    out
+                }
+                Coding::Zstd => ruzstd::encoding::compress_to_vec(
+                    data,
+                    ruzstd::encoding::CompressionLevel::Fastest,
+                ),
+            }
+        }
+
+        fn coding() -> impl Strategy<Value = Coding> {
+            select(vec![
+                Coding::Gzip,
+                Coding::Deflate,
+                Coding::Brotli,
+                Coding::Zstd,
+            ])
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn arbitrary_bodies_and_codings_never_panic_nor_pass_the_limit(
+                lines in vec(line(), 0..3),
+                body in vec(any::<u8>(), 0..512),
+                limit in 0..4096u64,
+                grpc in any::<bool>(),
+            ) {
+                let header = match grpc {
+                    true => http::HeaderName::from_static("grpc-encoding"),
+                    false => CONTENT_ENCODING,
+                };
+                let mut headers = HeaderMap::new();
+                for line in &lines {
+                    headers.append(&header, line.clone());
+                }
+                let got = decoded_by(&header, &headers, &body, limit);
+                match (&got, named(&lines)) {
+                    // Nothing to undo: the body itself, whatever its size.
+                    (Ok(out), Some(0)) => prop_assert_eq!(&**out, &body[..]),
+                    (Ok(out), Some(n)) => {
+                        prop_assert!(n <= MAX_CODINGS, "{n} codings decoded");
+                        prop_assert!(out.len() as u64 <= limit, "{} bytes past {limit}", out.len());
+                    }
+                    (Ok(_), None) => prop_assert!(false, "a line that is not text was read"),
+                    (Err(CodingError::TooMany { sent }), n) => {
+                        prop_assert_eq!(Some(*sent), n);
+                        prop_assert!(*sent > MAX_CODINGS);
+                    }
+                    (Err(CodingError::TooLarge { limit: l }), _) => prop_assert_eq!(*l, limit),
+                    (Err(_), _) => {}
+                }
+                if named(&lines).is_some_and(|n| n > MAX_CODINGS) {
+                    prop_assert!(got.is_err(), "{} codings accepted", named(&lines).unwrap());
+                }
+                prop_assert_eq!(is_coded(&header, &headers), named(&lines) != Some(0));
+            }
+
+            #[test]
+            fn a_body_in_one_or_two_real_codings_decodes_back_within_its_exact_budget(
+                data in vec(any::<u8>(), 0..2048),
+                codings in vec(coding(), 1..=2),
+            ) {
+                // Applied in order; the header lists them in that order.
+                let mut layers = vec![data.clone()];
+                for &c in &codings {
+                    let next = encode(c, layers.last().unwrap());
+                    layers.push(next);
+                }
+                let sent = layers.pop().unwrap();
+                let names: Vec<_> = codings.iter().map(|c| c.name()).collect();
+                let h = headers(&names.join(", "));
+                // Every layer's output counts: the budget is exactly what they decode to.
+                let budget: u64 = layers.iter().map(|l| l.len() as u64).sum();
+                prop_assert_eq!(&*decoded(&h, &sent, budget).unwrap(), &data[..]);
+                if budget > 0 {
+                    prop_assert_eq!(
+                        decoded(&h, &sent, budget - 1),
+                        Err(CodingError::TooLarge { limit: budget - 1 })
+                    );
+                }
+            }
+        }
+    }
 }

@@ -287,3 +287,210 @@ fn a_record_never_keeps_a_framing_field_written_or_read() {
     assert!(!map.contains_key("content-length"), "{map:?}");
     assert!(map.contains_key("content-type"), "{map:?}");
 }
+
+/// Bounded property tests (issue 55's safety net; cargo-fuzz cannot run in CI here): a few
+/// hundred small cases each, so the whole set runs in about a second under `cargo test`.
+mod properties {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use proptest::sample::select;
+
+    fn config() -> ProptestConfig {
+        ProptestConfig {
+            cases: 256,
+            // A failure prints its minimal case; nothing is written into the source tree.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// The framing and hop-by-hop fields a record never keeps, among ordinary names.
+    const NAMED: &[&str] = &[
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "content-type",
+        "grpc-status",
+        "set-cookie",
+        "x-multi",
+    ];
+
+    fn name() -> impl Strategy<Value = HeaderName> {
+        let token = vec(
+            select(b"abcdefghijklmnopqrstuvwxyz0123456789-_!#$%&'*+.^`|~".to_vec()),
+            1..16,
+        );
+        prop_oneof![
+            select(NAMED).prop_map(HeaderName::from_static),
+            token.prop_map(|b| HeaderName::from_bytes(&b).unwrap()),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = HeaderValue> {
+        // Every byte a header value takes: tab, visible ASCII, space, obs-text.
+        let bytes: Vec<u8> = (0..=255u8)
+            .filter(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+            .collect();
+        vec(select(bytes), 0..24).prop_map(|b| HeaderValue::from_bytes(&b).unwrap())
+    }
+
+    fn fields(max: usize) -> impl Strategy<Value = HeaderMap> {
+        vec((name(), value()), 0..max).prop_map(|fields| {
+            let mut map = HeaderMap::new();
+            for (n, v) in fields {
+                map.append(n, v);
+            }
+            map
+        })
+    }
+
+    fn body() -> impl Strategy<Value = StoredBody> {
+        prop_oneof![
+            vec(any::<u8>(), 0..64).prop_map(|b| StoredBody::Stored(b.into())),
+            Just(StoredBody::TooLarge),
+            Just(StoredBody::Incomplete),
+            Just(StoredBody::NotStored),
+        ]
+    }
+
+    fn response() -> impl Strategy<Value = StoredResponse> {
+        (
+            100..=999u16,
+            fields(10),
+            body(),
+            proptest::option::of(1..=u64::from(u32::MAX) * 4),
+            fields(4),
+        )
+            .prop_map(
+                |(status, headers, body, expires, trailers)| StoredResponse {
+                    status: StatusCode::from_u16(status).unwrap(),
+                    headers,
+                    body,
+                    expires: expires.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
+                    trailers,
+                },
+            )
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        vec(select(b"abc:{}-_0123456789".to_vec()), 0..24)
+            .prop_map(|b| String::from_utf8(b).unwrap())
+    }
+
+    /// `map` without the fields a record never keeps.
+    fn unframed(map: &HeaderMap) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        for (n, v) in map {
+            if !crate::hops::is_framing(n.as_str().as_bytes()) {
+                out.append(n.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    /// Both decoders on the same bytes: neither panics, and they agree (both refuse with
+    /// the same error, or read the same status, body, expiry and header fields).
+    fn decoders_agree(bytes: &Bytes, k: &StoreKey) {
+        let map = StoredResponse::decode(bytes, k);
+        match fields_of(bytes, k) {
+            Ok(Some((read, fields))) => {
+                let map = map.expect("the map reads what the fields read");
+                assert_eq!(fields, map.headers);
+                assert_eq!(
+                    (read.status, read.body, read.expires),
+                    (map.status, map.body, map.expires)
+                );
+                assert!(map.trailers.is_empty());
+            }
+            Ok(None) => assert!(map.map_or(true, |m| !m.trailers.is_empty())),
+            Err(e) => assert_eq!(map.err(), Some(e)),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            magic in select(vec![&b"DGR3"[..], b"DGR2", b"DGR1", b"DGRX", b""]),
+            with_key in any::<bool>(),
+            rest in vec(any::<u8>(), 0..256),
+        ) {
+            // After a real magic and key, so the cases reach the fields, not only the magic.
+            let mut bytes = magic.to_vec();
+            if with_key {
+                bytes.extend_from_slice(&[0, 1, b'k']);
+            }
+            bytes.extend_from_slice(&rest);
+            decoders_agree(&Bytes::from(bytes), &StoreKey::from_raw("k"));
+        }
+
+        #[test]
+        fn a_written_record_with_bytes_changed_or_cut_never_panics(
+            r in response(),
+            changes in vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            cut in any::<prop::sample::Index>(),
+            cut_it in any::<bool>(),
+        ) {
+            let k = StoreKey::from_raw("k");
+            let mut bytes = r.encode(&k).to_vec();
+            for (at, b) in changes {
+                let at = at.index(bytes.len());
+                bytes[at] = b;
+            }
+            if cut_it {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            decoders_agree(&Bytes::from(bytes), &k);
+        }
+
+        #[test]
+        fn every_written_record_decodes_to_the_response_without_framing(
+            r in response(),
+            k in key(),
+        ) {
+            let k = StoreKey::from_raw(k);
+            let written = r.encode(&k);
+            let want = StoredResponse {
+                headers: unframed(&r.headers),
+                trailers: unframed(&r.trailers),
+                ..r.clone()
+            };
+            prop_assert_eq!(StoredResponse::decode(&written, &k), Ok(want.clone()));
+            match fields_of(&written, &k).unwrap() {
+                Some((read, fields)) => {
+                    prop_assert!(want.trailers.is_empty());
+                    prop_assert_eq!(fields, want.headers);
+                    prop_assert_eq!(
+                        (read.status, read.body, read.expires),
+                        (want.status, want.body, want.expires)
+                    );
+                }
+                None => prop_assert!(!want.trailers.is_empty()),
+            }
+        }
+
+        #[test]
+        fn a_record_read_under_another_key_is_refused(
+            r in response(),
+            k in key(),
+            other in key(),
+        ) {
+            prop_assume!(k != other);
+            let written = r.encode(&StoreKey::from_raw(k));
+            let other = StoreKey::from_raw(other);
+            prop_assert_eq!(StoredResponse::decode(&written, &other), Err(RecordError::WrongKey));
+            prop_assert_eq!(
+                FieldRecord::decode(&written, &other, |_, _| panic!("a field of another key's record")),
+                Err(RecordError::WrongKey)
+            );
+        }
+    }
+}

@@ -97,6 +97,13 @@ pub fn inject(span: &Span, headers: &mut HeaderMap) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut CarrierMut(headers));
 }
 
+/// Records a response's status on a request or upstream span as an integer, the type
+/// OpenTelemetry's semantic conventions give `http.response.status_code` (a `u16` would
+/// reach the exporter as text: `tracing-opentelemetry` keeps only `i64`s as integers).
+pub fn record_status(span: &Span, status: u16) {
+    span.record("http.response.status_code", i64::from(status));
+}
+
 /// What a request ended as, on its root span.
 pub struct Ending<'a> {
     /// The route's name.
@@ -123,7 +130,7 @@ pub fn end(span: &Span, method: &Method, ending: &Ending<'_>) {
     span.context().span().update_name(name);
     span.record("dedupe.route", ending.route);
     span.record("dedupe.outcome", ending.outcome);
-    span.record("http.response.status_code", ending.status);
+    record_status(span, ending.status);
     if ending.status >= 500 {
         span.record("otel.status_code", "ERROR");
     }

@@ -35,6 +35,9 @@ pub struct ReceivedSpan {
     pub kind: String,
     /// Every attribute, its value as text.
     pub attributes: BTreeMap<String, String>,
+    /// Every attribute's type as OTLP sent it: `string`, `int`, `double`, `bool`, `array`,
+    /// `kvlist`, `bytes`, or `empty`.
+    pub types: BTreeMap<String, &'static str>,
     /// The resource's `service.name`.
     pub service: String,
 }
@@ -171,6 +174,7 @@ fn spans_of(export: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                     parent_span_id: hex::encode(span.parent_span_id),
                     kind,
                     attributes: text_attributes(&span.attributes),
+                    types: attribute_types(&span.attributes),
                     service: service.clone(),
                 });
             }
@@ -192,6 +196,26 @@ fn text_attributes(attributes: &[KeyValue]) -> BTreeMap<String, String> {
                 None => String::new(),
             };
             (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn attribute_types(attributes: &[KeyValue]) -> BTreeMap<String, &'static str> {
+    attributes
+        .iter()
+        .map(|kv| {
+            let kind = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(_)) => "string",
+                Some(Value::IntValue(_)) => "int",
+                Some(Value::BoolValue(_)) => "bool",
+                Some(Value::DoubleValue(_)) => "double",
+                Some(Value::ArrayValue(_)) => "array",
+                Some(Value::KvlistValue(_)) => "kvlist",
+                Some(Value::BytesValue(_)) => "bytes",
+                Some(Value::StringValueStrindex(_)) => "string",
+                None => "empty",
+            };
+            (kv.key.clone(), kind)
         })
         .collect()
 }
