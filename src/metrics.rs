@@ -18,8 +18,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::dedupe::{Finish, Outcome, Would};
-
 // Route labels are the routes' own `Arc<str>` names: a label costs a reference count,
 // not an allocation, on every request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -296,23 +294,28 @@ impl Metrics {
     /// route), so the first event on a route is an increase a rule can see rather than a
     /// series that begins at 1. At start and after each reload; a route a reload removed
     /// keeps its series (they hold what it counted).
-    pub fn routes_at_zero(&self, routes: &[crate::route::Route]) {
-        use strum::VariantArray;
-        let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
-        let finishes = Finish::VARIANTS.iter().map(|f| f.as_str());
-        let labels: Vec<&'static str> = outcomes.chain(finishes).collect();
+    ///
+    /// `outcomes` are every request outcome and finish, `woulds` every name of what
+    /// enforcement would have done: the protocol's names, which the caller (above the
+    /// protocol in the module order) hands down.
+    pub fn routes_at_zero(
+        &self,
+        routes: &[crate::route::Route],
+        outcomes: &[&'static str],
+        woulds: &[&'static str],
+    ) {
         for route in routes {
-            for &outcome in &labels {
+            for &outcome in outcomes {
                 let _ = self.outcomes.get_or_create(&RouteOutcome {
                     route: route.name.clone(),
                     outcome,
                 });
             }
             if route.mode == crate::route::Mode::Shadow {
-                for would in Would::VARIANTS {
+                for &would in woulds {
                     let _ = self.shadow.get_or_create(&RouteWould {
                         route: route.name.clone(),
-                        would: would.as_str(),
+                        would,
                     });
                 }
             }

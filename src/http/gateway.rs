@@ -77,7 +77,7 @@ impl Gateway {
     pub fn new(config: Config, store: Store) -> Arc<Self> {
         let keyring = config.store.encryption.clone();
         let metrics = Metrics::new();
-        metrics.routes_at_zero(&config.routes);
+        series_at_zero(&metrics, &config.routes);
         Arc::new(Self {
             live: ArcSwap::from_pointee(Live::new(config)),
             store,
@@ -100,7 +100,7 @@ impl Gateway {
     /// only take effect after a restart (listeners and store).
     pub fn reload(&self, config: Config) -> Vec<&'static str> {
         let (config, restart) = crate::reload::merge(&self.live().config, config);
-        self.metrics.routes_at_zero(&config.routes);
+        series_at_zero(&self.metrics, &config.routes);
         self.live.store(Arc::new(Live::new(config)));
         restart
     }
@@ -141,4 +141,16 @@ impl Gateway {
             keyring: &self.keyring,
         }
     }
+}
+
+/// Every route's series at 0 (see [`Metrics::routes_at_zero`]), labelled with the
+/// protocol's names.
+fn series_at_zero(metrics: &Metrics, routes: &[crate::route::Route]) {
+    use crate::dedupe::{Finish, Outcome, Would};
+    use strum::VariantArray;
+    let outcomes = Outcome::VARIANTS.iter().map(|o| o.as_str());
+    let finishes = Finish::VARIANTS.iter().map(|f| f.as_str());
+    let labels: Vec<&'static str> = outcomes.chain(finishes).collect();
+    let woulds: Vec<&'static str> = Would::VARIANTS.iter().map(|w| w.as_str()).collect();
+    metrics.routes_at_zero(routes, &labels, &woulds);
 }
