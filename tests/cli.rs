@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use dedupe_test_support::{GatewayConfig, RouteCfg};
+use dedupe_test_support::{GatewayConfig, RouteCfg, StoreCfg};
 
 fn gateway() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dedupe-gateway"))
@@ -215,12 +215,21 @@ fn check_warns_when_a_lease_is_too_short_to_renew() {
     let (code, out, _) = check(&config.to_toml());
     assert_eq!(code, Some(0));
     assert!(!out.contains("warning: routes[payments].lease"), "{out}");
-    // ... but must leave room for a renewal every third of it (store.timeout 250ms).
+    // ... but must leave room for a renewal every third of it (Redis's store.timeout,
+    // 250ms) ...
     let config = GatewayConfig::new("http://127.0.0.1:9")
+        .store(StoreCfg::redis("redis://127.0.0.1:6379"))
         .route(RouteCfg::header("payments", "/p").lease("1s"));
     let (code, out, _) = check(&config.to_toml());
     assert_eq!(code, Some(0));
     assert!(out.contains("warning: routes[payments].lease"), "{out}");
+    // ... which the embedded store, never waiting, has no use for.
+    let config = GatewayConfig::new("http://127.0.0.1:9")
+        .store(StoreCfg::memory())
+        .route(RouteCfg::header("payments", "/p").lease("1s"));
+    let (code, out, _) = check(&config.to_toml());
+    assert_eq!(code, Some(0));
+    assert!(!out.contains("warning: routes[payments].lease"), "{out}");
 }
 
 /// Values that once passed `check` and then panicked at run time (or in `check` itself):
