@@ -335,9 +335,7 @@ async fn a_flushed_script_cache_costs_one_eval_and_no_request() {
 async fn a_flushed_script_cache_costs_a_string_layout_completion_one_eval() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let store = StoreCfg::redis(redis.url())
-        .timeout(&format!("{}ms", TIMEOUT.as_millis()))
-        .record_layout("string");
+    let store = StoreCfg::redis(redis.url()).timeout(&format!("{}ms", TIMEOUT.as_millis()));
     let gw = TestGateway::start(&config(&up, &redis.url(), "5s", "10s").store(store)).await;
     let http = Http::new();
     let evals = || redis.command_calls().get("eval").copied().unwrap_or(0);

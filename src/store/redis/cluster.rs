@@ -19,8 +19,6 @@ pub struct RedisClusterStore {
     near: Option<std::sync::Arc<NearCache>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
-    /// How new records are written (`store.record_layout`); both are read.
-    layout: RecordLayout,
     /// Whether the masters complete a fresh claim natively (`SET ... IFEQ`).
     compare: std::sync::Arc<compare::NativeCompare>,
     /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
@@ -125,7 +123,6 @@ impl RedisClusterStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
             compare: Default::default(),
             staging: Default::default(),
         })
@@ -160,7 +157,7 @@ impl RedisClusterStore {
     {
         let result = bounded(self.timeout, async {
             let con = self.con().await?;
-            op(con).await.map_err(unavailable)
+            op(con).await.map_err(failed)
         })
         .await;
         if matches!(result, Err(StoreError::Timeout(_))) {

@@ -53,19 +53,27 @@ use redis::Value;
 
 use self::link::{Dialer, Link, NoConnection};
 use self::links::Links;
-use self::ops::ordered_not_hash;
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
 use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Call, Scripts};
-use self::strings::{typed, Typed};
 use super::health::{ClusterReplies, NodeReplies};
 use super::near_cache::{NearCache, NearCacheStats};
 use super::{bounded, Claim, ClaimRequest, Order, Owner, RecordInfo, StoreError};
-use crate::config::{RecordLayout, RedisAccess};
+use crate::config::RedisAccess;
 
 fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
+}
+
+/// A command's failure: the key's, where it holds no record this gateway can read
+/// (`WRONGTYPE`: the other layout's type; `UNREADABLE`: a script's refusal of a string
+/// that is no record, see [`string_scripts`]), else the server's.
+fn failed(e: redis::RedisError) -> StoreError {
+    match e.code() {
+        Some("WRONGTYPE" | "UNREADABLE") => StoreError::Unreadable(e.to_string()),
+        _ => unavailable(e),
+    }
 }
 
 fn no_connection(e: NoConnection) -> StoreError {
@@ -119,8 +127,6 @@ pub struct RedisStore {
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
-    /// How new records are written (`store.record_layout`); both are read.
-    layout: RecordLayout,
     /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
     compare: std::sync::Arc<compare::NativeCompare>,
     /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
@@ -174,7 +180,6 @@ impl RedisStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
             compare: Default::default(),
             staging: Default::default(),
             timers: Default::default(),
@@ -205,7 +210,6 @@ impl RedisStore {
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
             compare: Default::default(),
             staging: Default::default(),
             timers: Default::default(),
@@ -290,7 +294,7 @@ impl RedisStore {
                 Ok(v) => return Ok(v),
                 Err(e) if connection_lost(&e) => e,
                 Err(e) if follows_primary && demoted(&e) => e,
-                Err(e) => return Err(unavailable(e)),
+                Err(e) => return Err(failed(e)),
             };
             link.lost(first.id);
             tracing::debug!(error = %err, "Redis connection lost; sending once more on a fresh one");
@@ -304,7 +308,7 @@ impl RedisStore {
                 if connection_lost(&e) || (follows_primary && demoted(&e)) {
                     link.lost(fresh.id);
                 }
-                unavailable(e)
+                failed(e)
             })
         };
         let deadline = tokio::time::Instant::now() + self.timeout;

@@ -44,7 +44,7 @@ use super::con::{Transact, Transaction};
 use super::millis;
 use super::scripts::{no_script, Call, Script};
 use super::string_record::HEADER_LEN;
-use super::strings::{self, typed, Typed};
+use super::strings;
 
 /// The completed record's length from which a completion is staged.
 pub(super) const STAGE_FROM: usize = 2048;
@@ -152,7 +152,7 @@ impl StagedCompletion<'_> {
         staging: &Staging,
         con: &mut C,
         unstaged: impl FnOnce() -> Call<'s>,
-    ) -> RedisResult<Typed<Value>> {
+    ) -> RedisResult<Value> {
         let e = match self.send(con).await {
             Err(e) => e,
             reply => return reply,
@@ -164,12 +164,12 @@ impl StagedCompletion<'_> {
         if refused {
             staging.refuse(&e);
         }
-        typed(unstaged().invoke(con)).await
+        unstaged().invoke(con).await
     }
 
     /// Runs the transaction (again with `EVAL` where the node lacks the script): the
-    /// script's reply, or the key holds the other layout's record.
-    async fn send(&self, con: &mut impl Transact) -> RedisResult<Typed<Value>> {
+    /// script's reply.
+    async fn send(&self, con: &mut impl Transact) -> RedisResult<Value> {
         let reply = match strings::send(&self.sent(false), con).await {
             Err(e) if no_script(&e) => {
                 tracing::debug!("a Redis node lacks the script; sending it with EVAL");
@@ -178,15 +178,12 @@ impl StagedCompletion<'_> {
             reply => reply,
         }?;
         match reply {
-            Typed::Reply(Value::Array(mut items)) if items.len() == 3 => {
-                Ok(Typed::Reply(items.swap_remove(1)))
-            }
-            Typed::Reply(other) => Err(redis::RedisError::from((
+            Value::Array(mut items) if items.len() == 3 => Ok(items.swap_remove(1)),
+            other => Err(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "a staged completion's EXEC answered",
                 format!("{other:?}"),
             ))),
-            Typed::OtherLayout => Ok(Typed::OtherLayout),
         }
     }
 }

@@ -6,14 +6,20 @@
 use super::scripts::Script;
 use super::string_record::{CLAIMANT_AT, HEADER_LEN, LUA_FORMAT};
 
-/// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and lease end derive from the key's expiry.
+/// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and
+/// lease end derive from the key's expiry. A value that is no record of this format (too
+/// short, another tag) is refused with an `UNREADABLE` error, written over by no script;
+/// a key of another type fails the `GET` (`WRONGTYPE`).
 const READ: &str = r#"
 local F = '{F}'
 local v = redis.call('GET', KEYS[1])
-local _, s, fl, f, le, ca, da, ls, tl, a, o, h, n
+local ok, tag, s, fl, f, le, ca, da, ls, tl, a, o, h, n
 local fresh = false
 if v then
-  _, s, fl, f, le, ca, da, ls, tl, a, o, h, n = struct.unpack(F, v)
+  ok, tag, s, fl, f, le, ca, da, ls, tl, a, o, h, n = pcall(struct.unpack, F, v)
+  if not ok or tag ~= 1 or #v < {H} + n then
+    return redis.error_reply('UNREADABLE the key holds no record of this gateway')
+  end
   if f == 0 then
     fresh = true
     ca = redis.call('PEXPIRETIME', KEYS[1]) - tl
@@ -214,7 +220,13 @@ pub(super) struct StringScripts {
 
 impl StringScripts {
     pub(super) fn new() -> Self {
-        let script = |body: &str| Script::new(format!("{READ}{body}").replace("{F}", LUA_FORMAT));
+        let script = |body: &str| {
+            Script::new(
+                format!("{READ}{body}")
+                    .replace("{F}", LUA_FORMAT)
+                    .replace("{H}", &HEADER_LEN.to_string()),
+            )
+        };
         Self {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),
