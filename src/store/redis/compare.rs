@@ -127,8 +127,9 @@ fn no_ifeq(e: &redis::RedisError) -> bool {
     e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("syntax error"))
 }
 
-/// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (the
-/// other layout's record) changed nothing; any other failure is the connection's.
+/// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (a key
+/// that holds no string: the script then refuses it as unreadable) changed nothing; any
+/// other failure is the connection's.
 fn judge(answer: &RedisResult<Value>) -> RedisResult<Compared> {
     match answer {
         Ok(Value::Okay) => Ok(Compared::Written),

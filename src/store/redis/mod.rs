@@ -1,18 +1,19 @@
 //! Redis and Redis Cluster backends.
 //!
-//! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
-//! server milliseconds, `o` the claimant, `k` `1` when the route holds unknown outcomes,
-//! `n` set once a claim was told the record is held, `r` encoded response, `a` claims that
-//! won it, `t` when the current claim won and `d` when it was completed, in server
-//! milliseconds), so every script touches exactly one key and runs unchanged on a cluster.
-//! On an ordered route (`order`), claim, renew and finish also take the entity's record
+//! Each record is one Redis string, a binary header then the stored response (see
+//! [`string_record`]): a first claim and a replay are one `MULTI` of native commands
+//! ([`strings`]), and Lua runs only where a write must compare first ([`string_scripts`]).
+//! An ordered route's record is one Redis hash instead (`s` state, `f` fence, `h` request
+//! hash, `l` lease end in server milliseconds, `o` the claimant, `k` `1` when the route
+//! holds unknown outcomes, `n` set once a claim was told the record is held, `r` encoded
+//! response, `a` claims that won it, `t` when the current claim won and `d` when it was
+//! completed, `v` the version): its claim, renew and finish also take the entity's record
 //! (`c` highest version completed, `i`/`g`/`e` the version in flight, its fence and lease
-//! end) as a second key: one script, so the order check is in the same atomic step. (Two
-//! keys need one slot: on a cluster both take the entity's hash tag.) Each step (claim,
-//! complete, release) is one `EVALSHA` round trip (plus one `EVAL` on a node that lacks
-//! the script, see [`scripts`]): the scripts are the only place a record is read and written, and Redis runs a
-//! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
-//! skewed clocks agree on when a lease has expired.
+//! end) as a second key, in one script ([`scripts`]), so the order check is in the same
+//! atomic step. (Two keys need one slot: on a cluster both take the entity's hash tag.) A
+//! key that holds anything else is [`StoreError::Unreadable`] (see [`ops`]). Lease time
+//! comes from the Redis server's `TIME`, so gateways with skewed clocks agree on when a
+//! lease has expired.
 //!
 //! The connection to one server is kept by [`link`]: replaced when its replies stop, and an
 //! operation that finds it closed is sent once more on a fresh one (see

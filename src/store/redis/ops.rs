@@ -5,8 +5,8 @@
 //! A record's layout follows its route: a plain route's record is a string (see
 //! [`super::string_record`]), an ordered route's a hash (see [`super::scripts`]: its
 //! scripts take the entity's record in the same atomic step). A request's operation knows
-//! which from its [`Order`]; a key that holds anything else (the other layout, a value
-//! no gateway wrote) is [`StoreError::Unreadable`], never read as absent and never
+//! which from its [`Order`](crate::store::Order); a key that holds anything else (the other layout, a value
+//! no gateway wrote) is [`StoreError::Unreadable`](crate::store::StoreError::Unreadable), never read as absent and never
 //! written over. An operator's inspect and resolve name a key of either kind of route and
 //! ask its `TYPE` first.
 

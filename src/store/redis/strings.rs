@@ -1,4 +1,4 @@
-//! The string layout's commands: a claim and an inspection are one `MULTI` of native
+//! The string record's commands: a claim and an inspection are one `MULTI` of native
 //! commands; Lua runs only where a write must compare first (a takeover, a reclaim after
 //! a release, the first claim told a record is held, completing, releasing, renewing).
 //! The record's format is [`super::string_record`]'s.
