@@ -181,22 +181,36 @@ async fn a_cluster_completes_natively() {
     );
 }
 
-/// Redis 7.0 has no `IFEQ`: the first completion learns it (one refused `SET`, nothing
-/// written) and every completion runs the script.
+/// Redis 7.0 has no `IFEQ`: the first completion on a connection learns it (one refused
+/// `SET`, nothing written) and every completion runs the script, until the connection is
+/// replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_without_ifeq_is_learnt_once() {
+async fn a_server_without_ifeq_is_learnt_once_per_connection() {
     let redis = RedisServer::start();
     let s = store_on(&redis);
-    for i in 0..3 {
-        let k = StoreKey::from_raw(format!("learn:{i}"));
-        let permit = won(&s, &k, LONG, 10 + i).await;
-        assert_eq!(complete(&s, &permit, b"done").await, Completion::Completed);
-        let info = s.inspect(&k).await.unwrap().unwrap();
-        assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
-    }
+    let completes = |from: u128, to: u128| {
+        let s = s.clone();
+        async move {
+            for i in from..to {
+                let k = StoreKey::from_raw(format!("learn:{i}"));
+                let permit = won(&s, &k, LONG, 10 + i).await;
+                assert_eq!(complete(&s, &permit, b"done").await, Completion::Completed);
+                let info = s.inspect(&k).await.unwrap().unwrap();
+                assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
+            }
+        }
+    };
+    completes(0, 3).await;
     let stats = commandstats(&redis);
     assert_eq!(stats.get("set").map(|s| s.1), Some(1), "{stats:?}");
     assert_eq!(scripts_run(&stats), 3, "{stats:?}");
+    // A new connection may reach another server (a failover): it is asked once more,
+    // and the completion that asks still completes, by the script.
+    let _: i64 = redis.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    completes(3, 6).await;
+    let stats = commandstats(&redis);
+    assert_eq!(stats.get("set").map(|s| s.1), Some(2), "{stats:?}");
+    assert_eq!(scripts_run(&stats), 6, "{stats:?}");
 }
 
 /// A claim whose record was deleted and claimed again by another is fenced out: its

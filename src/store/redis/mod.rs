@@ -27,6 +27,7 @@
 
 mod access;
 mod compare;
+mod completion;
 mod con;
 mod dial;
 mod link;
@@ -52,6 +53,7 @@ use bytes::Bytes;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
+use self::completion::{Form, Strategy};
 use self::link::{Dialer, Link, NoConnection};
 use self::links::Links;
 use self::reply::{
@@ -128,10 +130,6 @@ pub struct RedisStore {
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
-    /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
-    compare: std::sync::Arc<compare::NativeCompare>,
-    /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
-    staging: std::sync::Arc<staged::Staging>,
     /// The commands' deadlines, on timers kept for the next command.
     timers: std::sync::Arc<crate::timers::Timers>,
 }
@@ -181,8 +179,6 @@ impl RedisStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            compare: Default::default(),
-            staging: Default::default(),
             timers: Default::default(),
         })
     }
@@ -211,10 +207,13 @@ impl RedisStore {
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            compare: Default::default(),
-            staging: Default::default(),
             timers: Default::default(),
         })
+    }
+
+    /// What the server behind this runtime's connection supports for completions.
+    fn completion(&self) -> &Strategy {
+        self.links.on(crate::timers::runtime()).completion()
     }
 
     /// Whether the primary is found through Sentinel.

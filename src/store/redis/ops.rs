@@ -157,24 +157,6 @@ macro_rules! redis_backend {
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let mut owner = owner;
-                if let (Some(response), Some(claimed), None) = (record, owner.claimed, order) {
-                    if self.compare.worth_trying() {
-                        if let Some(cmd) = compare::completion(key, claimed, owner.fence, response, window) {
-                            let (cmd, compare) = (&cmd, &*self.compare);
-                            let compared = self
-                                .query(move |mut con| async move { compare::send(cmd, compare, &mut con).await })
-                                .await?;
-                            match compared {
-                                compare::Compared::Written => return Ok(true),
-                                // The key no longer holds the claim's value: the script's
-                                // own comparison with it would miss too.
-                                compare::Compared::Differs => owner.claimed = None,
-                                compare::Compared::NotNative => {}
-                            }
-                        }
-                    }
-                }
                 // An operator's resolution (strict) may name an ordered route's record.
                 let v = if order.is_some() || (strict && self.holds_hash(key).await?) {
                     let inv = finish_invocation(&self.scripts, key, owner.fence, record, window, strict, order);
@@ -185,8 +167,10 @@ macro_rules! redis_backend {
                 parse_finish(v)
             }
 
-            /// The string layout's finish: a large completion of the claim's own record
-            /// staged (see [`super::staged`]), any other a call of the finish script.
+            /// A plain route's finish. A completion of the claim's own fresh record goes
+            /// in the form the connection's strategy chooses (see [`super::completion`]),
+            /// and in the next where the server turns out to lack it; any other finish is
+            /// the script's full form.
             async fn finish_string(
                 &self,
                 key: &str,
@@ -195,22 +179,38 @@ macro_rules! redis_backend {
                 window: Duration,
                 strict: bool,
             ) -> Result<Value, StoreError> {
-                let fresh = strings::fresh_completion(owner, record, window, strict);
+                let strategy = self.completion();
+                let mut fresh = strings::fresh_completion(owner, record, window, strict);
+                let finish = &self.scripts.string.finish;
+                let staged = fresh.and_then(|(header, response, claimed)| {
+                    staged::staged_completion(finish, key, claimed, header, response, window)
+                });
+                if let Some((_, response, claimed)) = fresh {
+                    let native = compare::completion(key, claimed, owner.fence, response, window)
+                        .filter(|_| strategy.form(staged.is_some()) == Form::Native);
+                    if let Some(cmd) = &native {
+                        let compared = self
+                            .query(move |mut con| async move { compare::send(cmd, strategy, &mut con).await })
+                            .await?;
+                        match compared {
+                            compare::Compared::Written => return Ok(Value::Int(1)),
+                            // The key no longer holds the claim's value: the compare form's
+                            // own comparison with it would miss too.
+                            compare::Compared::Differs => fresh = None,
+                            compare::Compared::NotNative => {}
+                        }
+                    }
+                }
                 let unstaged = || {
                     let scripts = &self.scripts.string;
                     strings::finish_call(scripts, key, owner, record, window, strict, fresh)
                 };
-                let finish = &self.scripts.string.finish;
-                let staged = fresh
-                    .filter(|_| self.staging.allowed())
-                    .and_then(|(header, response, claimed)| {
-                        staged::staged_completion(finish, key, claimed, header, response, window)
-                    });
+                let staged = staged.filter(|_| fresh.is_some() && strategy.form(true) == Form::Staged);
                 if let Some(staged) = &staged {
-                    let (staging, unstaged) = (&*self.staging, &unstaged);
+                    let unstaged = &unstaged;
                     return self
                         .query(move |mut con| async move {
-                            staged.send_or(staging, &mut con, unstaged).await
+                            staged.send_or(strategy, &mut con, unstaged).await
                         })
                         .await;
                 }
