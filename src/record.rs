@@ -8,11 +8,8 @@
 //! body: u32 len + bytes (only when the body state is "stored") |
 //! trailer count: u16 | per trailer: as a header.
 //!
-//! A response without trailers is written as `"DGR2"` (the same layout without the trailer
-//! section), so a gateway of the release before trailers, mid-upgrade in the same fleet,
-//! still replays every record but those with trailers (which it answers `record-unusable`
-//! rather than replay without them). `"DGR1"` records (no expiry field either), written
-//! before `Idempotency-Expires`, still decode.
+//! A response without trailers is written as `"DGR2"`: the same layout without the trailer
+//! section. Any other start is refused (`record-unusable`), never replayed.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,10 +20,8 @@ use http::{HeaderMap, StatusCode};
 use crate::tokens::StoreKey;
 
 const MAGIC: &[u8; 4] = b"DGR3";
-/// The layout before the trailer section.
+/// The same layout without the trailer section, for a response that has none.
 const MAGIC_V2: &[u8; 4] = b"DGR2";
-/// The layout before the expiry field.
-const MAGIC_V1: &[u8; 4] = b"DGR1";
 
 /// What happened to the upstream's body when the record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,23 +281,19 @@ impl<'a> Reader<'a> {
         let version = match r.take(4)? {
             m if m == MAGIC => 3,
             m if m == MAGIC_V2 => 2,
-            m if m == MAGIC_V1 => 1,
             _ => return Err(RecordError::Corrupt("bad magic")),
         };
         let key_len = r.u16()? as usize;
         if r.take(key_len)? != expected_key.as_bytes() {
             return Err(RecordError::WrongKey);
         }
-        let expires = match version >= 2 {
-            true => match r.u64()? {
-                0 => None,
-                secs => Some(
-                    UNIX_EPOCH
-                        .checked_add(Duration::from_secs(secs))
-                        .ok_or(RecordError::Corrupt("bad expiry"))?,
-                ),
-            },
-            false => None,
+        let expires = match r.u64()? {
+            0 => None,
+            secs => Some(
+                UNIX_EPOCH
+                    .checked_add(Duration::from_secs(secs))
+                    .ok_or(RecordError::Corrupt("bad expiry"))?,
+            ),
         };
         let status =
             StatusCode::from_u16(r.u16()?).map_err(|_| RecordError::Corrupt("bad status"))?;

@@ -305,7 +305,7 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         "store.prefix".into(),
     ));
     cases.push((
-        format!("{BASE}[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nrecord_layout = \"list\"\n"),
+        format!("{BASE}[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nrecord_layout = \"string\"\n"),
         "store.record_layout".into(),
     ));
     for (text, field) in cases {

@@ -7,7 +7,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{RedisClusterStore, Store};
 use dedupe_test_support::{
     store_contract, GatewayConfig, Http, RedisCluster, RouteCfg, StoreCfg, TestGateway, Upstream,
@@ -26,16 +25,7 @@ fn cluster_store() -> (Store, ()) {
     (Store::Cluster(Box::new(store)), ())
 }
 
-/// The same, writing records in the string layout (`store.record_layout = "string"`).
-fn cluster_string_store() -> (Store, ()) {
-    let store = RedisClusterStore::new(&cluster().urls(), Duration::from_secs(2))
-        .unwrap()
-        .with_record_layout(RecordLayout::String);
-    (Store::Cluster(Box::new(store)), ())
-}
-
 store_contract!(contract, cluster_store);
-store_contract!(contract_string, cluster_string_store);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_survives_storms() {

@@ -12,17 +12,11 @@ use dedupe_test_support::{
 const PREFIX: &str = "reshard";
 
 fn config(up: &Upstream, cluster: &RedisCluster) -> GatewayConfig {
-    config_in(up, cluster, "hash")
-}
-
-/// With `store.record_layout = layout`.
-fn config_in(up: &Upstream, cluster: &RedisCluster, layout: &'static str) -> GatewayConfig {
     GatewayConfig::new(up.url())
         .store(
             StoreCfg::cluster(cluster.urls())
                 .timeout("2s")
-                .prefix(PREFIX)
-                .record_layout(layout),
+                .prefix(PREFIX),
         )
         .route(RouteCfg::header("orders", "/orders"))
 }
@@ -126,16 +120,16 @@ async fn claims_succeed_on_a_slot_migrating_to_a_new_master() {
     assert_eq!(up.effects(), 2, "replays execute nothing");
 }
 
-/// The string layout on a migrating slot: its claim and its staged completion are each a
+/// A large answer on a migrating slot: the claim and its staged completion are each a
 /// `MULTI`, which the source discards (it answers `ASK` for a key it lacks, and the redis
 /// crate follows no redirect inside a transaction). Each then runs as one script, which
 /// follows `ASK`: a new key with a large answer executes once and replays whole, and a
 /// record that moved replays. No staged key is left on either node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_string_layout_claims_and_completes_on_a_migrating_slot() {
+async fn a_large_answer_is_claimed_and_completed_on_a_migrating_slot() {
     let cluster = RedisCluster::start();
     let up = Upstream::start().await;
-    let gw = TestGateway::start(&config_in(&up, &cluster, "string")).await;
+    let gw = TestGateway::start(&config(&up, &cluster)).await;
     let http = Http::new();
     let (old, source, slot, target) = old_key_and_a_new_node(&cluster, &http, &gw).await;
     let slot_arg = slot.to_string();

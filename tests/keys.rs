@@ -8,7 +8,6 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::listing::{ListRequest, Wanted};
 use dedupe_gateway::store::{
     ClaimRequest, Claimant, MemoryStore, RecordState, RedisClusterStore, RedisStore, RequestHash,
@@ -485,24 +484,11 @@ async fn redis_lists_in_pages() {
     lists_every_record_in_pages(Store::Redis(store), "dg").await;
 }
 
-/// Records of both layouts on one Redis (`store.record_layout`): the string ones are
-/// listed as the hash ones are.
-#[tokio::test]
-async fn redis_lists_string_records_in_pages() {
-    let r = RedisServer::start();
-    let store = RedisStore::new(&r.url(), Duration::from_secs(2))
-        .unwrap()
-        .with_record_layout(RecordLayout::String);
-    lists_every_record_in_pages(Store::Redis(store), "dgs").await;
-}
-
-/// The same on a cluster, string records on every master.
+/// The same on a cluster, records on every master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_lists_string_records() {
+async fn a_cluster_lists_records_on_every_master() {
     let cluster = RedisCluster::start();
-    let store = RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2))
-        .unwrap()
-        .with_record_layout(RecordLayout::String);
+    let store = RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap();
     lists_every_record_in_pages(Store::Cluster(Box::new(store)), "dgcs").await;
 }
 

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{
     Claim, Completion, Permit, RedisClusterStore, RedisStore, Store, StoreKey,
 };
@@ -18,12 +17,7 @@ use dedupe_test_support::{
 
 fn valkey_string_store() -> (Store, RedisServer) {
     let valkey = RedisServer::start_valkey(&[]);
-    (store_on(&valkey, RecordLayout::String), valkey)
-}
-
-fn valkey_hash_store() -> (Store, RedisServer) {
-    let valkey = RedisServer::start_valkey(&[]);
-    (store_on(&valkey, RecordLayout::Hash), valkey)
+    (store_on(&valkey), valkey)
 }
 
 /// A Valkey cluster this test binary shares, started by the first test that asks.
@@ -33,14 +27,11 @@ fn valkey_cluster() -> &'static RedisCluster {
 }
 
 fn valkey_cluster_string_store() -> (Store, ()) {
-    let store = RedisClusterStore::new(&valkey_cluster().urls(), Duration::from_secs(2))
-        .unwrap()
-        .with_record_layout(RecordLayout::String);
+    let store = RedisClusterStore::new(&valkey_cluster().urls(), Duration::from_secs(2)).unwrap();
     (Store::Cluster(Box::new(store)), ())
 }
 
 store_contract!(valkey_string, valkey_string_store);
-store_contract!(valkey_hash, valkey_hash_store);
 store_contract!(valkey_cluster_string, valkey_cluster_string_store);
 
 /// Completes `permit`'s claim with `body`.
@@ -96,7 +87,7 @@ fn masked(v: &[u8]) -> Vec<u8> {
 /// Completes a fresh claim and a renewed one of `who` on `redis`; returns the two records
 /// as written (masked) and the scripts each completion ran.
 async fn complete_fresh_and_renewed(redis: &RedisServer, who: u128) -> [(Vec<u8>, u64); 2] {
-    let s = store_on(redis, RecordLayout::String);
+    let s = store_on(redis);
     let mut out = Vec::new();
     for (name, renew) in [("fresh", false), ("renewed", true)] {
         let k = StoreKey::from_raw(format!("native:{name}"));
@@ -190,22 +181,36 @@ async fn a_cluster_completes_natively() {
     );
 }
 
-/// Redis 7.0 has no `IFEQ`: the first completion learns it (one refused `SET`, nothing
-/// written) and every completion runs the script.
+/// Redis 7.0 has no `IFEQ`: the first completion on a connection learns it (one refused
+/// `SET`, nothing written) and every completion runs the script, until the connection is
+/// replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_without_ifeq_is_learnt_once() {
+async fn a_server_without_ifeq_is_learnt_once_per_connection() {
     let redis = RedisServer::start();
-    let s = store_on(&redis, RecordLayout::String);
-    for i in 0..3 {
-        let k = StoreKey::from_raw(format!("learn:{i}"));
-        let permit = won(&s, &k, LONG, 10 + i).await;
-        assert_eq!(complete(&s, &permit, b"done").await, Completion::Completed);
-        let info = s.inspect(&k).await.unwrap().unwrap();
-        assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
-    }
+    let s = store_on(&redis);
+    let completes = |from: u128, to: u128| {
+        let s = s.clone();
+        async move {
+            for i in from..to {
+                let k = StoreKey::from_raw(format!("learn:{i}"));
+                let permit = won(&s, &k, LONG, 10 + i).await;
+                assert_eq!(complete(&s, &permit, b"done").await, Completion::Completed);
+                let info = s.inspect(&k).await.unwrap().unwrap();
+                assert_eq!(info.response.as_deref(), Some(&b"done"[..]));
+            }
+        }
+    };
+    completes(0, 3).await;
     let stats = commandstats(&redis);
     assert_eq!(stats.get("set").map(|s| s.1), Some(1), "{stats:?}");
     assert_eq!(scripts_run(&stats), 3, "{stats:?}");
+    // A new connection may reach another server (a failover): it is asked once more,
+    // and the completion that asks still completes, by the script.
+    let _: i64 = redis.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    completes(3, 6).await;
+    let stats = commandstats(&redis);
+    assert_eq!(stats.get("set").map(|s| s.1), Some(2), "{stats:?}");
+    assert_eq!(scripts_run(&stats), 6, "{stats:?}");
 }
 
 /// A claim whose record was deleted and claimed again by another is fenced out: its
@@ -214,7 +219,7 @@ async fn a_server_without_ifeq_is_learnt_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ownership_holds_without_the_script() {
     let valkey = RedisServer::start_valkey(&[]);
-    let s = store_on(&valkey, RecordLayout::String);
+    let s = store_on(&valkey);
     let k = StoreKey::from_raw("native:zombie");
     let zombie = won(&s, &k, LONG, 1).await;
     let _: i64 = valkey.cmd(&["DEL", k.as_str()]);
@@ -266,11 +271,7 @@ async fn a_renewed_call_completes_through_the_script_alone() {
     let up = Upstream::start().await;
     let gw = GatewayProcess::start(
         &GatewayConfig::new(up.url())
-            .store(
-                StoreCfg::redis(valkey.url())
-                    .timeout("1s")
-                    .record_layout("string"),
-            )
+            .store(StoreCfg::redis(valkey.url()).timeout("1s"))
             .default_lease("300ms")
             .default_window("1h")
             .upstream_timeout("10s")
@@ -313,7 +314,7 @@ async fn a_renewed_call_completes_through_the_script_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_refusal_is_not_taken_for_a_server_without_ifeq() {
     let valkey = RedisServer::start_valkey(&["--proto-max-bulk-len", "1mb"]);
-    let s = store_on(&valkey, RecordLayout::String);
+    let s = store_on(&valkey);
     let k = StoreKey::from_raw("native:huge");
     let permit = won(&s, &k, LONG, 31).await;
     let huge = Bytes::from(vec![b'x'; 1536 * 1024]);
@@ -334,7 +335,7 @@ async fn another_refusal_is_not_taken_for_a_server_without_ifeq() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_completion_under_a_shared_fence_number_is_fenced() {
     for server in [RedisServer::start_valkey(&[]), RedisServer::start()] {
-        let s = store_on(&server, RecordLayout::String);
+        let s = store_on(&server);
         let k = StoreKey::from_raw("native:same-ms");
         let first = won(&s, &k, LONG, 51).await;
         let mut value: Vec<u8> = server.cmd(&["GET", k.as_str()]);
@@ -377,11 +378,7 @@ async fn a_late_completion_under_a_shared_fence_number_is_fenced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_fails_the_completion_within_its_deadline() {
     let valkey = RedisServer::start_valkey(&[]);
-    let s = Store::Redis(
-        RedisStore::new(&valkey.url(), Duration::from_millis(250))
-            .unwrap()
-            .with_record_layout(RecordLayout::String),
-    );
+    let s = Store::Redis(RedisStore::new(&valkey.url(), Duration::from_millis(250)).unwrap());
     let k = StoreKey::from_raw("native:paused");
     let permit = won(&s, &k, LONG, 41).await;
     let started = std::time::Instant::now();
@@ -448,7 +445,7 @@ impl Monitor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_forgotten_and_claimed_again_at_once_gets_a_higher_fence() {
     let server = RedisServer::start();
-    let s = store_on(&server, RecordLayout::String);
+    let s = store_on(&server);
     for i in 0..100u128 {
         let k = StoreKey::from_raw(format!("native:forget-{i}"));
         let first = won(&s, &k, LONG, 2 * i + 1).await;

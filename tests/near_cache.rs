@@ -10,22 +10,11 @@ use dedupe_test_support::{
 };
 
 fn config(up: &Upstream, redis: &RedisServer, window: &str) -> GatewayConfig {
-    config_in(up, redis, window, "hash")
-}
-
-/// As [`config`], writing records in `layout` (`store.record_layout`).
-fn config_in(
-    up: &Upstream,
-    redis: &RedisServer,
-    window: &str,
-    layout: &'static str,
-) -> GatewayConfig {
     GatewayConfig::new(up.url())
         .store(
             StoreCfg::redis(redis.url())
                 .timeout("2s")
-                .near_cache("1MiB")
-                .record_layout(layout),
+                .near_cache("1MiB"),
         )
         .admin()
         .route(RouteCfg::header("orders", "/orders/*").window(window))
@@ -38,28 +27,6 @@ async fn a_delete_through_another_gateway_reaches_the_cache() {
     let a = TestGateway::start(&config(&up, &redis, "1h")).await;
     let b = TestGateway::start(&config(&up, &redis, "1h")).await;
     near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &[&redis]).await;
-}
-
-/// String records (`store.record_layout = "string"`): client tracking invalidates on the
-/// string key's writes as on the hash's; one gateway of each layout.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn string_records_invalidate_the_cache_across_layouts() {
-    let redis = RedisServer::start();
-    let up = Upstream::start().await;
-    let a = TestGateway::start(&config_in(&up, &redis, "1h", "string")).await;
-    let b = TestGateway::start(&config_in(&up, &redis, "1h", "hash")).await;
-    near_cache::a_delete_through_b_reaches_a(&up, &a, &b, &[&redis]).await;
-    let key = dedupe_gateway::key::store_key("dedupe", "orders", "-", "k1");
-    let kind: String = redis.cmd(&["TYPE", key.as_str()]);
-    assert_eq!(kind, "string", "gateway A wrote the record");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_string_copy_never_outlives_its_window() {
-    let redis = RedisServer::start();
-    let up = Upstream::start().await;
-    let a = TestGateway::start(&config_in(&up, &redis, "2s", "string")).await;
-    near_cache::a_copy_never_outlives_its_window(&up, &a, &[&redis]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

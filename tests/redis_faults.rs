@@ -295,49 +295,15 @@ async fn the_first_request_after_a_redis_restart_succeeds() {
 }
 
 /// A Redis that lost its script cache (`SCRIPT FLUSH`, as a restart or a failover to a
-/// replica that never ran them leaves it) answers the first `EVALSHA` with `NOSCRIPT`: the
-/// gateway sends that call again as `EVAL`, and replays and new keys go on unharmed.
+/// replica that never ran them leaves it) answers the first `EVALSHA` with `NOSCRIPT`. A
+/// claim runs no script and a completion does (in the form that carries the completed
+/// record whole): after `SCRIPT FLUSH` the completion meets `NOSCRIPT`, is sent again as
+/// `EVAL`, and its record replays byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flushed_script_cache_costs_one_eval_and_no_request() {
+async fn a_flushed_script_cache_costs_a_completion_one_eval() {
     let redis = RedisServer::start();
     let up = Upstream::start().await;
-    let gw = gateway(&redis.url(), &up).await;
-    let http = Http::new();
-    let evals = || redis.command_calls().get("eval").copied().unwrap_or(0);
-    assert_eq!(
-        post(&http, &gw, "/orders/s", "kept").await.status,
-        StatusCode::CREATED
-    );
-    // A fresh server had no script: its first claim and completion were EVALs. Now
-    // cached, EVALSHA is the path.
-    let cached = evals();
-    assert!(post(&http, &gw, "/orders/s", "kept").await.replayed());
-    assert_eq!(
-        evals(),
-        cached,
-        "EVALSHA is the path while the script is cached"
-    );
-    for key in ["kept", "new"] {
-        let _: () = redis.cmd(&["SCRIPT", "FLUSH"]);
-        let before = evals();
-        let r = post(&http, &gw, "/orders/s", key).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{key}: {}", r.text());
-        assert_eq!(r.replayed(), key == "kept", "{key}");
-        assert!(evals() > before, "{key}: the claim never met NOSCRIPT");
-    }
-    assert_eq!(up.effects(), 2, "one execution per key");
-}
-
-/// The same on the string layout, where a claim runs no script and a completion does (in
-/// the form that carries the completed record whole): after `SCRIPT FLUSH` the completion
-/// meets `NOSCRIPT`, is sent again as `EVAL`, and its record replays byte for byte.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flushed_script_cache_costs_a_string_layout_completion_one_eval() {
-    let redis = RedisServer::start();
-    let up = Upstream::start().await;
-    let store = StoreCfg::redis(redis.url())
-        .timeout(&format!("{}ms", TIMEOUT.as_millis()))
-        .record_layout("string");
+    let store = StoreCfg::redis(redis.url()).timeout(&format!("{}ms", TIMEOUT.as_millis()));
     let gw = TestGateway::start(&config(&up, &redis.url(), "5s", "10s").store(store)).await;
     let http = Http::new();
     let evals = || redis.command_calls().get("eval").copied().unwrap_or(0);

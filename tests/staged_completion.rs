@@ -7,9 +7,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::key::store_key;
-use dedupe_gateway::store::{Claim, Completion, RedisClusterStore, Store, StoreKey};
+use dedupe_gateway::store::{Claim, Completion, RedisClusterStore, Store, StoreError, StoreKey};
 use dedupe_test_support::claims::{claim, store_on, won, LONG};
 use dedupe_test_support::{
     slot_of, start_moving_slot, GatewayConfig, GatewayProcess, Http, RedisCluster, RedisServer,
@@ -49,7 +48,7 @@ fn masked(v: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_completion_is_staged_and_written_as_the_script_writes_it() {
     let redis = RedisServer::start();
-    let s = store_on(&redis, RecordLayout::String);
+    let s = store_on(&redis);
     let body = big(64 * 1024, 7);
     let staged = key("large-1");
     let scripted = StoreKey::from_raw("no-tag:large-2");
@@ -86,7 +85,7 @@ async fn a_large_completion_is_staged_and_written_as_the_script_writes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_staged_completion_decides_ownership_as_the_script_does() {
     let redis = RedisServer::start();
-    let s = store_on(&redis, RecordLayout::String);
+    let s = store_on(&redis);
     let body = big(8 * 1024, 1);
     let renewed = key("renewed");
     let permit = won(&s, &renewed, LONG, 10).await;
@@ -130,7 +129,7 @@ async fn a_staged_completion_decides_ownership_as_the_script_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_without_the_script_completes_by_eval_and_keeps_no_staged_key() {
     let redis = RedisServer::start();
-    let s = store_on(&redis, RecordLayout::String);
+    let s = store_on(&redis);
     let body = big(4 * 1024, 3);
     let k = key("flushed");
     let permit = won(&s, &k, LONG, 20).await;
@@ -145,25 +144,26 @@ async fn a_node_without_the_script_completes_by_eval_and_keeps_no_staged_key() {
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
 }
 
-/// A key deleted and claimed again by a gateway on the other layout holds a hash: the
-/// staged transaction's script meets `WRONGTYPE`, the hash layout's finish decides (not
-/// this permit's record), and the staged key goes with the transaction.
+/// A key whose record was replaced by a hash (a pre-release build's layout): the staged
+/// transaction's script meets `WRONGTYPE`, the completion fails as unreadable with the key
+/// left as it was, and the staged key goes with the transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_of_the_other_layout_is_left_to_its_script() {
+async fn a_key_holding_a_hash_is_unreadable_and_left_as_it_is() {
     let redis = RedisServer::start();
-    let s = store_on(&redis, RecordLayout::String);
-    let hash = store_on(&redis, RecordLayout::Hash);
+    let s = store_on(&redis);
     let k = key("relaid");
     let zombie = won(&s, &k, LONG, 30).await;
     let _: i64 = redis.cmd(&["DEL", k.as_str()]);
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    let owner = won(&hash, &k, LONG, 31).await;
-    let fenced = s.complete(&zombie, big(4096, 4), LONG, None).await.unwrap();
-    assert_eq!(fenced, Completion::Fenced);
+    let _: i64 = redis.cmd(&["HSET", k.as_str(), "s", "i"]);
+    let failed = s.complete(&zombie, big(4096, 4), LONG, None).await;
+    assert!(
+        matches!(failed, Err(StoreError::Unreadable(_))),
+        "{failed:?}"
+    );
     let kind: String = redis.cmd(&["TYPE", k.as_str()]);
     assert_eq!(kind, "hash");
-    let info = s.inspect(&k).await.unwrap().unwrap();
-    assert_eq!((info.fence, info.response), (owner.fence(), None));
+    let fields: Vec<String> = redis.cmd(&["HGETALL", k.as_str()]);
+    assert_eq!(fields, ["s", "i"]);
     assert!(staged_keys(&redis).is_empty(), "{:?}", staged_keys(&redis));
 }
 
@@ -173,9 +173,7 @@ async fn a_record_of_the_other_layout_is_left_to_its_script() {
 async fn a_cluster_stages_a_large_completion_in_the_records_slot() {
     let cluster = RedisCluster::start();
     let s = Store::Cluster(Box::new(
-        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2))
-            .unwrap()
-            .with_record_layout(RecordLayout::String),
+        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap(),
     ));
     for i in 0..6u8 {
         let k = key(&format!("clustered-{i}"));
@@ -207,11 +205,7 @@ async fn a_large_answer_replays_whole_through_the_gateway() {
     let up = Upstream::start().await;
     let gw = GatewayProcess::start(
         &GatewayConfig::new(up.url())
-            .store(
-                StoreCfg::redis(redis.url())
-                    .timeout("1s")
-                    .record_layout("string"),
-            )
+            .store(StoreCfg::redis(redis.url()).timeout("1s"))
             .route(RouteCfg::header("orders", "/orders/*")),
     );
     let http = Http::new();
@@ -261,7 +255,6 @@ async fn an_acl_user_without_rename_completes_unstaged() {
                 .store(
                     StoreCfg::redis(format!("redis://{user}:pw@127.0.0.1:{}", redis.port))
                         .timeout("1s")
-                        .record_layout("string")
                         .near_cache(near),
                 )
                 .route(RouteCfg::header("orders", "/orders/*")),
@@ -331,9 +324,7 @@ async fn an_acl_user_without_rename_completes_unstaged() {
 async fn a_staged_completion_on_a_migrating_slot_is_sent_unstaged() {
     let cluster = RedisCluster::start();
     let s = Store::Cluster(Box::new(
-        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2))
-            .unwrap()
-            .with_record_layout(RecordLayout::String),
+        RedisClusterStore::new(&cluster.urls(), Duration::from_secs(2)).unwrap(),
     ));
     let slot = slot_of(key("moving-0").as_str());
     let keys: Vec<StoreKey> = (0..)

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{MemoryStore, RedisStore, Store};
 use dedupe_test_support::{store_contract, RedisServer};
 
@@ -19,20 +18,8 @@ fn redis_store() -> (Store, RedisServer) {
     (store, redis)
 }
 
-/// The same, writing records in the string layout (`store.record_layout = "string"`).
-fn redis_string_store() -> (Store, RedisServer) {
-    let redis = RedisServer::start();
-    let store = Store::Redis(
-        RedisStore::new(&redis.url(), Duration::from_secs(1))
-            .unwrap()
-            .with_record_layout(RecordLayout::String),
-    );
-    (store, redis)
-}
-
 store_contract!(memory, memory_store);
 store_contract!(redis, redis_store);
-store_contract!(redis_string, redis_string_store);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_is_bounded_and_sweeps_expired_records() {

@@ -223,12 +223,6 @@ async fn main() {
     let mut stores = vec![("memory", memory)];
     if let Some(r) = &redis {
         stores.push(("redis", StoreCfg::redis(r.url()).timeout("500ms")));
-        // The same Redis with `store.record_layout = "string"`: claims and replays as
-        // native commands (issue #26).
-        let string = StoreCfg::redis(r.url())
-            .timeout("500ms")
-            .record_layout("string");
-        stores.push(("redis-string", string));
     }
     // This build's gateway, and with `BENCH_COMPARE` another build's binary beside it.
     let mut binaries = vec![(

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::store::{Backend, RecordLayout};
+use super::store::Backend;
 use crate::route::dialect::BuiltIn;
 use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
 
@@ -57,9 +57,6 @@ pub const DEFAULT_MAX_RECORDS: usize = 1_000_000;
 pub const DEFAULT_MAX_BYTES: u64 = 256 * MIB;
 /// `store.near_cache`: off; a replay then always reads Redis.
 pub const DEFAULT_NEAR_CACHE: u64 = 0;
-/// `store.record_layout`: today's hash for one release, so a fleet mid-upgrade keeps the
-/// layout every gateway of the previous release reads.
-pub const DEFAULT_RECORD_LAYOUT: RecordLayout = RecordLayout::Hash;
 /// `store.tls_insecure`: Redis's certificate is verified.
 pub const DEFAULT_TLS_INSECURE: bool = false;
 /// `admin.max_connections`.
@@ -289,7 +286,6 @@ mod tests {
             "store.prefix" => text == DEFAULT_PREFIX,
             "telemetry.service_name" => text == DEFAULT_SERVICE_NAME,
             "telemetry.sample_ratio" => text.parse().ok() == Some(DEFAULT_SAMPLE_RATIO),
-            "store.record_layout" => enum_value::<RecordLayout>(text) == DEFAULT_RECORD_LAYOUT,
             "store.timeout" => d(DEFAULT_STORE_TIMEOUT),
             "store.on_error" => enum_value::<OnError>(text) == DEFAULT_ON_ERROR,
             "store.max_records" => n(DEFAULT_MAX_RECORDS as u64),

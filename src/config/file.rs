@@ -131,8 +131,8 @@ pub struct FileStore {
     pub max_bytes: Option<String>,
     /// Redis backend: bytes of completed records kept locally for replays (`0`: off).
     pub near_cache: Option<String>,
-    /// Redis backends: `hash` or `string`, how a record is kept.
-    pub record_layout: Option<super::store::RecordLayout>,
+    /// Removed (the string layout is the only one): read only to be refused by name.
+    pub record_layout: Option<serde::de::IgnoredAny>,
     /// Keys that seal stored records (`file:PATH` or `env:NAME`): the first seals, every
     /// one opens.
     pub encryption_keys: Option<Vec<String>>,

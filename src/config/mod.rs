@@ -44,7 +44,7 @@ pub use file::{
 };
 pub use parse::format_duration;
 pub use server::{ListenerTls, ServerConfig, UpstreamHttp2, UpstreamTarget};
-pub use store::{redact_url, Backend, RecordLayout, RedisAccess, StoreBackend, StoreConfig};
+pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
 pub use telemetry::{FileTelemetry, TelemetryConfig};
 
 use crate::route::{Dialect, Route};

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::defaults::{
     DEFAULT_BACKEND, DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_NEAR_CACHE, DEFAULT_PREFIX,
-    DEFAULT_RECORD_LAYOUT, DEFAULT_STORE_TIMEOUT, MAX_NEAR_CACHE, MAX_PREFIX_LEN, MAX_RECORDS,
-    MAX_STORE_BYTES, MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
+    DEFAULT_STORE_TIMEOUT, MAX_NEAR_CACHE, MAX_PREFIX_LEN, MAX_RECORDS, MAX_STORE_BYTES,
+    MAX_STORE_TIMEOUT, MIN_STORE_BYTES,
 };
 use super::file::FileStore;
 use super::{invalid, parse, ConfigError};
@@ -19,9 +19,6 @@ use crate::seal::Keyring;
 
 mod access;
 mod keyring;
-mod layout;
-
-pub use layout::RecordLayout;
 
 pub use access::RedisAccess;
 
@@ -65,8 +62,6 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// The keys of `encryption_keys`, read and checked (empty: records in clear).
     pub encryption: Keyring,
-    /// How Redis keeps records (the memory backend has one layout of its own).
-    pub record_layout: RecordLayout,
 }
 
 /// A validated backend, each variant with exactly the settings it uses. Its `Debug` shows
@@ -233,10 +228,10 @@ pub(super) fn validate(
         Backend::RedisCluster => cluster(s)?,
         Backend::RedisSentinel => sentinel(s)?,
     };
-    if backend.kind() == Backend::Memory && s.record_layout.is_some() {
+    if s.record_layout.is_some() {
         return Err(invalid(
             "store.record_layout",
-            "set only with a Redis backend (\"redis\", \"redis-cluster\", \"redis-sentinel\")",
+            "no longer a setting: Redis keeps every record in the string layout, the only one; delete the line",
         ));
     }
     let encryption = keyring::keyring(s.encryption_keys.as_deref().unwrap_or_default(), env)?;
@@ -245,7 +240,6 @@ pub(super) fn validate(
         prefix,
         timeout,
         encryption,
-        record_layout: s.record_layout.unwrap_or(DEFAULT_RECORD_LAYOUT),
     })
 }
 

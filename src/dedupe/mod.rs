@@ -46,7 +46,7 @@ use crate::boxed;
 use crate::metrics::{ClaimEvent, Metrics};
 use crate::route::{Mode, OnConflict, OnError, OnUnknown};
 use crate::seal::Keyring;
-use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreKey};
+use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreError, StoreKey};
 use crate::telemetry;
 
 /// What the protocol needs from the gateway around it.
@@ -146,6 +146,9 @@ pub enum Answer<R> {
     Stale,
     /// The store failed and the route fails closed: 503.
     StoreUnavailable,
+    /// The key holds a record this gateway cannot read, whatever the route's `on_error`:
+    /// the request may have run, so it is never forwarded.
+    RecordUnreadable,
 }
 
 /// The end of one request's part in the protocol: built once, read by the access log.
@@ -245,6 +248,13 @@ where
                 Settled::answered(Answer::OutcomeUnknown { fence, first }, Outcome::Held);
             settled.fence = Some(fence);
             return settled;
+        }
+        // Not the store's failure but the key's: the request may have run (the record is
+        // there), so even a fail-open route must not forward it.
+        Err(StoreError::Unreadable(e)) if policy.mode != Mode::Shadow => {
+            error!(error = %e, store_key = %key,
+                "the key holds a record this gateway cannot read (a pre-release build's, or not a gateway's); answering 500, never executing it");
+            return Settled::answered(Answer::RecordUnreadable, Outcome::StoreError);
         }
         Err(e) => return store_failed("store claim failed", &e, key, policy, forward).await,
     };

@@ -231,6 +231,7 @@ impl Answered<'_> {
                 (Err(GatewayError::OutcomeUnknown), None)
             }
             Answer::StoreUnavailable => (Err(GatewayError::StoreUnavailable), None),
+            Answer::RecordUnreadable => (Err(GatewayError::RecordUnreadable), None),
             Answer::Stale => (Err(GatewayError::Stale), None),
         }
     }

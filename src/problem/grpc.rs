@@ -42,7 +42,7 @@ impl GatewayError {
             Upstream(UpstreamFailure::Broken(_)) => 2,
             // Executed once; its answer was not kept.
             ReplayUnavailable { .. } => 6,
-            CorruptRecord | Internal => code::INTERNAL,
+            CorruptRecord | RecordUnreadable | Internal => code::INTERNAL,
         }
     }
 

@@ -126,6 +126,10 @@ pub enum GatewayError {
     /// A stored record could not be decoded or belongs to another key.
     #[error("stored record unusable")]
     CorruptRecord,
+    /// The store holds something under the key that is no record this gateway can read
+    /// (another layout, an unknown format, a value no gateway wrote): never forwarded.
+    #[error("stored record unreadable")]
+    RecordUnreadable,
     /// A bug: a task panicked.
     #[error("internal error")]
     Internal,
@@ -335,6 +339,11 @@ impl GatewayError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "record-unusable",
                 "Stored response unusable",
+            ),
+            RecordUnreadable => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "record-unreadable",
+                "The key's stored record cannot be read by this gateway",
             ),
             Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,

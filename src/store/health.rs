@@ -60,7 +60,7 @@ pub struct ClusterReplies {
 }
 
 /// The `hash-max-listpack-value` below which a small stored response (its headers included)
-/// no longer fits a record's compact encoding.
+/// no longer fits an ordered route's record (a hash) in its compact encoding.
 const LISTPACK_VALUE_ADVISED: u64 = 1024;
 
 /// Every slot a cluster has.
@@ -120,7 +120,7 @@ pub fn findings(nodes: &[NodeReplies], cluster: Option<&ClusterReplies>) -> Vec<
                 Severity::Notice,
                 "hash-max-listpack-value",
                 format!(
-                    "hash-max-listpack-value (hash-max-ziplist-value before Redis 7) is {v}: a record whose stored response (headers included) is longer is kept as a hash table, about twice the memory of the compact encoding and more Redis CPU per completion; set it to {LISTPACK_VALUE_ADVISED} or to above your typical response"
+                    "hash-max-listpack-value (hash-max-ziplist-value before Redis 7) is {v}: an ordered route's record (a hash) whose stored response (headers included) is longer is kept as a hash table, about twice the memory of the compact encoding and more Redis CPU per completion; with ordered routes, set it to {LISTPACK_VALUE_ADVISED} or to above your typical response"
                 ),
             );
         }

@@ -193,6 +193,11 @@ pub enum StoreError {
     /// The server answered something the gateway does not understand.
     #[error("unexpected store reply: {0}")]
     Protocol(String),
+    /// The key holds something this gateway cannot read as a record: a value it did not
+    /// write, a format it does not know, or a Redis type other than the route's layout.
+    /// Never read as absent: the request may have run, so it must not run again.
+    #[error("stored record unreadable: {0}")]
+    Unreadable(String),
     /// The memory backend holds `max_records` live records.
     #[error("store is full ({0} records)")]
     Full(usize),
@@ -263,31 +268,29 @@ impl Store {
                 access,
             } => Store::Redis(
                 RedisStore::with_near_cache(url, access, cfg.timeout, *near_cache)?
-                    .with_record_layout(cfg.record_layout)
                     .on_runtimes(runtimes),
             ),
             StoreBackend::Cluster {
                 urls,
                 near_cache,
                 access,
-            } => Store::Cluster(Box::new(
-                RedisClusterStore::with_near_cache(
-                    urls,
-                    access,
-                    cfg.timeout,
-                    *near_cache,
-                    &cfg.prefix,
-                )?
-                .with_record_layout(cfg.record_layout),
-            )),
+            } => Store::Cluster(Box::new(RedisClusterStore::with_near_cache(
+                urls,
+                access,
+                cfg.timeout,
+                *near_cache,
+                &cfg.prefix,
+            )?)),
             StoreBackend::Sentinel {
                 sentinels,
                 master_name,
                 access,
-            } => Store::Redis(
-                RedisStore::sentinel(sentinels, master_name, access, cfg.timeout)?
-                    .with_record_layout(cfg.record_layout),
-            ),
+            } => Store::Redis(RedisStore::sentinel(
+                sentinels,
+                master_name,
+                access,
+                cfg.timeout,
+            )?),
         })
     }
 

@@ -16,10 +16,10 @@ pub struct Permit {
     key: StoreKey,
     fence: Fence,
     /// The claim that won, where the backend needs it to recognise its owner (a fresh
-    /// string-layout record, whose fence derives from its expiry).
+    /// string record, whose fence derives from its expiry).
     claimant: Option<Claimant>,
     /// The value the claim wrote, where the backend can settle by comparing the whole
-    /// record with it (a string-layout first claim, completed by `SET ... IFEQ`).
+    /// record with it (a first claim's string record, completed by `SET ... IFEQ`).
     claimed: Option<Bytes>,
 }
 

@@ -189,23 +189,15 @@ fn debug_never_shows_a_url_password_on_any_backend() {
 }
 
 #[test]
-fn the_record_layout_defaults_to_hash_and_is_refused_when_misspelt_or_on_memory() {
-    assert_eq!(with(REDIS).unwrap().store.record_layout, RecordLayout::Hash);
-    for (file, name, layout) in [
-        (REDIS, "string", RecordLayout::String),
-        (CLUSTER, "string", RecordLayout::String),
-        (SENTINEL, "hash", RecordLayout::Hash),
-    ] {
-        let c = with(&format!("{file}record_layout = \"{name}\"\n")).unwrap();
-        assert_eq!(c.store.record_layout, layout);
-        assert_eq!(layout.as_str(), name);
+fn a_record_layout_is_refused_by_name_whatever_it_says() {
+    for file in [REDIS, CLUSTER, SENTINEL, "[store]\n"] {
+        for name in ["\"string\"", "\"hash\"", "1"] {
+            let bad = err(&format!("{file}record_layout = {name}\n"));
+            assert!(
+                bad.starts_with("store.record_layout: no longer a setting")
+                    && bad.contains("the string layout, the only one"),
+                "{bad}"
+            );
+        }
     }
-    let bad = err(&format!("{REDIS}record_layout = \"strings\"\n"));
-    assert!(bad.contains("store.record_layout"), "{bad}");
-    assert!(bad.contains("expected `hash` or `string`"), "{bad}");
-    let memory = err("[store]\nrecord_layout = \"string\"\n");
-    assert!(
-        memory.starts_with("store.record_layout: set only with a Redis backend"),
-        "{memory}"
-    );
 }

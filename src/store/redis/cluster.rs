@@ -19,12 +19,8 @@ pub struct RedisClusterStore {
     near: Option<std::sync::Arc<NearCache>>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
-    /// How new records are written (`store.record_layout`); both are read.
-    layout: RecordLayout,
-    /// Whether the masters complete a fresh claim natively (`SET ... IFEQ`).
-    compare: std::sync::Arc<compare::NativeCompare>,
-    /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
-    staging: std::sync::Arc<staged::Staging>,
+    /// What the masters support for completions, asked again on a new connection.
+    completion: std::sync::Arc<Strategy>,
 }
 
 /// How long the cluster client itself waits for a reply before it drops the connection
@@ -80,12 +76,16 @@ impl RedisClusterStore {
         // One report is enough: while the task probes, more say the same thing.
         let (stalled, mut reports) = tokio::sync::mpsc::channel(1);
         let patience = link::patience(timeout);
+        let completion = std::sync::Arc::new(Strategy::default());
+        let learnt = completion.clone();
         runtime.spawn(async move {
             loop {
                 let mut pause = Duration::from_millis(100);
                 loop {
                     match client.get_async_connection().await {
                         Ok(c) => {
+                            // Masters may have changed (a failover, an upgrade): asked again.
+                            learnt.forget();
                             let _ = tx.send(Some(c));
                             break;
                         }
@@ -125,10 +125,13 @@ impl RedisClusterStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
-            compare: Default::default(),
-            staging: Default::default(),
+            completion,
         })
+    }
+
+    /// What the masters support for completions.
+    fn completion(&self) -> &Strategy {
+        &self.completion
     }
 
     async fn con(&self) -> Result<ClusterConnection, StoreError> {
@@ -160,7 +163,7 @@ impl RedisClusterStore {
     {
         let result = bounded(self.timeout, async {
             let con = self.con().await?;
-            op(con).await.map_err(unavailable)
+            op(con).await.map_err(failed)
         })
         .await;
         if matches!(result, Err(StoreError::Timeout(_))) {

@@ -7,51 +7,18 @@
 //! [`super::string_record::completed_header`]). Any other answer leaves the key as it was
 //! and the script decides, as on a server without `IFEQ`.
 //!
-//! Whether the server knows `IFEQ` is learnt from the first completion: a server that
-//! does not answers it with a syntax error (having written nothing), and from then on
-//! this gateway completes with the script only.
+//! Whether the server knows `IFEQ` is learnt on each connection (see [`super::completion`]):
+//! a server that does not answers it with a syntax error, having written nothing.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, RedisWrite, ToRedisArgs, Value};
 
+use super::completion::{Form, Strategy};
 use super::millis;
 use super::string_record::{completed_header, HEADER_LEN};
-
-// Not yet known is 0 (`Default`).
-const NATIVE: u8 = 1;
-const SCRIPTED: u8 = 2;
-
-/// Whether the server compares and sets natively, as learnt so far.
-#[derive(Debug, Default)]
-pub(super) struct NativeCompare(AtomicU8);
-
-impl NativeCompare {
-    /// Whether a completion should try `SET ... IFEQ` first.
-    pub(super) fn worth_trying(&self) -> bool {
-        self.0.load(Ordering::Relaxed) != SCRIPTED
-    }
-
-    /// Records what the server answered (logged once). A server found without `IFEQ`
-    /// stays so: in a cluster or a failover mid-upgrade, some nodes may have it and some
-    /// not, and the script suits them all.
-    fn learnt(&self, native: bool) {
-        if native {
-            if self
-                .0
-                .compare_exchange(0, NATIVE, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                tracing::info!("the Redis server compares and sets natively (SET ... IFEQ): completions run without Lua");
-            }
-        } else if self.0.swap(SCRIPTED, Ordering::Relaxed) != SCRIPTED {
-            tracing::info!("the Redis server has no SET ... IFEQ (Valkey 8.1 or Redis 8.4 and later have it): completions run a script");
-        }
-    }
-}
 
 /// The completed record as one argument: the header, then the response, written into
 /// the command's buffer without joining them first.
@@ -104,31 +71,28 @@ pub(super) enum Compared {
     NotNative,
 }
 
-/// Sends a native completion, learning from its answer whether the server has `IFEQ`.
+/// Sends a native completion, `strategy` learning from its answer whether the server has
+/// `IFEQ`.
 pub(super) async fn send(
     cmd: &redis::Cmd,
-    compare: &NativeCompare,
+    strategy: &Strategy,
     con: &mut impl ConnectionLike,
 ) -> RedisResult<Compared> {
     let answer: RedisResult<Value> = cmd.query_async(con).await;
     let compared = judge(&answer)?;
-    match compared {
-        Compared::Written | Compared::Differs => compare.learnt(true),
-        // A syntax error: the server cannot parse `IFEQ`. (Any other refusal, say a
-        // response over `proto-max-bulk-len`, says nothing of the server's commands.)
-        Compared::NotNative if matches!(&answer, Err(e) if no_ifeq(e)) => compare.learnt(false),
-        Compared::NotNative => {}
+    match (&answer, compared) {
+        (_, Compared::Written | Compared::Differs) => strategy.compared(),
+        (Err(e), Compared::NotNative) => {
+            strategy.refused(Form::Native, e);
+        }
+        (Ok(_), Compared::NotNative) => {}
     }
     Ok(compared)
 }
 
-/// Whether an error is a server's refusal to parse `SET ... IFEQ`.
-fn no_ifeq(e: &redis::RedisError) -> bool {
-    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("syntax error"))
-}
-
-/// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (the
-/// other layout's record) changed nothing; any other failure is the connection's.
+/// Reads the answer: `OK` written, nil not; `ERR` (no `IFEQ` here) and `WRONGTYPE` (a key
+/// that holds no string: the script then refuses it as unreadable) changed nothing; any
+/// other failure is the connection's.
 fn judge(answer: &RedisResult<Value>) -> RedisResult<Compared> {
     match answer {
         Ok(Value::Okay) => Ok(Compared::Written),
@@ -147,19 +111,6 @@ fn judge(answer: &RedisResult<Value>) -> RedisResult<Compared> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn learns_once_and_stops_trying_on_a_server_without_ifeq() {
-        let c = NativeCompare::default();
-        assert!(c.worth_trying());
-        c.learnt(true);
-        assert!(c.worth_trying());
-        c.learnt(false);
-        assert!(!c.worth_trying());
-        // And stays so.
-        c.learnt(true);
-        assert!(!c.worth_trying());
-    }
 
     #[test]
     fn answers_are_read_as_written_or_differs() {

@@ -127,6 +127,9 @@ enum Report {
 #[derive(Clone)]
 pub(super) struct Link {
     state: watch::Receiver<State>,
+    /// What the server behind the current connection supports for completions, forgotten
+    /// when a new connection is made.
+    completion: Arc<super::completion::Strategy>,
     reports: mpsc::Sender<Report>,
     /// The target is whichever node the sentinels name: a node that turned read-only was
     /// demoted, and a connection elsewhere is what helps.
@@ -148,6 +151,7 @@ impl Link {
         name: &str,
     ) -> Self {
         let (tx, state) = watch::channel(State::default());
+        let completion = Arc::new(super::completion::Strategy::default());
         // Bounded, and reports are only sent with `try_send`: when it is full the task is
         // busy and later reports about the same connection say the same thing.
         let (reports, rx) = mpsc::channel(64);
@@ -162,6 +166,7 @@ impl Link {
             probing: None,
             next_id: 0,
             near: near.clone(),
+            completion: completion.clone(),
         };
         if let Some(near) = near {
             runtime.spawn(heartbeat(state.clone(), near, patience(timeout)));
@@ -169,9 +174,15 @@ impl Link {
         runtime.spawn(task.run());
         Self {
             state,
+            completion,
             reports,
             follows_primary,
         }
+    }
+
+    /// What the server behind the current connection supports for completions.
+    pub(super) fn completion(&self) -> &super::completion::Strategy {
+        &self.completion
     }
 
     /// Whether the connection goes wherever the sentinels say the primary is.
@@ -235,6 +246,8 @@ struct Supervisor {
     next_id: u64,
     /// Fed by every connection's invalidations; emptied whenever a connection goes.
     near: Option<Arc<NearCache>>,
+    /// Forgotten whenever a connection is made: the server may be another one.
+    completion: Arc<super::completion::Strategy>,
 }
 
 impl Supervisor {
@@ -252,6 +265,7 @@ impl Supervisor {
                     Ok((super::dial::Dialled { con, driver }, node)) => {
                         self.next_id += 1;
                         let id = self.next_id;
+                        self.completion.forget();
                         if matches!(self.dialer, Dialer::Sentinel { .. }) {
                             tracing::info!(redis = %where_, node = %node, id, "connected to the primary the sentinels name");
                         }

@@ -1,18 +1,19 @@
 //! Redis and Redis Cluster backends.
 //!
-//! Each record is one Redis hash (`s` state, `f` fence, `h` request hash, `l` lease end in
-//! server milliseconds, `o` the claimant, `k` `1` when the route holds unknown outcomes,
-//! `n` set once a claim was told the record is held, `r` encoded response, `a` claims that
-//! won it, `t` when the current claim won and `d` when it was completed, in server
-//! milliseconds), so every script touches exactly one key and runs unchanged on a cluster.
-//! On an ordered route (`order`), claim, renew and finish also take the entity's record
+//! Each record is one Redis string, a binary header then the stored response (see
+//! [`string_record`]): a first claim and a replay are one `MULTI` of native commands
+//! ([`strings`]), and Lua runs only where a write must compare first ([`string_scripts`]).
+//! An ordered route's record is one Redis hash instead (`s` state, `f` fence, `h` request
+//! hash, `l` lease end in server milliseconds, `o` the claimant, `k` `1` when the route
+//! holds unknown outcomes, `n` set once a claim was told the record is held, `r` encoded
+//! response, `a` claims that won it, `t` when the current claim won and `d` when it was
+//! completed, `v` the version): its claim, renew and finish also take the entity's record
 //! (`c` highest version completed, `i`/`g`/`e` the version in flight, its fence and lease
-//! end) as a second key: one script, so the order check is in the same atomic step. (Two
-//! keys need one slot: on a cluster both take the entity's hash tag.) Each step (claim,
-//! complete, release) is one `EVALSHA` round trip (plus one `EVAL` on a node that lacks
-//! the script, see [`scripts`]): the scripts are the only place a record is read and written, and Redis runs a
-//! script atomically. Lease time comes from the Redis server's `TIME`, so gateways with
-//! skewed clocks agree on when a lease has expired.
+//! end) as a second key, in one script ([`scripts`]), so the order check is in the same
+//! atomic step. (Two keys need one slot: on a cluster both take the entity's hash tag.) A
+//! key that holds anything else is [`StoreError::Unreadable`] (see [`ops`]). Lease time
+//! comes from the Redis server's `TIME`, so gateways with skewed clocks agree on when a
+//! lease has expired.
 //!
 //! The connection to one server is kept by [`link`]: replaced when its replies stop, and an
 //! operation that finds it closed is sent once more on a fresh one (see
@@ -26,6 +27,7 @@
 
 mod access;
 mod compare;
+mod completion;
 mod con;
 mod dial;
 mod link;
@@ -51,21 +53,30 @@ use bytes::Bytes;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
+use self::completion::{Form, Strategy};
 use self::link::{Dialer, Link, NoConnection};
 use self::links::Links;
-use self::ops::ordered_not_hash;
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
 use self::scripts::{claim_invocation, finish_invocation, renew_invocation, Call, Scripts};
-use self::strings::{typed, Typed};
 use super::health::{ClusterReplies, NodeReplies};
 use super::near_cache::{NearCache, NearCacheStats};
 use super::{bounded, Claim, ClaimRequest, Order, Owner, RecordInfo, StoreError};
-use crate::config::{RecordLayout, RedisAccess};
+use crate::config::RedisAccess;
 
 fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
+}
+
+/// A command's failure: the key's, where it holds no record this gateway can read
+/// (`WRONGTYPE`: the other layout's type; `UNREADABLE`: a script's refusal of a string
+/// that is no record, see [`string_scripts`]), else the server's.
+fn failed(e: redis::RedisError) -> StoreError {
+    match e.code() {
+        Some("WRONGTYPE" | "UNREADABLE") => StoreError::Unreadable(e.to_string()),
+        _ => unavailable(e),
+    }
 }
 
 fn no_connection(e: NoConnection) -> StoreError {
@@ -119,12 +130,6 @@ pub struct RedisStore {
     node: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
-    /// How new records are written (`store.record_layout`); both are read.
-    layout: RecordLayout,
-    /// Whether the server completes a fresh claim natively (`SET ... IFEQ`).
-    compare: std::sync::Arc<compare::NativeCompare>,
-    /// Whether large completions are staged (until Redis refuses one, see [`staged`]).
-    staging: std::sync::Arc<staged::Staging>,
     /// The commands' deadlines, on timers kept for the next command.
     timers: std::sync::Arc<crate::timers::Timers>,
 }
@@ -174,9 +179,6 @@ impl RedisStore {
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
-            compare: Default::default(),
-            staging: Default::default(),
             timers: Default::default(),
         })
     }
@@ -205,11 +207,13 @@ impl RedisStore {
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
             timeout,
-            layout: RecordLayout::Hash,
-            compare: Default::default(),
-            staging: Default::default(),
             timers: Default::default(),
         })
+    }
+
+    /// What the server behind this runtime's connection supports for completions.
+    fn completion(&self) -> &Strategy {
+        self.links.on(crate::timers::runtime()).completion()
     }
 
     /// Whether the primary is found through Sentinel.
@@ -290,7 +294,7 @@ impl RedisStore {
                 Ok(v) => return Ok(v),
                 Err(e) if connection_lost(&e) => e,
                 Err(e) if follows_primary && demoted(&e) => e,
-                Err(e) => return Err(unavailable(e)),
+                Err(e) => return Err(failed(e)),
             };
             link.lost(first.id);
             tracing::debug!(error = %err, "Redis connection lost; sending once more on a fresh one");
@@ -304,7 +308,7 @@ impl RedisStore {
                 if connection_lost(&e) || (follows_primary && demoted(&e)) {
                     link.lost(fresh.id);
                 }
-                unavailable(e)
+                failed(e)
             })
         };
         let deadline = tokio::time::Instant::now() + self.timeout;

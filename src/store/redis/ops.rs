@@ -2,39 +2,13 @@
 //! once and hands `query` a closure that sends it on a connection (possibly twice, see
 //! [`super::RedisStore::query`]); replies are parsed apart from the I/O.
 //!
-//! Records come in two layouts (`store.record_layout`): a gateway writes new records in
-//! its own, and reads both. Each operation first sends its own layout's command; on a key
-//! of the other type Redis answers `WRONGTYPE` having written nothing, and the other
-//! layout's command runs instead. So gateways of both settings, and of the release
-//! before, share one Redis without ever reading a record differently.
-
-/// The first layout's operation, then, if the key holds the other type, the other's.
-macro_rules! layered {
-    ($string_first:expr, hash => $hash:expr, string => $string:expr $(,)?) => {{
-        let string_first: bool = $string_first;
-        let first = if string_first {
-            $string.await?
-        } else {
-            $hash.await?
-        };
-        match first {
-            Typed::Reply(v) => Ok(v),
-            Typed::OtherLayout => {
-                let second = if string_first {
-                    $hash.await?
-                } else {
-                    $string.await?
-                };
-                match second {
-                    Typed::Reply(v) => Ok(v),
-                    Typed::OtherLayout => Err(StoreError::Unavailable(
-                        "the record changed layout while it was read; try again".into(),
-                    )),
-                }
-            }
-        }
-    }};
-}
+//! A record's layout follows its route: a plain route's record is a string (see
+//! [`super::string_record`]), an ordered route's a hash (see [`super::scripts`]: its
+//! scripts take the entity's record in the same atomic step). A request's operation knows
+//! which from its [`Order`](crate::store::Order); a key that holds anything else (the other layout, a value
+//! no gateway wrote) is [`StoreError::Unreadable`](crate::store::StoreError::Unreadable), never read as absent and never
+//! written over. An operator's inspect and resolve name a key of either kind of route and
+//! ask its `TYPE` first.
 
 macro_rules! redis_backend {
     ($name:ident) => {
@@ -42,13 +16,6 @@ macro_rules! redis_backend {
             /// Per-operation deadline.
             pub fn timeout(&self) -> Duration {
                 self.timeout
-            }
-
-            /// Writes new records in `layout` (records of either layout are read whatever
-            /// it is).
-            pub fn with_record_layout(mut self, layout: RecordLayout) -> Self {
-                self.layout = layout;
-                self
             }
 
             fn near_cache(&self) -> Option<&NearCache> {
@@ -60,12 +27,6 @@ macro_rules! redis_backend {
                 self.near
                     .as_ref()
                     .map(|n| n.stats(std::time::Instant::now()))
-            }
-
-            /// Whether an operation on a record without order sends the string layout's
-            /// command first.
-            fn string_first(&self) -> bool {
-                self.layout == RecordLayout::String
             }
 
             pub(in crate::store) async fn claim(
@@ -83,16 +44,10 @@ macro_rules! redis_backend {
                 // Before sending: the expiry counts from here, and an invalidation that
                 // overtakes the reply refuses the copy.
                 let mark = near.map(|near| (near.mark(), std::time::Instant::now()));
-                // Ordered routes stay on the hash layout: their scripts take two keys.
                 let (claim, ttl) = if req.order.is_some() {
-                    match self.claim_hash(req).await? {
-                        Typed::Reply(v) => v,
-                        Typed::OtherLayout => return Err(ordered_not_hash()),
-                    }
+                    self.claim_hash(req).await?
                 } else {
-                    layered!(self.string_first(),
-                        hash => self.claim_hash(req),
-                        string => self.claim_string(req))?
+                    self.claim_string(req).await?
                 };
                 if let (Some(near), Some((mark, sent)), Some(ttl), Claim::Replay(record)) =
                     (near, mark, ttl, &claim)
@@ -102,19 +57,14 @@ macro_rules! redis_backend {
                 Ok(claim)
             }
 
+            /// An ordered route's claim: the hash layout's script.
             async fn claim_hash(
                 &self,
                 req: ClaimRequest<'_>,
-            ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
-                let inv = &claim_invocation(&self.scripts, req);
-                let v = self
-                    .query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
-                    .await?;
-                let Typed::Reply(v) = v else {
-                    return Ok(Typed::OtherLayout);
-                };
+            ) -> Result<(Claim, Option<Duration>), StoreError> {
+                let v = self.call(&claim_invocation(&self.scripts, req)).await?;
                 let ttl = replay_ttl(&v);
-                Ok(Typed::Reply((parse_claim(v, req.key)?, ttl)))
+                Ok((parse_claim(v, req.key)?, ttl))
             }
 
             /// One `MULTI` of native commands (two when another claim's record is in
@@ -123,7 +73,7 @@ macro_rules! redis_backend {
             async fn claim_string(
                 &self,
                 req: ClaimRequest<'_>,
-            ) -> Result<Typed<(Claim, Option<Duration>)>, StoreError> {
+            ) -> Result<(Claim, Option<Duration>), StoreError> {
                 let mut with_time = self.near.is_some();
                 let value = &strings::claim_value(req);
                 loop {
@@ -135,26 +85,17 @@ macro_rules! redis_backend {
                         .await?;
                     // A transaction Redis discarded ran nothing: the script decides.
                     let Some(v) = v else { break };
-                    let Typed::Reply(v) = v else {
-                        return Ok(Typed::OtherLayout);
-                    };
                     match strings::parse_native_claim(v, req, value)? {
-                        strings::Native::Decided(claim, ttl) => {
-                            return Ok(Typed::Reply((claim, ttl)))
-                        }
+                        strings::Native::Decided(claim, ttl) => return Ok((claim, ttl)),
                         strings::Native::Recheck if !with_time => with_time = true,
                         strings::Native::Recheck | strings::Native::Script => break,
                     }
                 }
-                let inv = &strings::claim_invocation(&self.scripts.string, req);
                 let v = self
-                    .query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
+                    .call(&strings::claim_invocation(&self.scripts.string, req))
                     .await?;
-                let Typed::Reply(v) = v else {
-                    return Ok(Typed::OtherLayout);
-                };
                 let ttl = replay_ttl(&v);
-                Ok(Typed::Reply((parse_claim(v, req.key)?, ttl)))
+                Ok((parse_claim(v, req.key)?, ttl))
             }
 
             /// Drops this gateway's copy of `key` as it changes it: its own writes bring
@@ -166,10 +107,20 @@ macro_rules! redis_backend {
                 }
             }
 
-            /// Sends a script call, `WRONGTYPE` told apart.
-            async fn call(&self, inv: &Call<'_>) -> Result<Typed<Value>, StoreError> {
-                self.query(move |mut con| async move { typed(inv.invoke(&mut con)).await })
+            /// Sends a script call.
+            async fn call(&self, inv: &Call<'_>) -> Result<Value, StoreError> {
+                self.query(move |mut con| async move { inv.invoke(&mut con).await })
                     .await
+            }
+
+            /// Whether `key` holds an ordered route's record (a hash), for an operator's
+            /// action, which names a key of either kind of route.
+            async fn holds_hash(&self, key: &str) -> Result<bool, StoreError> {
+                let cmd = &redis::cmd("TYPE").arg(key).clone();
+                let kind: String = self
+                    .query(move |mut con| async move { cmd.query_async(&mut con).await })
+                    .await?;
+                Ok(kind == "hash")
             }
 
             pub(in crate::store) async fn complete(
@@ -206,41 +157,20 @@ macro_rules! redis_backend {
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
                 self.changing(key);
-                let mut owner = owner;
-                if let (Some(response), Some(claimed), None) = (record, owner.claimed, order) {
-                    if self.compare.worth_trying() {
-                        if let Some(cmd) = compare::completion(key, claimed, owner.fence, response, window) {
-                            let (cmd, compare) = (&cmd, &*self.compare);
-                            let compared = self
-                                .query(move |mut con| async move { compare::send(cmd, compare, &mut con).await })
-                                .await?;
-                            match compared {
-                                compare::Compared::Written => return Ok(true),
-                                // The key no longer holds the claim's value: the script's
-                                // own comparison with it would miss too.
-                                compare::Compared::Differs => owner.claimed = None,
-                                compare::Compared::NotNative => {}
-                            }
-                        }
-                    }
-                }
-                let fence = owner.fence;
-                // Each layout's call is built only if it is sent: both carry the response.
-                let hash = || finish_invocation(&self.scripts, key, fence, record, window, strict, order);
-                if order.is_some() {
-                    return match self.call(&hash()).await? {
-                        Typed::Reply(v) => parse_finish(v),
-                        Typed::OtherLayout => Err(ordered_not_hash()),
-                    };
-                }
-                let v = layered!(self.string_first(),
-                    hash => self.call(&hash()),
-                    string => self.finish_string(key, owner, record, window, strict))?;
+                // An operator's resolution (strict) may name an ordered route's record.
+                let v = if order.is_some() || (strict && self.holds_hash(key).await?) {
+                    let inv = finish_invocation(&self.scripts, key, owner.fence, record, window, strict, order);
+                    self.call(&inv).await?
+                } else {
+                    self.finish_string(key, owner, record, window, strict).await?
+                };
                 parse_finish(v)
             }
 
-            /// The string layout's finish: a large completion of the claim's own record
-            /// staged (see [`super::staged`]), any other a call of the finish script.
+            /// A plain route's finish. A completion of the claim's own fresh record goes
+            /// in the form the connection's strategy chooses (see [`super::completion`]),
+            /// and in the next where the server turns out to lack it; any other finish is
+            /// the script's full form.
             async fn finish_string(
                 &self,
                 key: &str,
@@ -248,23 +178,39 @@ macro_rules! redis_backend {
                 record: Option<&[u8]>,
                 window: Duration,
                 strict: bool,
-            ) -> Result<Typed<Value>, StoreError> {
-                let fresh = strings::fresh_completion(owner, record, window, strict);
+            ) -> Result<Value, StoreError> {
+                let strategy = self.completion();
+                let mut fresh = strings::fresh_completion(owner, record, window, strict);
+                let finish = &self.scripts.string.finish;
+                let staged = fresh.and_then(|(header, response, claimed)| {
+                    staged::staged_completion(finish, key, claimed, header, response, window)
+                });
+                if let Some((_, response, claimed)) = fresh {
+                    let native = compare::completion(key, claimed, owner.fence, response, window)
+                        .filter(|_| strategy.form(staged.is_some()) == Form::Native);
+                    if let Some(cmd) = &native {
+                        let compared = self
+                            .query(move |mut con| async move { compare::send(cmd, strategy, &mut con).await })
+                            .await?;
+                        match compared {
+                            compare::Compared::Written => return Ok(Value::Int(1)),
+                            // The key no longer holds the claim's value: the compare form's
+                            // own comparison with it would miss too.
+                            compare::Compared::Differs => fresh = None,
+                            compare::Compared::NotNative => {}
+                        }
+                    }
+                }
                 let unstaged = || {
                     let scripts = &self.scripts.string;
                     strings::finish_call(scripts, key, owner, record, window, strict, fresh)
                 };
-                let finish = &self.scripts.string.finish;
-                let staged = fresh
-                    .filter(|_| self.staging.allowed())
-                    .and_then(|(header, response, claimed)| {
-                        staged::staged_completion(finish, key, claimed, header, response, window)
-                    });
+                let staged = staged.filter(|_| fresh.is_some() && strategy.form(true) == Form::Staged);
                 if let Some(staged) = &staged {
-                    let (staging, unstaged) = (&*self.staging, &unstaged);
+                    let unstaged = &unstaged;
                     return self
                         .query(move |mut con| async move {
-                            staged.send_or(staging, &mut con, unstaged).await
+                            staged.send_or(strategy, &mut con, unstaged).await
                         })
                         .await;
                 }
@@ -278,40 +224,27 @@ macro_rules! redis_backend {
                 lease: Duration,
                 order: Option<Order<'_>>,
             ) -> Result<bool, StoreError> {
-                let hash = renew_invocation(&self.scripts, key, fence, lease, order);
-                if order.is_some() {
-                    return match self.call(&hash).await? {
-                        Typed::Reply(v) => parse_renew(v),
-                        Typed::OtherLayout => Err(ordered_not_hash()),
-                    };
-                }
-                let string = strings::renew_invocation(&self.scripts.string, key, fence, claimant, lease);
-                let v = layered!(self.string_first(),
-                    hash => self.call(&hash),
-                    string => self.call(&string))?;
-                parse_renew(v)
+                let inv = match order {
+                    Some(_) => renew_invocation(&self.scripts, key, fence, lease, order),
+                    None => strings::renew_invocation(&self.scripts.string, key, fence, claimant, lease),
+                };
+                parse_renew(self.call(&inv).await?)
             }
 
             pub(in crate::store) async fn inspect(
                 &self,
                 key: &str,
             ) -> Result<Option<RecordInfo>, StoreError> {
-                layered!(self.string_first(),
-                    hash => self.inspect_hash(key),
-                    string => self.inspect_string(key))
-            }
-
-            async fn inspect_hash(&self, key: &str) -> Result<Typed<Option<RecordInfo>>, StoreError> {
-                Ok(match self.call(&self.scripts.inspect.key(key)).await? {
-                    Typed::Reply(v) => Typed::Reply(parse_inspect(v)?),
-                    Typed::OtherLayout => Typed::OtherLayout,
-                })
+                if self.holds_hash(key).await? {
+                    return parse_inspect(self.call(&self.scripts.inspect.key(key)).await?);
+                }
+                self.inspect_string(key).await
             }
 
             async fn inspect_string(
                 &self,
                 key: &str,
-            ) -> Result<Typed<Option<RecordInfo>>, StoreError> {
+            ) -> Result<Option<RecordInfo>, StoreError> {
                 let pipe = &strings::inspect_pipeline(key);
                 let v = self
                     .query(move |mut con| async move {
@@ -323,10 +256,7 @@ macro_rules! redis_backend {
                     // Discarded: the same reads as one script.
                     None => self.call(&self.scripts.string.inspect.key(key)).await?,
                 };
-                Ok(match v {
-                    Typed::Reply(v) => Typed::Reply(strings::parse_inspect(v)?),
-                    Typed::OtherLayout => Typed::OtherLayout,
-                })
+                strings::parse_inspect(v)
             }
 
             pub(in crate::store) async fn forget(&self, key: &str) -> Result<bool, StoreError> {
@@ -339,10 +269,10 @@ macro_rules! redis_backend {
                     if attempt > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                     }
-                    n = self.call(&inv).await.and_then(|v| match v {
-                        Typed::Reply(v) => int(&v).ok_or_else(|| protocol("forget", &v)),
-                        Typed::OtherLayout => Err(protocol("forget", &Value::Nil)),
-                    });
+                    n = self
+                        .call(&inv)
+                        .await
+                        .and_then(|v| int(&v).ok_or_else(|| protocol("forget", &v)));
                     if !matches!(n, Ok(-1)) {
                         break;
                     }
@@ -370,8 +300,3 @@ macro_rules! redis_backend {
 
 /// How many times a forget asks (see [`super::string_scripts`]'s forget).
 pub(super) const FORGET_TRIES: usize = 20;
-
-/// An ordered route's record is always a hash (see [`super::strings`]).
-pub(super) fn ordered_not_hash() -> super::StoreError {
-    super::StoreError::Protocol("an ordered route's record is not a hash".into())
-}

@@ -1,8 +1,8 @@
 //! Listing records on Redis (see [`crate::store::listing`]): `SCAN ... MATCH <prefix>:{*}:*
 //! COUNT n` on the one server or on each master of a cluster in turn, and each batch's
-//! records read with one pipeline of `HMGET`s (after a `TIME`, for the leases). Records of
-//! the string layout (`store.record_layout = "string"`) answer `HMGET` with `WRONGTYPE`;
-//! those are read with one more pipeline of `GET` and `PEXPIRETIME`. No Lua: a listing
+//! records read with one pipeline of `HMGET`s (after a `TIME`, for the leases): an ordered
+//! route's records are hashes. A plain route's record, a string, answers `HMGET` with
+//! `WRONGTYPE`; those are read with one more pipeline of `GET` and `PEXPIRETIME`. No Lua: a listing
 //! only reads, and a state that changes between the `SCAN` and the read is shown as the
 //! read found it.
 
@@ -18,7 +18,7 @@ const FIELDS: [&str; 6] = ["s", "f", "l", "k", "a", "t"];
 
 /// A record as a listing shows it, from its [`FIELDS`] (`now_ms`: the server's clock);
 /// `None` for a key that holds no record (an entity's order record, a vanished key). The
-/// one place a record's state is read outside the scripts: a new record layout extends it.
+/// one place a hash record's state is read outside the scripts.
 fn decode(store_key: &str, prefix: &str, fields: &Value, now_ms: i64) -> Option<Listed> {
     let Value::Array(f) = fields else {
         return None;
@@ -52,7 +52,7 @@ fn decode(store_key: &str, prefix: &str, fields: &Value, now_ms: i64) -> Option<
     })
 }
 
-/// A string-layout record as a listing shows it, from its value and its expiry (a fresh
+/// A string record as a listing shows it, from its value and its expiry (a fresh
 /// record's fence and claim time derive from the expiry).
 fn decode_string(
     store_key: &str,

@@ -1,5 +1,7 @@
-//! The Lua scripts: the only place a record is read and written. Redis runs each one
-//! atomically, on one key (or two in one slot), so they run unchanged on a cluster.
+//! The Lua scripts of an ordered route's records, each a hash (see [`super::ops`]): the only
+//! place one is read and written, with the entity's record in the same step. Redis runs
+//! each one atomically, on two keys in one slot, so they run unchanged on a cluster. The
+//! call and its `NOSCRIPT` fallback serve the string record's scripts too.
 //!
 //! Each call is sent as `EVALSHA`; a node that answers `NOSCRIPT` gets that one call again
 //! as `EVAL` with the body, which also caches the script there. redis-rs's own
@@ -326,7 +328,7 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) finish: Script,
     pub(super) inspect: Script,
-    /// The string layout's.
+    /// The string record's.
     pub(super) string: super::string_scripts::StringScripts,
 }
 
@@ -394,8 +396,8 @@ pub(super) fn finish_invocation<'a>(
     inv
 }
 
-/// A completion (`response`) or release (`None`) on one record, by either layout's finish
-/// script: the arguments are the same.
+/// A completion (`response`) or release (`None`) on one record, by the hash or the string
+/// record's finish script: the arguments are the same.
 pub(super) fn finish_call<'a>(
     script: &'a Script,
     key: &str,

@@ -24,7 +24,8 @@
 //! the bytes it keeps out of Lua.
 //!
 //! A transaction Redis refuses or discards runs nothing, and that completion is sent
-//! unstaged, as one script: one refused for the ACL user's permissions (see [`Staging`]),
+//! unstaged, as one script: one refused for the ACL user's permissions (after which this
+//! connection stages no more, see [`super::completion`]),
 //! and one discarded, as on Redis Cluster while the slot migrates (the source answers
 //! `ASK` for the staged key it lacks, and the redis crate follows no redirect inside a
 //! transaction; a script follows it).
@@ -35,63 +36,19 @@
 //! may share it: each transaction writes, uses and removes it before any other runs.
 
 use redis::aio::ConnectionLike;
-use redis::{Pipeline, RedisError, RedisResult, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
+use redis::{Pipeline, RedisResult, Value};
 use std::time::Duration;
 
 use super::compare::CompletedValue;
+use super::completion::{Form, Refusal, Strategy};
 use super::con::{Transact, Transaction};
 use super::millis;
 use super::scripts::{no_script, Call, Script};
 use super::string_record::HEADER_LEN;
-use super::strings::{self, typed, Typed};
+use super::strings;
 
 /// The completed record's length from which a completion is staged.
 pub(super) const STAGE_FROM: usize = 2048;
-
-/// Whether this gateway stages large completions: until a server refuses one. An ACL user
-/// may be denied `RENAME` (the script's error) or a queued command (`NOPERM`); nothing was
-/// written then, the completion is sent unstaged, and from then on every one is (logged
-/// once).
-#[derive(Debug, Default)]
-pub(super) struct Staging {
-    refused: AtomicBool,
-}
-
-impl Staging {
-    pub(super) fn allowed(&self) -> bool {
-        !self.refused.load(Ordering::Relaxed)
-    }
-
-    fn refuse(&self, e: &RedisError) {
-        if !self.refused.swap(true, Ordering::Relaxed) {
-            tracing::warn!(error = %e, "Redis refused a staged completion; large completions carry their response in the script from now on (grant the gateway's ACL user RENAME to stage them)");
-        }
-    }
-}
-
-/// Whether Redis refused the transaction for its user's permissions: a queued command
-/// (`NOPERM`: as itself on the gateway's own connection, among the reasons of a
-/// transaction aborted on the crate's), or the script's `RENAME` (an `ERR` naming the
-/// refusal: Redis 7.0 says the user "can't run this command", 7.2 and later "ACL failure
-/// in script ... no permissions"). Nothing was written.
-fn denied(e: &RedisError) -> bool {
-    let refusal = |code: &str, detail: Option<&str>| match code {
-        "NOPERM" => true,
-        "ERR" => detail.is_some_and(|d| {
-            d.contains("can't run this command") || d.contains("ACL failure in script")
-        }),
-        _ => false,
-    };
-    match e.code() {
-        Some("EXECABORT") => e
-            .clone()
-            .into_server_errors()
-            .is_some_and(|errors| errors.iter().any(|(_, s)| refusal(s.code(), s.details()))),
-        Some(code) => refusal(code, e.detail()),
-        None => false,
-    }
-}
 
 /// The `MULTI` of a staged completion.
 pub(super) struct StagedCompletion<'a> {
@@ -144,32 +101,29 @@ impl StagedCompletion<'_> {
         Sent { staged: self, eval }
     }
 
-    /// Runs the transaction, or where Redis refuses it, `unstaged` (see [`Staging`]); a
+    /// Runs the transaction, or where Redis refuses it, `unstaged` (see [`Strategy`]); a
     /// transaction discarded for another error (`EXECABORT`: a queued command refused,
     /// say for memory) runs nothing either, and that completion is sent unstaged.
     pub(super) async fn send_or<'s, C: Transact + ConnectionLike>(
         &self,
-        staging: &Staging,
+        strategy: &Strategy,
         con: &mut C,
         unstaged: impl FnOnce() -> Call<'s>,
-    ) -> RedisResult<Typed<Value>> {
+    ) -> RedisResult<Value> {
         let e = match self.send(con).await {
             Err(e) => e,
             reply => return reply,
         };
-        let refused = denied(&e);
+        let refused = strategy.refused(Form::Staged, &e) == Some(Refusal::Denied);
         if !refused && e.code() != Some("EXECABORT") {
             return Err(e);
         }
-        if refused {
-            staging.refuse(&e);
-        }
-        typed(unstaged().invoke(con)).await
+        unstaged().invoke(con).await
     }
 
     /// Runs the transaction (again with `EVAL` where the node lacks the script): the
-    /// script's reply, or the key holds the other layout's record.
-    async fn send(&self, con: &mut impl Transact) -> RedisResult<Typed<Value>> {
+    /// script's reply.
+    async fn send(&self, con: &mut impl Transact) -> RedisResult<Value> {
         let reply = match strings::send(&self.sent(false), con).await {
             Err(e) if no_script(&e) => {
                 tracing::debug!("a Redis node lacks the script; sending it with EVAL");
@@ -178,15 +132,12 @@ impl StagedCompletion<'_> {
             reply => reply,
         }?;
         match reply {
-            Typed::Reply(Value::Array(mut items)) if items.len() == 3 => {
-                Ok(Typed::Reply(items.swap_remove(1)))
-            }
-            Typed::Reply(other) => Err(redis::RedisError::from((
+            Value::Array(mut items) if items.len() == 3 => Ok(items.swap_remove(1)),
+            other => Err(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "a staged completion's EXEC answered",
                 format!("{other:?}"),
             ))),
-            Typed::OtherLayout => Ok(Typed::OtherLayout),
         }
     }
 }
@@ -230,32 +181,6 @@ impl Transaction for Sent<'_> {
 mod tests {
     use super::*;
     use crate::store::redis::scripts::tests::words;
-
-    #[test]
-    fn refusals_for_permissions_are_told_apart() {
-        let err = |code: &'static str, detail: &str| {
-            RedisError::from((redis::ErrorKind::Client, code, detail.to_owned()))
-        };
-        let server = |text: &[u8]| -> RedisError {
-            match redis::parse_redis_value(text).unwrap() {
-                Value::ServerError(e) => e.into(),
-                other => panic!("{other:?}"),
-            }
-        };
-        // Redis 7.0's and 7.2's words for a script's refused command.
-        assert!(denied(&server(
-            b"-ERR The user executing the script can't run this command or subcommand script: 1cd4, on @user_script:1.\r\n"
-        )));
-        assert!(denied(&server(
-            b"-ERR ACL failure in script: User app has no permissions to run the 'rename' command script: 1cd4, on @user_script:1.\r\n"
-        )));
-        assert!(denied(&server(
-            b"-NOPERM this user has no permissions to run the 'del' command\r\n"
-        )));
-        assert!(!denied(&server(b"-OOM command not allowed\r\n")));
-        assert!(!denied(&server(b"-ERR syntax error\r\n")));
-        assert!(!denied(&err("x", "y")));
-    }
 
     #[test]
     fn the_staged_key_keeps_the_hash_tag_and_leaves_the_records_names() {

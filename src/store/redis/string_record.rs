@@ -1,5 +1,5 @@
-//! The string record layout (`store.record_layout = "string"`): one Redis string per
-//! record, a fixed binary header and then the stored response (pure).
+//! The record of a route without `order` (an ordered route's is a hash, see
+//! [`super::scripts`]): one Redis string per record, a fixed binary header and then the stored response (pure).
 //!
 //! ```text
 //! offset size field
@@ -15,7 +15,7 @@
 //!  51     4   attempts: claims that won it
 //!  55    16   claimant
 //!  71    32   request hash
-//! 103     2   version length n (ordered routes; empty on this layout, see below)
+//! 103     2   version length n (0: no writer sets a version yet)
 //! 105     n   version
 //! 105+n   ... the encoded response (completed only)
 //! ```
@@ -163,7 +163,7 @@ pub(super) fn completed_header(
     Some(h)
 }
 
-/// Why a value is not a record of this layout.
+/// Why a value is not a record of this format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a dedupe record: {0}")]
 pub(super) struct NotARecord(&'static str);

@@ -1,4 +1,4 @@
-//! The string layout's Lua: the scripts that run where a write must compare first (a
+//! The string record's Lua: the scripts that run where a write must compare first (a
 //! takeover, a reclaim after a release, the first claim told a record is held, completing,
 //! releasing, renewing). Each reads the record with [`READ`] and unpacks its header in the
 //! format [`super::string_record::LUA_FORMAT`] names; [`super::strings`] builds their calls.
@@ -6,14 +6,20 @@
 use super::scripts::Script;
 use super::string_record::{CLAIMANT_AT, HEADER_LEN, LUA_FORMAT};
 
-/// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and lease end derive from the key's expiry.
+/// Reads a record (`v` nil when absent, and then every field): a fresh fence, claim time and
+/// lease end derive from the key's expiry. A value that is no record of this format (too
+/// short, another tag) is refused with an `UNREADABLE` error, written over by no script;
+/// a key of another type fails the `GET` (`WRONGTYPE`).
 const READ: &str = r#"
 local F = '{F}'
 local v = redis.call('GET', KEYS[1])
-local _, s, fl, f, le, ca, da, ls, tl, a, o, h, n
+local ok, tag, s, fl, f, le, ca, da, ls, tl, a, o, h, n
 local fresh = false
 if v then
-  _, s, fl, f, le, ca, da, ls, tl, a, o, h, n = struct.unpack(F, v)
+  ok, tag, s, fl, f, le, ca, da, ls, tl, a, o, h, n = pcall(struct.unpack, F, v)
+  if not ok or tag ~= 1 or #v < {H} + n then
+    return redis.error_reply('UNREADABLE the key holds no record of this gateway')
+  end
   if f == 0 then
     fresh = true
     ca = redis.call('PEXPIRETIME', KEYS[1]) - tl
@@ -23,8 +29,8 @@ if v then
 end
 "#;
 
-/// ARGV: request hash, lease ms, window ms, claimant, hold. Replies as the hash layout's
-/// claim: {1, fence} won, {2, record, ms} replay, {3, ms} conflict, {4} mismatch,
+/// ARGV: request hash, lease ms, window ms, claimant, hold. Replies as the ordered
+/// routes' claim (see [`super::scripts`]): {1, fence} won, {2, record, ms} replay, {3, ms} conflict, {4} mismatch,
 /// {5, fence, old} takeover, {6, fence, first} held.
 const CLAIM: &str = r#"
 local t = redis.call('TIME')
@@ -88,7 +94,7 @@ return 1
 /// The finish script's arguments, in either of two forms. The full form (a release, a
 /// strict or fence-only finish, a completion of a record this gateway did not write with
 /// its claim's `SET`): fence, new state (`c` or `r`), window ms, strict, response, as the
-/// hash layout's; then the claimant (empty: by fence alone; see [`OWNS`]). The compare form
+/// ordered routes' finish; then the claimant (empty: by fence alone; see [`OWNS`]). The compare form
 /// (a completion, not strict, whose claim's `SET` wrote the record): the value that `SET`
 /// wrote, the completed record whole, window ms. Its second argument is a record, never one
 /// byte long, which tells the forms apart.
@@ -171,7 +177,7 @@ local function owns(fence, claimant)
 end
 "#;
 
-/// Deletes a record of either layout (an operator's forget): `1` deleted, `0` none, `-1`
+/// Deletes a record, string or an ordered route's hash (an operator's forget): `1` deleted, `0` none, `-1`
 /// not yet. A string record's next first claim takes its fence from the millisecond it is
 /// made in, so a record is not deleted within the millisecond its own fence names (or
 /// before it, should Redis's clock be behind the fence): the key claimed again at once
@@ -203,7 +209,7 @@ const INSPECT: &str = r#"
 return {redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1]), redis.call('TIME')}
 "#;
 
-/// The string layout's scripts.
+/// The string record's scripts.
 pub(super) struct StringScripts {
     pub(super) claim: Script,
     pub(super) renew: Script,
@@ -214,7 +220,13 @@ pub(super) struct StringScripts {
 
 impl StringScripts {
     pub(super) fn new() -> Self {
-        let script = |body: &str| Script::new(format!("{READ}{body}").replace("{F}", LUA_FORMAT));
+        let script = |body: &str| {
+            Script::new(
+                format!("{READ}{body}")
+                    .replace("{F}", LUA_FORMAT)
+                    .replace("{H}", &HEADER_LEN.to_string()),
+            )
+        };
         Self {
             claim: script(CLAIM),
             renew: script(&format!("{OWNS}{RENEW}")),

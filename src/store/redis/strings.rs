@@ -1,10 +1,10 @@
-//! The string layout's commands: a claim and an inspection are one `MULTI` of native
+//! The string record's commands: a claim and an inspection are one `MULTI` of native
 //! commands; Lua runs only where a write must compare first (a takeover, a reclaim after
 //! a release, the first claim told a record is held, completing, releasing, renewing).
 //! The record's format is [`super::string_record`]'s.
 //!
-//! Ordered routes (`order`) stay on the hash layout whatever `store.record_layout` says:
-//! their claim, renewal and settlement touch the entity's record in the same script.
+//! Ordered routes (`order`) keep their records as hashes (see [`super::scripts`]): their
+//! claim, renewal and settlement touch the entity's record in the same script.
 
 use bytes::Bytes;
 
@@ -139,7 +139,7 @@ fn read_reply(
     let record = match value {
         Value::Nil => None,
         Value::BulkString(b) => Some(
-            decode(Bytes::copy_from_slice(b)).map_err(|e| StoreError::Protocol(e.to_string()))?,
+            decode(Bytes::copy_from_slice(b)).map_err(|e| StoreError::Unreadable(e.to_string()))?,
         ),
         _ => return Err(bad(&v)),
     };
@@ -336,13 +336,6 @@ pub(super) fn parse_inspect(v: Value) -> Result<Option<RecordInfo>, StoreError> 
     }))
 }
 
-/// A reply, or the key holds the other layout's type (`WRONGTYPE`): nothing was written,
-/// and the other layout's command will read it.
-pub(super) enum Typed<T> {
-    Reply(T),
-    OtherLayout,
-}
-
 /// `None` for a transaction Redis discarded before running any of it (`EXECABORT`): a
 /// queued command was refused, as on Redis Cluster while the key's slot migrates (the
 /// source answers `ASK` for a key it lacks, and the redis crate does not follow it for a
@@ -355,37 +348,22 @@ pub(super) fn discarded<T>(e: redis::RedisError) -> RedisResult<Option<T>> {
     }
 }
 
-/// Runs a command, turning `WRONGTYPE` into [`Typed::OtherLayout`].
-pub(super) async fn typed<T>(
-    op: impl std::future::Future<Output = RedisResult<T>>,
-) -> RedisResult<Typed<T>> {
-    match op.await {
-        Ok(v) => Ok(Typed::Reply(v)),
-        Err(e) if e.code() == Some("WRONGTYPE") => Ok(Typed::OtherLayout),
-        Err(e) => Err(e),
-    }
-}
-
-/// Sends a `MULTI` whose first command reads the record; on a key of the other layout's
-/// type that command's reply is `WRONGTYPE` (and, being a read or an `NX` write that did
-/// not happen, changed nothing).
+/// Sends a `MULTI`; a command in it that failed fails the whole (on a key that is not a
+/// string, the first command's `WRONGTYPE`: a read, or an `NX` write that did not happen).
 pub(super) async fn send(
     t: &(dyn Transaction + '_),
     con: &mut impl Transact,
-) -> RedisResult<Typed<Value>> {
+) -> RedisResult<Value> {
     let v: Value = con.transact(t).await?;
     if let Value::Array(items) = &v {
         if let Some(err) = items.iter().find_map(|i| match i {
             Value::ServerError(e) => Some(e),
             _ => None,
         }) {
-            if err.code() == "WRONGTYPE" {
-                return Ok(Typed::OtherLayout);
-            }
             return Err(err.clone().into());
         }
     }
-    Ok(Typed::Reply(v))
+    Ok(v)
 }
 
 #[cfg(test)]

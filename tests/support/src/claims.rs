@@ -1,9 +1,8 @@
 //! A store driven by hand: the claims the store-level tests make (one request hash, a
-//! minute's window), and a store on a `redis-server` in a chosen record layout.
+//! minute's window), and a store on a `redis-server`.
 
 use std::time::Duration;
 
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimant, Permit, RedisStore, RequestHash, Store, StoreKey,
 };
@@ -15,13 +14,9 @@ pub const H1: RequestHash = RequestHash::new([1; 32]);
 /// The window of every claim made here, and of the completions the tests send.
 pub const LONG: Duration = Duration::from_secs(60);
 
-/// A store on `redis` writing new records in `layout`.
-pub fn store_on(redis: &RedisServer, layout: RecordLayout) -> Store {
-    Store::Redis(
-        RedisStore::new(&redis.url(), Duration::from_secs(1))
-            .unwrap()
-            .with_record_layout(layout),
-    )
+/// A store on `redis`.
+pub fn store_on(redis: &RedisServer) -> Store {
+    Store::Redis(RedisStore::new(&redis.url(), Duration::from_secs(1)).unwrap())
 }
 
 /// A claim of `key` by claimant `who`, with `lease`.

@@ -353,8 +353,6 @@ pub struct StoreCfg {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     encryption_keys: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    record_layout: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     tls_ca_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls_cert_file: Option<String>,
@@ -378,7 +376,6 @@ impl StoreCfg {
             max_records: None,
             near_cache: None,
             encryption_keys: Vec::new(),
-            record_layout: None,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -443,12 +440,6 @@ impl StoreCfg {
     /// `store.prefix`.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Some(prefix.to_owned());
-        self
-    }
-
-    /// `store.record_layout`: `"hash"` or `"string"` (Redis backends).
-    pub fn record_layout(mut self, layout: &'static str) -> Self {
-        self.record_layout = Some(layout);
         self
     }
 

@@ -23,9 +23,6 @@ pub enum Backend {
     Memory,
     /// A redis-server of the test's own.
     Redis,
-    /// A redis-server of the test's own, records in the string layout
-    /// (`store.record_layout = "string"`).
-    RedisString,
 }
 
 impl Backend {
@@ -37,13 +34,6 @@ impl Backend {
             Backend::Redis => {
                 let r = RedisServer::start();
                 (StoreCfg::redis(r.url()).timeout("500ms"), Some(r))
-            }
-            Backend::RedisString => {
-                let r = RedisServer::start();
-                let store = StoreCfg::redis(r.url())
-                    .timeout("500ms")
-                    .record_layout("string");
-                (store, Some(r))
             }
         }
     }

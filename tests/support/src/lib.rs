@@ -72,9 +72,5 @@ macro_rules! on_every_store {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name($crate::Backend::Redis).await })*
         }
-        mod redis_string {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name($crate::Backend::RedisString).await })*
-        }
     };
 }

@@ -1,7 +1,6 @@
-//! What a request costs Redis's main thread in each record layout (`store.record_layout`):
-//! `cargo bench --bench record_layout`.
+//! What a request costs Redis's main thread: `cargo bench --bench redis_cpu`.
 //!
-//! For each layout, on a redis-server of its own: `BENCH_KEYS` new keys (default 20000),
+//! For each run, on a redis-server of its own: `BENCH_KEYS` new keys (default 20000),
 //! each claimed and completed with a `BENCH_RESPONSE_BYTES`-byte response (default 200)
 //! as a gateway does, then one replay of each; `BENCH_CONCURRENCY` (default 32) at once over the store's one multiplexed
 //! connection. Redis's main-thread CPU (`used_cpu_user_main_thread` +
@@ -10,17 +9,16 @@
 //! left out: these are the commands the gateway sends per request, and Redis is the part
 //! a fleet shares.
 //!
-//! The string layout runs twice: with keys as the gateway makes them (a completion of 2 KiB
-//! or more is staged, `src/store/redis/staged.rs`), and as `string-unstaged` with keys
-//! whose hash tag does not follow the prefix, which no completion stages: the finish
-//! script then carries the response, as before staging.
+//! Two runs: `staged`, with keys as the gateway makes them (a completion of 2 KiB or more
+//! is staged, `src/store/redis/staged.rs`), and `unstaged` with keys whose hash tag does
+//! not follow the prefix, which no completion stages: the finish script then carries the
+//! response.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dedupe_gateway::config::RecordLayout;
 use dedupe_gateway::store::{
     Claim, ClaimRequest, Claimants, RedisStore, RequestHash, Store, StoreKey,
 };
@@ -137,18 +135,13 @@ where
 }
 
 async fn measure(
-    layout: RecordLayout,
     staged: bool,
     keys: usize,
     concurrency: usize,
     response_bytes: usize,
 ) -> Vec<Phase> {
     let redis = RedisServer::start_with(&["--hash-max-listpack-value", "1024"]);
-    let store = Store::Redis(
-        RedisStore::new(&redis.url(), Duration::from_secs(5))
-            .unwrap()
-            .with_record_layout(layout),
-    );
+    let store = Store::Redis(RedisStore::new(&redis.url(), Duration::from_secs(5)).unwrap());
     store.ping().await.unwrap();
     let claimants = Arc::new(Claimants::new());
     let response = Bytes::from(vec![b'r'; response_bytes]);
@@ -206,14 +199,9 @@ fn main() {
         .unwrap();
     let response_bytes = env_num("BENCH_RESPONSE_BYTES", 200);
     println!("{keys} keys, {concurrency} at once, {response_bytes}-byte responses");
-    let runs = [
-        (RecordLayout::Hash, true, "hash"),
-        (RecordLayout::String, true, "string"),
-        (RecordLayout::String, false, "string-unstaged"),
-    ];
-    for (layout, staged, name) in runs {
+    for (staged, name) in [(true, "staged"), (false, "unstaged")] {
         eprintln!("{name}:");
-        let phases = measure(layout, staged, keys, concurrency, response_bytes);
+        let phases = measure(staged, keys, concurrency, response_bytes);
         for p in rt.block_on(phases) {
             p.print(name);
         }
