@@ -91,45 +91,7 @@ impl Serving {
         let Some(stream) = self.greet(stream, tls, deadline, remote).await else {
             return;
         };
-        let stream = match stream {
-            Either::Left(tcp) if super::lane::open(&gateway) => {
-                return self
-                    .lane((tcp, false), remote, gateway, watcher, deadline)
-                    .await;
-            }
-            Either::Right(tls) if super::lane::open(&gateway) => {
-                return self
-                    .lane((tls, true), remote, gateway, watcher, deadline)
-                    .await;
-            }
-            stream => stream,
-        };
         let over_tls = tls.is_some();
-        let first = FirstRequest::default();
-        self.full(
-            stream,
-            over_tls,
-            (gateway, watcher),
-            remote,
-            deadline,
-            first,
-        )
-        .await;
-    }
-
-    /// Serves a public connection (or the rest of one) with hyper and the gateway's whole
-    /// pipeline, behind the request-smuggling guard.
-    pub(super) async fn full<S>(
-        &self,
-        stream: S,
-        over_tls: bool,
-        (gateway, watcher): (Arc<Gateway>, Watcher),
-        remote: SocketAddr,
-        deadline: Instant,
-        first: FirstRequest,
-    ) where
-        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    {
         let framing = AmbiguousFraming::default();
         let conn_info = ConnInfo {
             client_ip: crate::upstream::client_ip(remote),
@@ -153,6 +115,7 @@ impl Serving {
             self.max_head,
             framing,
         );
+        let first = FirstRequest::default();
         self.http(io, svc, deadline, watcher, remote, first).await;
     }
 

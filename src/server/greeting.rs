@@ -81,17 +81,6 @@ pub struct Prefixed<S> {
     inner: S,
 }
 
-impl<S> Prefixed<S> {
-    /// `inner`, after `prefix` (bytes already read from it).
-    pub(super) fn new(prefix: Vec<u8>, inner: S) -> Self {
-        Self {
-            prefix,
-            at: 0,
-            inner,
-        }
-    }
-}
-
 impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
