@@ -3,8 +3,8 @@
 //! speaks HTTP/1 or HTTP/2, and its first request's head.
 //!
 //! Each phase waits on the client, and a client that sends nothing must never hold a
-//! connection slot past the deadline: not before the handshake, not after it (hyper-util's
-//! protocol detection reads with no deadline of its own), and not after an HTTP/2 preface
+//! connection slot past the deadline: not before the handshake, not while its first bytes
+//! are awaited (they pick hyper's HTTP/1 or HTTP/2 connection), and not after an HTTP/2 preface
 //! (hyper's `header_read_timeout` is HTTP/1's; an HTTP/2 connection waits for its first
 //! stream for as long as the client answers pings).
 
