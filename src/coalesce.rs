@@ -5,17 +5,13 @@
 //! the task wakes itself and goes to the back of the run queue, and writes out when it
 //! comes round again. With nothing else to run it is polled again at once, so an idle
 //! gateway adds no delay; under load the wait is one pass over the tasks that were
-//! already runnable. Two uses:
+//! already runnable.
 //!
-//! - **Redis** (`store::redis::link`): the redis crate's connection task wrote as soon as
-//!   it was woken, and tokio runs a task woken by the running one next (its LIFO slot),
-//!   so each command of a burst of requests went out in a write of its own and Redis woke
-//!   for each (a context switch, a `read`, a `write` of the reply: most of what Redis spent
-//!   per request under load). Now the burst's commands leave in one write.
-//! - **Upstream connections** (`upstream::pool`): each request is still its own write on
-//!   its own connection, but the requests of one scheduler turn go out together at its
-//!   end rather than spread between the other tasks' work, so the upstream, woken by the
-//!   first, finds the others ready: it wakes, and spends, less per request.
+//! Used for Redis (`store::redis::link`): the redis crate's connection task wrote as soon
+//! as it was woken, and tokio runs a task woken by the running one next (its LIFO slot),
+//! so each command of a burst of requests went out in a write of its own and Redis woke
+//! for each (a context switch, a `read`, a `write` of the reply: most of what Redis spent
+//! per request under load). Now the burst's commands leave in one write.
 
 use std::io;
 use std::pin::Pin;
@@ -35,8 +31,6 @@ pub(crate) struct Coalesce<S> {
     buf: Vec<u8>,
     /// The flush already gave way once for what `buf` holds.
     yielded: bool,
-    /// Bytes handed to `inner` so far.
-    written: u64,
 }
 
 impl<S> Coalesce<S> {
@@ -45,18 +39,7 @@ impl<S> Coalesce<S> {
             inner,
             buf: Vec::new(),
             yielded: false,
-            written: 0,
         }
-    }
-
-    /// The stream below.
-    pub(crate) fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// How many bytes have been handed to the stream below (not those held).
-    pub(crate) fn written(&self) -> u64 {
-        self.written
     }
 }
 
@@ -80,10 +63,7 @@ impl<S: AsyncWrite + Unpin> Coalesce<S> {
                     self.buf.drain(..sent);
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
-                Poll::Ready(Ok(n)) => {
-                    sent += n;
-                    self.written += n as u64;
-                }
+                Poll::Ready(Ok(n)) => sent += n,
                 Poll::Ready(Err(e)) => {
                     self.buf.drain(..sent);
                     return Poll::Ready(Err(e));
@@ -113,9 +93,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         if self.buf.len() + data.len() > HOLD_MAX {
             // Too much to hold: what is held goes first, then this, straight through.
             std::task::ready!(self.poll_drain(cx))?;
-            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, data))?;
-            self.written += n as u64;
-            return Poll::Ready(Ok(n));
+            return Pin::new(&mut self.inner).poll_write(cx, data);
         }
         self.buf.extend_from_slice(data);
         Poll::Ready(Ok(data.len()))

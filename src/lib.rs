@@ -49,8 +49,8 @@
 //!   `tracing`'s layers.
 //! - [`metrics`]: Prometheus counters and histograms.
 //! - [`dedupe`]: the protocol (claim, wait, lease, settle), with no HTTP types.
-//! - [`upstream`]: the pooled upstream client, the one upstream call and its typed
-//!   failures, and the proxy hop's header rules.
+//! - [`upstream`]: hyper-util's pooled upstream clients, the one upstream call and its
+//!   typed failures, and the proxy hop's header rules.
 //! - [`problem`]: the one place errors become responses: RFC 9457 problem+json, or the
 //!   route's dialect (Stripe's error object, the operator's template).
 //! - [`explain`]: `check --request`: what the gateway would do with one request (pure).
@@ -60,9 +60,6 @@
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
 //! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
 //!   forwarder's upstream call, replays, the access record.
-//! - [`lane`]: the HTTP/1 lane: plain HTTP/1.1 requests read once, those that need no
-//!   dedupe proxied in bytes, keyed ones handed whole to the pipeline and answered in
-//!   bytes; anything else, and the rest of its connection, goes to hyper.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`
@@ -88,7 +85,6 @@ pub mod hops;
 pub mod http;
 pub mod key;
 pub mod keys;
-pub mod lane;
 pub mod log;
 pub mod metrics;
 pub mod path;

@@ -99,67 +99,6 @@ impl StoredResponse {
     }
 }
 
-/// A record read without a header map: its status, body and expiry, its header fields
-/// handed one by one to the reader ([`FieldRecord::decode`]). What the lane writes a
-/// replay from: the fields go to the client as lines, never into a map.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldRecord {
-    /// The stored status.
-    pub status: StatusCode,
-    /// The stored body.
-    pub body: StoredBody,
-    /// When the store forgets the key.
-    pub expires: Option<SystemTime>,
-}
-
-impl FieldRecord {
-    /// Decodes a record as [`StoredResponse::decode`] does, with the same checks (a field
-    /// name or value a header map would refuse makes the record corrupt), each header
-    /// field given to `each` (its name as stored: lower case from every writer, but a
-    /// header map takes any case, so this does too). `Ok(None)` for a record with
-    /// trailers, which only a header map's response carries; `each` may have seen its
-    /// fields by then.
-    pub fn decode(
-        bytes: &Bytes,
-        expected_key: &StoreKey,
-        mut each: impl FnMut(&[u8], &[u8]),
-    ) -> Result<Option<Self>, RecordError> {
-        let (mut r, start) = Reader::open(bytes, expected_key)?;
-        r.section(|name, value| {
-            if name.is_empty() || !name.iter().all(|&b| is_token(b)) {
-                return Err(RecordError::Corrupt("bad header name"));
-            }
-            if !value
-                .iter()
-                .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
-            {
-                return Err(RecordError::Corrupt("bad header value"));
-            }
-            // Stored by no writer now; a record from before that rule keeps them unread.
-            if !crate::hops::is_framing(name) {
-                each(name, value);
-            }
-            Ok(())
-        })?;
-        let body = r.body(bytes, start.state)?;
-        if start.version == 3 && r.u16()? != 0 {
-            return Ok(None);
-        }
-        r.end()?;
-        Ok(Some(Self {
-            status: start.status,
-            body,
-            expires: start.expires,
-        }))
-    }
-}
-
-/// A byte `HeaderName` takes in a name: a token character (RFC 9110 §5.6.2).
-fn is_token(b: u8) -> bool {
-    matches!(b, b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*'
-        | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
-}
-
 /// A field as a record keeps it: its name (lower case) and its value.
 pub type Field<'a> = (&'a [u8], &'a [u8]);
 
@@ -189,9 +128,9 @@ pub fn map_size(map: &HeaderMap) -> usize {
         .sum()
 }
 
-/// Encodes a response under `key` as [`StoredResponse::encode`] does, from its fields
-/// wherever they are: a header map, or a head already written for the client (the
-/// lane's winner, whose answer never becomes a header map).
+/// Encodes a response under `key` as [`StoredResponse::encode`] does, from its fields as
+/// the caller gives them (a header map's, less those the replay policy drops, with no
+/// copy of the map).
 pub fn encode<'h>(
     key: &StoreKey,
     status: StatusCode,
@@ -383,7 +322,7 @@ impl<'a> Reader<'a> {
                 .map_err(|_| RecordError::Corrupt("bad header name"))?;
             let value = HeaderValue::from_bytes(value)
                 .map_err(|_| RecordError::Corrupt("bad header value"))?;
-            // As `FieldRecord::decode`: a framing field is never replayed.
+            // A framing field is never replayed.
             if !crate::hops::is_framing(name.as_str().as_bytes()) {
                 fields.try_append(name, value).map_err(|_| too_many())?;
             }

@@ -349,7 +349,7 @@ impl HeaderPattern {
 
 /// Whether a replay keeps the header `name`: never `Set-Cookie` (one client's cookie is no
 /// other's), nor one of the route's `replay_drop_headers` (`patterns`). `name` is in lower
-/// case, as a `HeaderName` is and as the lane writes an answer's fields.
+/// case, as a `HeaderName` is.
 pub fn replay_keeps(patterns: &[HeaderPattern], name: &[u8]) -> bool {
     name != b"set-cookie" && !patterns.iter().any(|p| p.matches(name))
 }

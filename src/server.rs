@@ -24,7 +24,6 @@ mod accept;
 mod connection;
 mod evict;
 mod greeting;
-mod lane;
 mod workers;
 mod write_deadline;
 

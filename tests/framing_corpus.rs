@@ -16,8 +16,7 @@
 //!
 //! Response side: a scripted upstream answers each hostile answer; keyed POSTs (the winner,
 //! then replays from the store) and passthrough requests, each followed on its connection
-//! by `GET /other`, in one segment and with the body in a second (hyper's path rather than
-//! the lane). What must hold: each client reads exactly one well-framed answer per request
+//! by `GET /other`, in one segment and with the body in a second. What must hold: each client reads exactly one well-framed answer per request
 //! (read by a strict RFC 9112 §6.3 reader), the relayed one is the upstream's whole answer
 //! or a refusal, and the answer to `GET /other` is the upstream's answer to it.
 //!

@@ -158,7 +158,7 @@ async fn a_request_no_route_claims_over_tls_tells_the_upstream_its_hop_was_https
     let up = Upstream::start().await;
     let gw = GatewayProcess::start(&config(&up, &ca.issue("gateway")));
     let port = gw.addr.port();
-    // Two requests on one HTTP/1.1 connection (the lane's), each claiming a plain hop.
+    // Two requests on one HTTP/1.1 connection, each claiming a plain hop.
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10", "--http1.1", "--cacert"])
         .arg(&ca.ca_file)

@@ -183,10 +183,17 @@ async fn early_answering_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) 
                         _ => return,
                     }
                 }
-                buf.drain(..len.min(buf.len()));
-                if len == 0 {
-                    buf.clear();
-                }
+                // What follows the upload is the connection's next request: hyper-util's
+                // pool lends a connection again once its exchange is over, the upload
+                // included.
+                let upload_end = match len {
+                    0 => buf
+                        .windows(5)
+                        .position(|w| w == b"0\r\n\r\n")
+                        .map_or(0, |i| i + 5),
+                    len => len,
+                };
+                buf.drain(..upload_end.min(buf.len()));
                 continue;
             }
             let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -246,7 +253,7 @@ async fn a_connection_still_uploading_after_an_early_answer_keeps_no_one_waiting
             tokio::join!(http.post(&url_a, &[], "x"), http.post(&url_b, &[], "x"))
         })
         .await
-        .expect("a request was given the early answer's connection");
+        .expect("a request after the upload waited");
         assert_eq!((a.body.as_ref(), b.body.as_ref()), (&b"ok"[..], &b"ok"[..]));
     }
 }

@@ -35,19 +35,6 @@ impl Origin {
             .instrument(self.trace.clone())
     }
 
-    /// The origin of a request the lane read ([`crate::lane`]): no trace span (the lane
-    /// takes no request while traces are exported), the log's span as [`Origin::of`] makes
-    /// it.
-    pub fn bare(method: Method, uri: Uri) -> Self {
-        let span = tracing::debug_span!("request", method = %method, path = %uri.path());
-        Self {
-            span,
-            trace: tracing::Span::none(),
-            method,
-            uri,
-        }
-    }
-
     pub fn of<B>(req: &http::Request<B>) -> Self {
         // At debug: a span at info cost 1-2 µs per request (the registry's slot and the
         // fields formatted as JSON when it opens, whether or not any line is logged in it),

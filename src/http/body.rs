@@ -14,8 +14,7 @@ use tracing::warn;
 use super::capture::Gathered;
 use crate::config::Config;
 use crate::problem::GatewayError;
-use crate::upstream::sent::SentHead;
-use crate::{full, Body, BoxError};
+use crate::{Body, BoxError};
 
 /// How much of a refused request body is read and thrown away before the refusal is sent.
 /// Closing a connection with unread bytes in its receive buffer makes the kernel send a
@@ -59,60 +58,18 @@ impl Refusal {
     }
 }
 
-/// A client request's body as the pipeline takes it: hyper's stream, or the lane's bytes,
-/// read whole with the head before the request was handed over.
-pub(super) enum ClientBody {
-    /// hyper's body, read as it arrives.
-    Streaming(Incoming),
-    /// Read whole by the lane, with its head (at most `lane::head::MAX_BODY`); beside it
-    /// the head as the client sent it, for the head a winner sends upstream (see
-    /// [`SentHead::keyed_upstream`]), until the pipeline takes it.
-    Read(Bytes, Option<SentHead>),
-}
-
-impl ClientBody {
-    /// The body of a deduped request, within `server.max_body` (see [`read_body`]).
-    pub async fn read(self, parts: &Parts, config: &Config) -> Result<Bytes, Refusal> {
-        match self {
-            Self::Streaming(body) => read_body(body, parts, config).await,
-            Self::Read(body, _) if body.len() as u64 > config.server.max_body => {
-                Err(Refusal::read(GatewayError::BodyTooLarge {
-                    limit: config.server.max_body,
-                }))
-            }
-            Self::Read(body, _) => Ok(body),
-        }
-    }
-
-    /// The head as the client sent it, taken out (`None` on hyper's path).
-    pub fn take_sent_head(&mut self) -> Option<SentHead> {
-        match self {
-            Self::Streaming(_) => None,
-            Self::Read(_, head) => head.take(),
-        }
-    }
-
-    /// `error` for a request refused before its body was read: a streamed body drained
-    /// (see [`Refusal::drained`]); one read whole leaves the connection usable.
-    pub async fn refuse(self, error: GatewayError) -> Refusal {
-        match self {
-            Self::Streaming(body) => Refusal::drained(error, body).await,
-            Self::Read(..) => Refusal::read(error),
-        }
-    }
-
-    /// The body as the upstream call streams it.
-    pub fn into_body(self) -> Body {
-        match self {
-            Self::Streaming(body) => body.map_err(BoxError::from).boxed(),
-            Self::Read(body, _) => full(body),
-        }
-    }
+/// A client request's body as the upstream call streams it.
+pub(super) fn streamed(body: Incoming) -> Body {
+    body.map_err(BoxError::from).boxed()
 }
 
 /// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
 /// A body that arrives in one frame (the common case) is kept without a copy.
-async fn read_body(mut body: Incoming, parts: &Parts, config: &Config) -> Result<Bytes, Refusal> {
+pub(super) async fn read_body(
+    mut body: Incoming,
+    parts: &Parts,
+    config: &Config,
+) -> Result<Bytes, Refusal> {
     let limit = config.server.max_body;
     let deadline = tokio::time::Instant::now() + config.server.body_read_timeout;
     let declared = parts

@@ -75,8 +75,6 @@ impl KeyedRequest {
         let keyed = &this.keyed;
         // The forwarder goes into the protocol; the route's latencies stay for a 409.
         let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
-        // The lane's requests carry their head as sent (see `Forwarder::sent`).
-        let lane = this.forwarder.sent.is_some();
         if let Some(response) = this.joined(&gateway) {
             return delivery.deliver(response);
         }
@@ -116,7 +114,6 @@ impl KeyedRequest {
             recent: &live.recent[route],
             route_name: &this.route_name,
             advertise_expiry: this.advertise_expiry,
-            lane,
             errors,
         };
         let (response, upstream) = answered.respond(settled.answer, settled.finish);
@@ -177,8 +174,6 @@ struct Answered<'a> {
     recent: &'a RecentLatency,
     route_name: &'a str,
     advertise_expiry: bool,
-    /// The request came through the lane, which writes an answer's fields from lines.
-    lane: bool,
     /// The route's dialect, for a record whose body was not stored.
     errors: &'a Dialect,
 }
@@ -210,7 +205,7 @@ impl Answered<'_> {
                 replay::respond(
                     &record,
                     &keyed.store_key,
-                    (self.advertise_expiry, self.lane),
+                    self.advertise_expiry,
                     self.errors,
                 ),
                 None,

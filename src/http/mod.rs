@@ -26,8 +26,6 @@
 //! - `recent`: what a route's upstream calls took lately, for `Retry-After`.
 //! - `replay`: answering from a stored record.
 //! - `access`: the access record, logged and counted once per request.
-//! - `lane`: the gateway's side of the HTTP/1 lane ([`crate::lane`]): which requests it
-//!   may take, their upstream call in bytes, their accounting.
 
 mod access;
 mod body;
@@ -40,7 +38,6 @@ mod head;
 mod inline;
 mod join;
 mod keyed;
-mod lane;
 mod passthrough;
 mod recent;
 mod replay;
@@ -50,4 +47,3 @@ mod stream;
 
 pub use self::gateway::{ConnInfo, Gateway, Live};
 pub use self::head::is_plain_host;
-pub use self::lane::{LaneAnswer, LaneCall, LaneRoute};

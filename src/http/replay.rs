@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, DATE, TRAILER};
+use http::header::{HeaderValue, TRAILER};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
@@ -12,32 +12,21 @@ use tracing::error;
 
 use crate::headers::{IDEMPOTENCY_EXPIRES, REPLAYED};
 use crate::problem::GatewayError;
-use crate::record::{FieldRecord, StoredBody, StoredResponse};
+use crate::record::{StoredBody, StoredResponse};
 use crate::route::Dialect;
 use crate::store::StoreKey;
-use crate::upstream::sent::field;
-use crate::upstream::Written;
 use crate::{full, Body};
 
 /// The stored response, byte for byte and with its trailers, marked `Idempotent-Replayed: true`, after checking
 /// it was stored under this very key. A record without a body answers the original status
 /// with a `response-not-stored` problem. With `advertise_expiry`, both carry
 /// `Idempotency-Expires`. The problem is in the route's dialect, `errors`.
-///
-/// For the lane (`lane`), a record with a body and no trailers is answered from lines
-/// ([`written`]); anything else, or a record those lines cannot carry, as a header map.
 pub(super) fn respond(
     record: &bytes::Bytes,
     store_key: &StoreKey,
-    (advertise_expiry, lane): (bool, bool),
+    advertise_expiry: bool,
     errors: &Dialect,
 ) -> Result<Response<Body>, GatewayError> {
-    if let Some(resp) = lane
-        .then(|| written(record, store_key, advertise_expiry))
-        .flatten()
-    {
-        return Ok(resp);
-    }
     let stored = StoredResponse::decode(record, store_key).map_err(|e| {
         error!(error = %e, store_key = %store_key, "stored record unusable; refusing to replay it");
         GatewayError::CorruptRecord
@@ -63,48 +52,6 @@ pub(super) fn respond(
         advertise(resp.headers_mut(), stored.expires);
     }
     Ok(resp)
-}
-
-/// A replay the lane writes ([`Written`]): the stored fields decoded straight into the
-/// lines it sends, `Idempotent-Replayed` and `Idempotency-Expires` added as lines, no header
-/// map; the writer frames the body it sends (a record holds no framing field, see
-/// [`crate::hops`]). `None` when the record is not one a header map would be read from
-/// the same way: no body, trailers, a field the gateway sets itself, or corrupt (the
-/// header map's way then answers it).
-fn written(record: &Bytes, store_key: &StoreKey, advertise_expiry: bool) -> Option<Response<Body>> {
-    // Room for the two fields added here.
-    let mut lines = Vec::with_capacity(record.len().min(4096) + 96);
-    let (mut ours, mut dated) = (false, false);
-    let each = |name: &[u8], value: &[u8]| {
-        let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
-        ours |= is(&REPLAYED) || is(&IDEMPOTENCY_EXPIRES);
-        dated |= is(&DATE);
-        field(&mut lines, name, value);
-    };
-    let stored = FieldRecord::decode(record, store_key, each).ok()??;
-    let StoredBody::Stored(body) = stored.body else {
-        return None;
-    };
-    if ours {
-        return None;
-    }
-    field(&mut lines, REPLAYED.as_str().as_bytes(), b"true");
-    if let Some(at) = stored
-        .expires
-        .filter(|_| advertise_expiry)
-        .and_then(http_date)
-    {
-        field(
-            &mut lines,
-            IDEMPOTENCY_EXPIRES.as_str().as_bytes(),
-            at.as_bytes(),
-        );
-    }
-    let written = Written {
-        fields: Bytes::from(lines),
-        dated,
-    };
-    Some(written.response(stored.status, body, None))
 }
 
 /// Sets `Idempotency-Expires` to `expires` as an HTTP-date, when it is known.

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{error, warn};
 
 use super::access::{Access, Origin};
-use super::body::{ClientBody, Refusal};
+use super::body::{read_body, streamed, Refusal};
 use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::head;
@@ -29,7 +29,6 @@ use crate::metrics::ClaimEvent;
 use crate::path;
 use crate::problem::GatewayError;
 use crate::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
-use crate::upstream::sent::SentHead;
 use crate::{full, Body};
 
 /// A request's response, and what it did, for the access record.
@@ -62,26 +61,9 @@ enum Dispatched {
 
 impl Gateway {
     /// Handles one client request. Never fails: errors become problem+json responses.
+    /// Every response leaves here, framed by the body it carries
+    /// ([`crate::hops::frame_for_client`]).
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
-        self.serve(req.map(ClientBody::Streaming), conn).await
-    }
-
-    /// Handles a request whose body was read whole with its head (the HTTP/1 lane's keyed
-    /// requests), as [`Gateway::handle`] does; `sent` is its head as the client sent it,
-    /// which a winner's upstream head is written from (see [`SentHead::keyed_upstream`]).
-    pub async fn handle_read(
-        self: Arc<Self>,
-        req: Request<bytes::Bytes>,
-        sent: SentHead,
-        conn: ConnInfo,
-    ) -> Response<Body> {
-        let req = req.map(|body| ClientBody::Read(body, Some(sent)));
-        self.serve(req, conn).await
-    }
-
-    /// The pipeline, whichever way the body came. Every response leaves here, framed by
-    /// the body it carries ([`crate::hops::frame_for_client`]).
-    async fn serve(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
         let head = req.method() == http::Method::HEAD;
         let mut response = self.answer(req, conn).await;
         let status = response.status();
@@ -92,7 +74,7 @@ impl Gateway {
     }
 
     /// A request's response, its framing as it came.
-    async fn answer(self: Arc<Self>, req: Request<ClientBody>, conn: ConnInfo) -> Response<Body> {
+    async fn answer(self: Arc<Self>, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
         let origin = Origin::of(&req);
         let started = Instant::now();
         let live = self.live();
@@ -132,7 +114,7 @@ impl Gateway {
     async fn dispatch(
         self: &Arc<Self>,
         live: Arc<Live>,
-        req: Request<ClientBody>,
+        req: Request<Incoming>,
         conn: &ConnInfo,
         origin: &Origin,
         started: Instant,
@@ -148,12 +130,12 @@ impl Gateway {
         };
         let req = match admit(req, conn) {
             Ok(req) => req,
-            Err((e, body)) => return refused(&self.no_route, body.refuse(e).await),
+            Err((e, body)) => return refused(&self.no_route, Refusal::drained(e, body).await),
         };
         // Routes and keys read the path with bytes outside ASCII percent-encoded.
         let matched = path::match_form(req.uri().path()).into_owned();
         if let Err(e) = head::method_case(&live.config.routes, req.method(), &matched) {
-            let refusal = req.into_body().refuse(e).await;
+            let refusal = Refusal::drained(e, req.into_body()).await;
             return refused(&self.no_route, refusal);
         }
         // No route, or a route that is off: streamed, counted under the route's name.
@@ -163,7 +145,7 @@ impl Gateway {
                 let route = found.map(|i| &live.config.routes[i]);
                 let name = route.map_or(&self.no_route, |r| &r.name);
                 let errors = route.map_or(&live.config.errors, |r| &r.errors);
-                let req = req.map(ClientBody::into_body);
+                let req = req.map(streamed);
                 let to = (name, errors);
                 let handled = self
                     .stream(&live, req, conn, to, Outcome::Passthrough, started)
@@ -186,7 +168,7 @@ impl Gateway {
     async fn dedupe(
         self: &Arc<Self>,
         at: Routed<'_>,
-        req: Request<ClientBody>,
+        req: Request<Incoming>,
         matched: &str,
     ) -> Dispatched {
         let Routed {
@@ -209,16 +191,15 @@ impl Gateway {
         // A header key needs no body: refuse a bad one, or stream a keyless request on an
         // optional-key route, before buffering anything (not on a signed route: see
         // `Route::verdict_from_headers`).
-        let (parts, mut body) = req.into_parts();
-        let sent = body.take_sent_head();
+        let (parts, body) = req.into_parts();
         let header_key = match route.header_key(&parts.headers) {
             Ok(key) => key,
             Err(skip) => {
-                let req = Request::from_parts(parts, body.into_body());
+                let req = Request::from_parts(parts, streamed(body));
                 return self.skip(live, route, skip, req, conn, started).await;
             }
         };
-        let body = match body.read(&parts, &live.config).await {
+        let body = match read_body(body, &parts, &live.config).await {
             Ok(body) => body,
             Err(refusal) => return refused(refusal),
         };
@@ -236,7 +217,7 @@ impl Gateway {
             return refused(Refusal::read(GatewayError::Overloaded));
         }
         let (delivery, delivered) = Delivery::new();
-        let request = self.keyed_request(at, (parts, body, sent), keyed, &delivery);
+        let request = self.keyed_request(at, (parts, body), keyed, &delivery);
         self.claim(request, delivery, delivered, &route.errors)
             .await
     }
@@ -246,7 +227,7 @@ impl Gateway {
     fn keyed_request(
         &self,
         at: Routed<'_>,
-        (parts, body, sent): (Parts, bytes::Bytes, Option<SentHead>),
+        (parts, body): (Parts, bytes::Bytes),
         keyed: route::Keyed,
         delivery: &Delivery,
     ) -> Box<KeyedRequest> {
@@ -260,7 +241,6 @@ impl Gateway {
             route: at.route,
             parts,
             body,
-            sent,
             client_ip: at.conn.client_ip.clone(),
             key: keyed.key.clone(),
             scope: keyed.scope.clone(),

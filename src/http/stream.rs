@@ -208,7 +208,7 @@ pub(super) async fn pump(
             }
             Ok(Some(Err(e))) => {
                 let why = e.to_string();
-                let _ = tx.send(Err(e)).await;
+                let _ = tx.send(Err(e.into())).await;
                 return broken(why, tail(tx, Vec::new(), offer, false));
             }
             Ok(Some(Ok(frame))) => frame,

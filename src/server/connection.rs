@@ -1,5 +1,6 @@
 //! Serving one accepted connection of either surface: its greeting within the deadline,
-//! then hyper's HTTP/1 or HTTP/2 connection, watched for the graceful drain.
+//! then hyper's HTTP/1 or HTTP/2 connection (as its first bytes say: no detection layer
+//! on the path), watched for the graceful drain.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -7,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::{service_fn, Service};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::evict::Entry;
-use super::greeting::{self, FirstRequest, Marked, Prefixed};
+use super::greeting::{self, FirstRequest, Marked, Prefixed, Protocol};
 use super::WriteDeadline;
 use crate::config::ServerConfig;
 use crate::framing::{AmbiguousFraming, Watched};
@@ -41,7 +42,8 @@ const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// What every connection of both surfaces is served with.
 #[derive(Clone)]
 pub(super) struct Serving {
-    builder: auto::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     /// From accept to the first request's head: handshake, protocol, head.
     pub(super) header_read_timeout: Duration,
     pub(super) write_timeout: Duration,
@@ -52,24 +54,27 @@ pub(super) struct Serving {
 
 impl Serving {
     pub(super) fn new(server: &ServerConfig, stopping: CancellationToken) -> Self {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
+        let mut http1 = http1::Builder::new();
+        http1
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
+            // The head's own bound: the buffer's alone let a head that came in one large
+            // read through.
+            .max_header_size(server.max_header_bytes)
             .max_buf_size(server.max_header_bytes)
             // Head and body copied into one buffer, one `write`: cheaper for the small
             // responses an API sends than queueing them for `writev` (measured in benches/).
             .writev(false);
-        builder
-            .http2()
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
             .timer(TokioTimer::new())
             .max_header_list_size(server.max_header_bytes as u32)
             .max_concurrent_streams(server.max_concurrent_streams)
             .keep_alive_interval(Some(H2_KEEP_ALIVE_INTERVAL))
             .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
         Self {
-            builder,
+            http1,
+            http2,
             header_read_timeout: server.header_read_timeout,
             write_timeout: server.write_timeout,
             max_head: server.max_header_bytes,
@@ -88,48 +93,10 @@ impl Serving {
         watcher: Watcher,
     ) {
         let deadline = Instant::now() + self.header_read_timeout;
-        let Some(stream) = self.greet(stream, tls, deadline, remote).await else {
+        let Some((stream, protocol)) = self.greet(stream, tls, deadline, remote).await else {
             return;
         };
-        let stream = match stream {
-            Either::Left(tcp) if super::lane::open(&gateway) => {
-                return self
-                    .lane((tcp, false), remote, gateway, watcher, deadline)
-                    .await;
-            }
-            Either::Right(tls) if super::lane::open(&gateway) => {
-                return self
-                    .lane((tls, true), remote, gateway, watcher, deadline)
-                    .await;
-            }
-            stream => stream,
-        };
         let over_tls = tls.is_some();
-        let first = FirstRequest::default();
-        self.full(
-            stream,
-            over_tls,
-            (gateway, watcher),
-            remote,
-            deadline,
-            first,
-        )
-        .await;
-    }
-
-    /// Serves a public connection (or the rest of one) with hyper and the gateway's whole
-    /// pipeline, behind the request-smuggling guard.
-    pub(super) async fn full<S>(
-        &self,
-        stream: S,
-        over_tls: bool,
-        (gateway, watcher): (Arc<Gateway>, Watcher),
-        remote: SocketAddr,
-        deadline: Instant,
-        first: FirstRequest,
-    ) where
-        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    {
         let framing = AmbiguousFraming::default();
         let conn_info = ConnInfo {
             client_ip: crate::upstream::client_ip(remote),
@@ -153,7 +120,9 @@ impl Serving {
             self.max_head,
             framing,
         );
-        self.http(io, svc, deadline, watcher, remote, first).await;
+        let first = FirstRequest::default();
+        self.http((io, protocol), svc, deadline, watcher, remote, first)
+            .await;
     }
 
     /// Serves an admin connection: plain TCP, metrics, health and key operations. Its first
@@ -174,7 +143,7 @@ impl Serving {
             greeted = self.greet(stream, None, first_byte, remote) => greeted,
             () = entry.closed_for_room() => None,
         };
-        let Some(stream) = greeted else {
+        let Some((stream, protocol)) = greeted else {
             return;
         };
         let svc = service_fn(move |req| {
@@ -183,7 +152,7 @@ impl Serving {
         });
         let io = WriteDeadline::new(stream, self.write_timeout);
         let first = entry.first.clone();
-        let served = self.http(io, svc, deadline, watcher, remote, first);
+        let served = self.http((io, protocol), svc, deadline, watcher, remote, first);
         tokio::select! {
             () = served => {}
             () = entry.closed_for_room() => {
@@ -201,15 +170,17 @@ impl Serving {
         tls: Option<&TlsAcceptor>,
         deadline: Instant,
         remote: SocketAddr,
-    ) -> Option<ClientStream> {
+    ) -> Option<(ClientStream, Protocol)> {
         let greeted = async {
             let Some(acceptor) = tls else {
-                return greeting::tcp_shows_protocol(&stream, deadline)
-                    .await
-                    .then_some(Either::Left(stream));
+                let protocol = greeting::tcp_shows_protocol(&stream, deadline).await?;
+                return Some((Either::Left(stream), protocol));
             };
             match acceptor.accept(stream).await {
-                Ok(tls) => greeting::read_protocol(tls).await.map(Either::Right),
+                Ok(tls) => {
+                    let (tls, protocol) = greeting::read_protocol(tls).await?;
+                    Some((Either::Right(tls), protocol))
+                }
                 Err(e) => {
                     debug!(error = %e, %remote, "TLS handshake failed");
                     None
@@ -225,11 +196,12 @@ impl Serving {
         }
     }
 
-    /// Serves HTTP on a greeted connection until it ends; closed at once when its first
-    /// request has not begun by `deadline` (an HTTP/2 preface and nothing more).
+    /// Serves HTTP on a greeted connection, in the protocol its first bytes showed, until
+    /// it ends; closed at once when its first request has not begun by `deadline` (an
+    /// HTTP/2 preface and nothing more).
     async fn http<I, S>(
         &self,
-        io: I,
+        (io, protocol): (I, Protocol),
         svc: S,
         deadline: Instant,
         watcher: Watcher,
@@ -247,18 +219,33 @@ impl Serving {
             inner: svc,
             first: first.clone(),
         };
-        let conn = self
-            .builder
-            .serve_connection(TokioIo::new(io), svc)
-            .into_owned();
-        let conn = watcher.watch(conn);
-        tokio::select! {
-            ended = conn => if let Err(e) = ended {
-                debug!(error = %e, %remote, "client connection ended with an error");
-            },
-            () = first.missed(deadline) => {
-                debug!(%remote, "no request began within server.header_read_timeout");
+        let io = TokioIo::new(io);
+        match protocol {
+            Protocol::Http1 => {
+                let conn = watcher.watch(self.http1.serve_connection(io, svc));
+                served(conn, &first, deadline, remote).await;
             }
+            Protocol::Http2 => {
+                let conn = watcher.watch(self.http2.serve_connection(io, svc));
+                served(conn, &first, deadline, remote).await;
+            }
+        }
+    }
+}
+
+/// Waits for a connection `conn` to end, or for its first request to miss `deadline`.
+async fn served<E: std::fmt::Display>(
+    conn: impl std::future::Future<Output = Result<(), E>>,
+    first: &FirstRequest,
+    deadline: Instant,
+    remote: SocketAddr,
+) {
+    tokio::select! {
+        ended = conn => if let Err(e) = ended {
+            debug!(error = %e, %remote, "client connection ended with an error");
+        },
+        () = first.missed(deadline) => {
+            debug!(%remote, "no request began within server.header_read_timeout");
         }
     }
 }

@@ -3,8 +3,8 @@
 //! speaks HTTP/1 or HTTP/2, and its first request's head.
 //!
 //! Each phase waits on the client, and a client that sends nothing must never hold a
-//! connection slot past the deadline: not before the handshake, not after it (hyper-util's
-//! protocol detection reads with no deadline of its own), and not after an HTTP/2 preface
+//! connection slot past the deadline: not before the handshake, not while its first bytes
+//! are awaited (they pick hyper's HTTP/1 or HTTP/2 connection), and not after an HTTP/2 preface
 //! (hyper's `header_read_timeout` is HTTP/1's; an HTTP/2 connection waits for its first
 //! stream for as long as the client answers pings).
 
@@ -21,57 +21,77 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The HTTP/2 connection preface: hyper-util picks HTTP/2 when a connection starts with it.
+/// The HTTP/2 connection preface: a connection that starts with it speaks HTTP/2.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// What a connection's first bytes say it speaks: hyper's HTTP/1 or HTTP/2 connection
+/// serves it, with no detection layer of its own on the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Http1,
+    Http2,
+}
 
 /// How long to pause before peeking again at a partial preface (peek returns the same bytes
 /// at once).
 const PEEK_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
-/// Whether `seen` decides the protocol: the whole preface's length, or a byte that differs
-/// from it (as hyper-util decides).
-fn decides_protocol(seen: &[u8]) -> bool {
-    seen.len() >= PREFACE.len() || seen[..] != PREFACE[..seen.len()]
+/// The protocol `seen` decides: HTTP/2 once the whole preface came, HTTP/1 at a byte that
+/// differs from it (as hyper-util decides); `None` while it could still be either.
+fn protocol_of(seen: &[u8]) -> Option<Protocol> {
+    if seen.len() >= PREFACE.len() && seen[..PREFACE.len()] == PREFACE[..] {
+        Some(Protocol::Http2)
+    } else if seen.len() >= PREFACE.len() || seen[..] != PREFACE[..seen.len()] {
+        Some(Protocol::Http1)
+    } else {
+        None
+    }
 }
 
 /// Waits, by peeking, until a plain TCP connection's first bytes decide its protocol.
-/// False on EOF, on an error, or when `deadline` passes first.
-pub(super) async fn tcp_shows_protocol(stream: &TcpStream, deadline: Instant) -> bool {
+/// `None` on EOF, on an error, or when `deadline` passes first.
+pub(super) async fn tcp_shows_protocol(stream: &TcpStream, deadline: Instant) -> Option<Protocol> {
     let peek = async {
         let mut buf = [0u8; PREFACE.len()];
         loop {
             let n = stream.peek(&mut buf).await?;
             if n == 0 {
-                return Ok::<_, io::Error>(false);
+                return Ok::<_, io::Error>(None);
             }
-            if decides_protocol(&buf[..n]) {
-                return Ok(true);
+            if let Some(protocol) = protocol_of(&buf[..n]) {
+                return Ok(Some(protocol));
             }
             tokio::time::sleep(PEEK_PAUSE).await;
         }
     };
-    matches!(tokio::time::timeout_at(deadline, peek).await, Ok(Ok(true)))
+    tokio::time::timeout_at(deadline, peek).await.ok()?.ok()?
 }
 
 /// Reads a stream's first bytes until they decide its protocol, for a stream that cannot
 /// be peeked (TLS: the plaintext exists only once read). The bytes come back in a
 /// [`Prefixed`] stream, so hyper reads them again. `None` on EOF or an error; the caller
 /// bounds the wait.
-pub(super) async fn read_protocol<S: AsyncRead + Unpin>(mut stream: S) -> Option<Prefixed<S>> {
+pub(super) async fn read_protocol<S: AsyncRead + Unpin>(
+    mut stream: S,
+) -> Option<(Prefixed<S>, Protocol)> {
     let mut seen = Vec::with_capacity(PREFACE.len());
     let mut buf = [0u8; PREFACE.len()];
-    while !decides_protocol(&seen) {
+    let protocol = loop {
+        if let Some(protocol) = protocol_of(&seen) {
+            break protocol;
+        }
         let want = PREFACE.len() - seen.len();
         match stream.read(&mut buf[..want]).await {
             Ok(0) | Err(_) => return None,
             Ok(n) => seen.extend_from_slice(&buf[..n]),
         }
-    }
-    Some(Prefixed {
+    };
+    let prefixed = Prefixed {
         prefix: seen,
         at: 0,
         inner: stream,
-    })
+    };
+    Some((prefixed, protocol))
 }
 
 /// A stream whose first bytes were already read: they are read again, then the stream.
@@ -79,17 +99,6 @@ pub struct Prefixed<S> {
     prefix: Vec<u8>,
     at: usize,
     inner: S,
-}
-
-impl<S> Prefixed<S> {
-    /// `inner`, after `prefix` (bytes already read from it).
-    pub(super) fn new(prefix: Vec<u8>, inner: S) -> Self {
-        Self {
-            prefix,
-            at: 0,
-            inner,
-        }
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
@@ -207,11 +216,11 @@ mod tests {
 
     #[test]
     fn the_protocol_is_decided_by_the_preface_or_a_byte_off_it() {
-        assert!(decides_protocol(b"G"));
-        assert!(decides_protocol(b"POST / HTTP/1.1"));
-        assert!(!decides_protocol(b"PRI * HTTP/2.0\r\n"));
-        assert!(decides_protocol(b"PRI * HTTP/1.1"));
-        assert!(decides_protocol(PREFACE));
+        assert_eq!(protocol_of(b"G"), Some(Protocol::Http1));
+        assert_eq!(protocol_of(b"POST / HTTP/1.1"), Some(Protocol::Http1));
+        assert_eq!(protocol_of(b"PRI * HTTP/2.0\r\n"), None);
+        assert_eq!(protocol_of(b"PRI * HTTP/1.1"), Some(Protocol::Http1));
+        assert_eq!(protocol_of(PREFACE), Some(Protocol::Http2));
     }
 
     #[tokio::test]
@@ -220,7 +229,8 @@ mod tests {
         client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
         let reading = tokio::spawn(read_protocol(server));
         client.write_all(b"\r\nSM\r\n\r\nmore").await.unwrap();
-        let mut prefixed = reading.await.unwrap().expect("decided");
+        let (mut prefixed, protocol) = reading.await.unwrap().expect("decided");
+        assert_eq!(protocol, Protocol::Http2);
         drop(client);
         let mut all = Vec::new();
         prefixed.read_to_end(&mut all).await.unwrap();

@@ -1,9 +1,8 @@
 //! hyper clients kept per runtime: on connection workers (`crate::server::Workers`), each
-//! worker gets its own client for an `https` upstream and for h2c calls, so a connection
-//! a client opens (driven by a task on the runtime that opened it) serves only the calls
-//! made on that runtime. A call never waits on a connection whose task runs on another
-//! worker's thread, as the plain-`http` pool's connections never do either
-//! ([`super::pool`]).
+//! worker gets its own client for the upstream (plain or `https`) and for h2c calls, so a
+//! connection a client opens (driven by a task on the runtime that opened it) serves only
+//! the calls made on that runtime. A call never waits on a connection whose task runs on
+//! another worker's thread.
 
 use std::sync::{Arc, Mutex};
 

@@ -17,18 +17,13 @@ use crate::config::{ServerConfig, UpstreamHttp2, UpstreamTarget};
 use crate::timers::Timers;
 use crate::{Body, BoxError};
 
-mod body;
 mod by_runtime;
-mod pool;
-pub mod sent;
-mod wire;
 
-pub use self::body::UpstreamBody;
 use self::by_runtime::ByRuntime;
-use self::pool::{Limits, Pool};
-pub use self::wire::{
-    after_status_line, has_written_field, written_fields, Framing, RawHead, Written, WrittenFields,
-};
+
+/// An upstream answer's body, streamed as it arrives; its connection goes back to its
+/// client's pool once the body has been read to its end.
+pub type UpstreamBody = Incoming;
 
 /// How long an unused upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,19 +62,20 @@ impl UpstreamFailure {
     }
 }
 
-/// The upstream: target URL and a connection pool, built once at start-up.
+/// The upstream: target URL and hyper-util's pooled clients, built once at start-up.
 ///
-/// An `http` upstream gets kept-alive HTTP/1.1 connections from a pool of our own
-/// ([`pool`]). An `https` upstream is reached through rustls: its certificate is checked
-/// against the platform's roots plus `server.upstream_ca_file`, for the host named in the
-/// URL (SNI and `Host` both come from it); ALPN offers `h2` and `http/1.1`, so an upstream
-/// that speaks HTTP/2 gets one multiplexed connection per connection worker, otherwise
-/// HTTP/1.1 connections are pooled per worker (see [`by_runtime`]).
+/// An `http` upstream gets kept-alive HTTP/1.1 connections from hyper-util's pooled
+/// client, one client per connection worker (see [`by_runtime`]). An `https` upstream is
+/// reached through rustls: its certificate is checked against the platform's roots plus
+/// `server.upstream_ca_file`, for the host named in the URL (SNI and `Host` both come from
+/// it); ALPN offers `h2` and `http/1.1`, so an upstream that speaks HTTP/2 gets one
+/// multiplexed connection per connection worker, otherwise HTTP/1.1 connections are pooled
+/// per worker.
 ///
 /// A plain-`http` upstream also gets HTTP/2 with prior knowledge (h2c) for the calls
 /// `server.upstream_http2` names (gRPC calls by default): one multiplexed connection per
-/// connection worker from hyper's client, beside the HTTP/1.1 pool. Which one a call takes is its version after
-/// [`Upstream::prepare`].
+/// connection worker, beside the HTTP/1.1 client. Which one a call takes is its version
+/// after [`Upstream::prepare`].
 #[derive(Clone)]
 pub struct Upstream {
     transport: Transport,
@@ -101,10 +97,10 @@ struct H2c {
     every_call: bool,
 }
 
+/// One client per runtime (see [`by_runtime`]).
 #[derive(Clone)]
 enum Transport {
-    Plain(Arc<Pool>),
-    /// One client per runtime (see [`by_runtime`]).
+    Plain(Arc<ByRuntime<Client<HttpConnector, Body>>>),
     Tls(Arc<ByRuntime<Client<HttpsConnector<HttpConnector>, Body>>>),
 }
 
@@ -140,14 +136,7 @@ impl Upstream {
             let connector = tls_connector(cfg, connect_timeout);
             Transport::Tls(ByRuntime::new(move || tls_client(connector.clone())))
         } else {
-            Transport::Plain(Pool::new(
-                &cfg.upstream.authority,
-                Limits {
-                    connect_timeout,
-                    idle_timeout: IDLE_TIMEOUT,
-                    max_idle: MAX_IDLE,
-                },
-            ))
+            Transport::Plain(ByRuntime::new(move || plain_client(connect_timeout)))
         };
         let plain = cfg.upstream.scheme != http::uri::Scheme::HTTPS;
         let h2c = match cfg.upstream_http2 {
@@ -186,8 +175,8 @@ impl Upstream {
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
-        // Origin form, as the pool sends it; the https client is given the absolute form
-        // in `send`. The parts are valid on their own (a path hyper accepted under a
+        // Origin form under the base path; the client is given the absolute form in
+        // `send`. The parts are valid on their own (a path hyper accepted under a
         // validated base); should the join still fail, the client's URI stays and the send
         // fails cleanly. Already origin form with no base path to add: kept as it is.
         let origin_form = req.uri().scheme().is_none() && req.uri().path_and_query().is_some();
@@ -266,65 +255,23 @@ impl Upstream {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
-        if let (Some(h2c), Version::HTTP_2) = (&self.h2c, req.version()) {
-            return match h2c.clients.here().request(self.absolute(req)).await {
-                Ok(resp) => from_hyper(resp),
-                Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
-                Err(e) => Err(UpstreamFailure::Broken(e.into())),
-            };
-        }
-        match &self.transport {
-            Transport::Plain(pool) => pool.send(req).await,
-            Transport::Tls(clients) => match clients.here().request(self.absolute(req)).await {
-                Ok(resp) => from_hyper(resp),
-                Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
-                Err(e) => Err(UpstreamFailure::Broken(e.into())),
-            },
+        let req = self.absolute(req);
+        let sent = match (&self.h2c, req.version(), &self.transport) {
+            (Some(h2c), Version::HTTP_2, _) => h2c.clients.here().request(req).await,
+            (_, _, Transport::Plain(clients)) => clients.here().request(req).await,
+            (_, _, Transport::Tls(clients)) => clients.here().request(req).await,
+        };
+        match sent {
+            Ok(resp) => from_hyper(resp),
+            // Only a failed connect is known to have sent nothing: hyper-util sends a
+            // request a reused connection refused before writing it again on another.
+            Err(e) if e.is_connect() => Err(UpstreamFailure::Connect(e.into())),
+            Err(e) => Err(UpstreamFailure::Broken(e.into())),
         }
     }
 }
 
 impl Upstream {
-    /// What the HTTP/1 lane ([`crate::lane`]) writes requests for: a plain-`http`
-    /// upstream that every call reaches over HTTP/1.1 from the pool, its `Host` and base
-    /// path. `None` when calls go over TLS or h2c, which only the full path takes.
-    pub fn lane(&self) -> Option<LaneTarget<'_>> {
-        match &self.transport {
-            Transport::Plain(pool) if !self.h2c.as_ref().is_some_and(|h| h.every_call) => {
-                Some(LaneTarget {
-                    host: pool.host().as_bytes(),
-                    base_path: self.target.base_path.as_bytes(),
-                })
-            }
-            _ => None,
-        }
-    }
-
-    /// Sends a request the lane encoded, head and body (for the [`Upstream::lane`]
-    /// target), and reads the response head, written for the client into `out`, by
-    /// `deadline`.
-    pub async fn relay(
-        &self,
-        request: [bytes::Bytes; 2],
-        method: &http::Method,
-        out: &mut Vec<u8>,
-        deadline: tokio::time::Instant,
-    ) -> Result<(RawHead, UpstreamBody), UpstreamFailure> {
-        let pool = self.plain()?;
-        self.within(deadline, pool.relay(request, method, out))
-            .await
-    }
-
-    /// The pool the lane's encoded requests go through: only a plain-`http` upstream's.
-    fn plain(&self) -> Result<&Arc<Pool>, UpstreamFailure> {
-        match &self.transport {
-            Transport::Plain(pool) => Ok(pool),
-            Transport::Tls(_) => Err(UpstreamFailure::Connect(
-                "the upstream is not plain HTTP".into(),
-            )),
-        }
-    }
-
     /// `sending`, or a timeout (`server.upstream_timeout`) once `deadline` has passed.
     async fn within<T>(
         &self,
@@ -350,22 +297,21 @@ pub fn own_grpc_deadline(headers: &mut HeaderMap, deadline: tokio::time::Instant
     );
 }
 
-/// Where the lane's requests go: the `Host` they carry and the path they go under.
-#[derive(Debug, Clone, Copy)]
-pub struct LaneTarget<'a> {
-    /// The `Host` field's value.
-    pub host: &'a [u8],
-    /// `server.upstream`'s path, put before every request's.
-    pub base_path: &'a [u8],
-}
-
 /// A response from hyper's client, made fit to cross ([`crate::hops::response_head`]):
 /// hyper keeps a `Content-Length` beside the `Transfer-Encoding` it decoded, and a list of
 /// lengths as it came. Two different lengths are no answer.
 fn from_hyper(resp: Response<Incoming>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+    // The gateway never asks for an upgrade (`Upgrade` is hop-by-hop): a `101` answers no
+    // request of its, and what follows it on the connection is no longer HTTP. hyper's
+    // client hands it over as a response (other `1xx` heads it skips).
+    if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        return Err(UpstreamFailure::Broken(
+            "the upstream switched protocols unasked (101)".into(),
+        ));
+    }
     let (mut head, body) = resp.into_parts();
     crate::hops::response_head(&mut head.headers).map_err(|e| UpstreamFailure::Broken(e.into()))?;
-    Ok(Response::from_parts(head, UpstreamBody::plain(body)))
+    Ok(Response::from_parts(head, body))
 }
 
 impl Upstream {
@@ -401,6 +347,20 @@ fn tls_connector(cfg: &ServerConfig, connect_timeout: Duration) -> HttpsConnecto
         .wrap_connector(connector)
 }
 
+/// A client of a plain-`http` upstream (one per runtime), pooling its HTTP/1.1
+/// connections: a connection goes back once its answer was read to the end, and one the
+/// upstream closed, or sent bytes on unasked, is never lent again.
+fn plain_client(connect_timeout: Duration) -> Client<HttpConnector, Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .pool_max_idle_per_host(MAX_IDLE)
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
 /// A client of an `https` upstream, pooling its connections.
 fn tls_client(
     connector: HttpsConnector<HttpConnector>,
@@ -408,6 +368,7 @@ fn tls_client(
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE)
+        .pool_timer(hyper_util::rt::TokioTimer::new())
         .build(connector)
 }
 

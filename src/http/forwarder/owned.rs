@@ -1,6 +1,5 @@
 //! What the key owner's upstream answer means for the claim: released, kept unknown, or
-//! final, with the record to store and the client's response (read whole or streamed, its
-//! head from a header map or from the lines the lane wrote as it read it).
+//! final, with the record to store and the client's response (read whole or streamed).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -21,48 +20,11 @@ use crate::problem::GatewayError;
 use crate::record::{self, Field, StoredBody};
 use crate::route::{self as routes, Route, StatusMeaning};
 use crate::store::{Fence, RequestHash, StoreKey};
-use crate::upstream::{
-    after_status_line, has_written_field, written_fields, RawHead, UpstreamBody, UpstreamFailure,
-    Written,
-};
+use crate::upstream::{UpstreamBody, UpstreamFailure};
 use crate::{full, BoxError};
 
 /// A record's fields: the headers it keeps, about how many bytes they take, the trailers.
 type Section<'h, I> = (I, usize, &'h http::HeaderMap);
-
-/// The upstream's answer to the owner's call, as it was read.
-pub(super) enum Answer {
-    /// Its head in a header map.
-    Map(Response<UpstreamBody>),
-    /// Its head written for the client: a lane request's winner (see [`super::Forwarder::sent`]).
-    Relayed(Relayed),
-}
-
-/// An answer whose head was written for the client as it was read.
-pub(super) struct Relayed {
-    pub(super) head: RawHead,
-    /// The status line and the fields, as the lane writes them (see
-    /// [`crate::upstream::written_fields`]).
-    pub(super) out: Vec<u8>,
-    pub(super) body: UpstreamBody,
-}
-
-impl Answer {
-    pub(super) fn status(&self) -> StatusCode {
-        match self {
-            Self::Map(resp) => resp.status(),
-            Self::Relayed(w) => w.head.status,
-        }
-    }
-
-    /// The answer with its head in a header map.
-    fn into_response(self) -> Response<UpstreamBody> {
-        match self {
-            Self::Map(resp) => resp,
-            Self::Relayed(w) => Response::from_parts(w.head.parts(&w.out), w.body),
-        }
-    }
-}
 
 /// A final answer's record, with this client's response.
 struct Kept {
@@ -99,18 +61,13 @@ impl OwnedCall<'_> {
 
     /// A response head: what its status means for the claim, and for a final one, the
     /// record to store once its body has been read (streamed to the client meanwhile).
-    pub(super) async fn answered(&self, answer: Answer, took: Duration) -> Attempt<Forwarded> {
+    pub(super) async fn answered(
+        &self,
+        resp: Response<UpstreamBody>,
+        took: Duration,
+    ) -> Attempt<Forwarded> {
         let route = self.route;
-        let meaning = route.statuses.classify(answer.status().as_u16());
-        let resp = match answer {
-            // A final answer the store keeps whole, as most are: read from its written head.
-            Answer::Relayed(w)
-                if meaning == StatusMeaning::Final && route.store_body && !route.grpc =>
-            {
-                return self.relayed(w, took).await
-            }
-            answer => answer.into_response(),
-        };
+        let meaning = route.statuses.classify(resp.status().as_u16());
         let forwarded = |response| Forwarded {
             response,
             upstream: Some(took),
@@ -152,68 +109,6 @@ impl OwnedCall<'_> {
         let expires = SystemTime::now() + route.window;
         let kept = self.kept(head, ready, expires).await;
         self.settled(kept, expires, took)
-    }
-
-    /// A final answer whose head was written for the client as it was read: when its body
-    /// is whole already (and has no trailers), its record is written from those lines and
-    /// the client gets them as they are ([`Written`]); otherwise it goes on as a header
-    /// map does.
-    async fn relayed(&self, relayed: Relayed, took: Duration) -> Attempt<Forwarded> {
-        let Relayed { head, out, body } = relayed;
-        let ready = stream::read_ready(body, self.route.max_cached_body).await;
-        let expires = SystemTime::now() + self.route.window;
-        let status_line = out.len() - after_status_line(&out).len();
-        // The gateway's own `Idempotency-Expires` replaces an upstream's: the map's way.
-        let advertised =
-            self.route.advertise_expiry && has_written_field(&out, b"idempotency-expires");
-        let kept = match ready {
-            Ready::Whole(bytes, trailers) if trailers.is_empty() && !advertised => {
-                let fields = Bytes::from(out).slice(status_line..);
-                self.whole_written(&head, fields, bytes, expires)
-            }
-            ready => self.kept(head.parts(&out), ready, expires).await,
-        };
-        self.settled(kept, expires, took)
-    }
-
-    /// An answer read whole, its head written for the client (`fields`, after the status
-    /// line): its record written from those lines, the replay policy's fields left out, and
-    /// the client's response from memory.
-    fn whole_written(
-        &self,
-        head: &RawHead,
-        fields: Bytes,
-        bytes: Bytes,
-        expires: SystemTime,
-    ) -> Kept {
-        let drops = &self.route.replay_drop_headers;
-        let kept = written_fields(&fields).filter(|(name, _)| routes::replay_keeps(drops, name));
-        // A line's `: ` and line end take four bytes, a record's lengths six.
-        let size = fields.len() * 3 / 2 + 32;
-        let body = StoredBody::Stored(bytes.clone());
-        let record = self.record(
-            head.status,
-            (kept, size, &http::HeaderMap::new()),
-            &body,
-            expires,
-        );
-        let length = bytes.len() as u64;
-        // An answer to `HEAD` declares the length of the body it did not send.
-        // (An empty body's `0` too: the writer takes a bodiless `HEAD` answer's length from it.)
-        let declared = head.declared.filter(|n| *n != length || length == 0);
-        let written = Written {
-            fields,
-            dated: head.dated,
-        };
-        let mut response = written.response(head.status, bytes, declared.map(Into::into));
-        if head.http10 {
-            *response.version_mut() = http::Version::HTTP_10;
-        }
-        Kept {
-            record,
-            response: Ok(response),
-            tail: None,
-        }
     }
 
     /// A final answer's record, with this client's response.
