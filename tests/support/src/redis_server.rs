@@ -159,9 +159,16 @@ impl RedisServer {
 
     fn start_program(program: std::ffi::OsString, tls: Option<&RedisTls>, extra: &[&str]) -> Self {
         let mut last = String::new();
-        for _ in 0..5 {
+        for attempt in 0..5 {
             let tls_port = tls.map(|_| free_port());
             let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            // A cluster node's bus port was free when it was chosen, as the port was: one
+            // taken since fails the start as surely, so a new attempt takes a new one too.
+            if let Some(bus) = args.iter().position(|a| a == "--cluster-port") {
+                if attempt > 0 && bus + 1 < args.len() {
+                    args[bus + 1] = free_port().to_string();
+                }
+            }
             if let (Some(tls), Some(port)) = (tls, tls_port) {
                 args.extend(tls.args(port));
             }
