@@ -115,7 +115,6 @@ fn an_unknown_expiry_round_trips_and_a_version_no_writer_makes_is_refused() {
         StoredResponse::decode(&v1, &k),
         Err(RecordError::Corrupt("bad magic"))
     );
-    assert!(FieldRecord::decode(&v1, &k, |_, _| {}).is_err());
 }
 
 #[test]
@@ -351,22 +350,11 @@ mod properties {
         out
     }
 
-    /// Both decoders on the same bytes: neither panics, and they agree (both refuse with
-    /// the same error, or read the same status, body, expiry and header fields).
-    fn decoders_agree(bytes: &Bytes, k: &StoreKey) {
-        let map = StoredResponse::decode(bytes, k);
-        match fields_of(bytes, k) {
-            Ok(Some((read, fields))) => {
-                let map = map.expect("the map reads what the fields read");
-                assert_eq!(fields, map.headers);
-                assert_eq!(
-                    (read.status, read.body, read.expires),
-                    (map.status, map.body, map.expires)
-                );
-                assert!(map.trailers.is_empty());
-            }
-            Ok(None) => assert!(map.map_or(true, |m| !m.trailers.is_empty())),
-            Err(e) => assert_eq!(map.err(), Some(e)),
+    /// The decoder on any bytes: it never panics, and what it reads is a record a header
+    /// map holds (no framing field).
+    fn decodes_safely(bytes: &Bytes, k: &StoreKey) {
+        if let Ok(read) = StoredResponse::decode(bytes, k) {
+            assert_eq!(unframed(&read.headers), read.headers);
         }
     }
 
@@ -385,7 +373,7 @@ mod properties {
                 bytes.extend_from_slice(&[0, 1, b'k']);
             }
             bytes.extend_from_slice(&rest);
-            decoders_agree(&Bytes::from(bytes), &StoreKey::from_raw("k"));
+            decodes_safely(&Bytes::from(bytes), &StoreKey::from_raw("k"));
         }
 
         #[test]
@@ -404,7 +392,7 @@ mod properties {
             if cut_it {
                 bytes.truncate(cut.index(bytes.len() + 1));
             }
-            decoders_agree(&Bytes::from(bytes), &k);
+            decodes_safely(&Bytes::from(bytes), &k);
         }
 
         #[test]
@@ -419,18 +407,7 @@ mod properties {
                 trailers: unframed(&r.trailers),
                 ..r.clone()
             };
-            prop_assert_eq!(StoredResponse::decode(&written, &k), Ok(want.clone()));
-            match fields_of(&written, &k).unwrap() {
-                Some((read, fields)) => {
-                    prop_assert!(want.trailers.is_empty());
-                    prop_assert_eq!(fields, want.headers);
-                    prop_assert_eq!(
-                        (read.status, read.body, read.expires),
-                        (want.status, want.body, want.expires)
-                    );
-                }
-                None => prop_assert!(!want.trailers.is_empty()),
-            }
+            prop_assert_eq!(StoredResponse::decode(&written, &k), Ok(want));
         }
 
         #[test]
@@ -443,10 +420,6 @@ mod properties {
             let written = r.encode(&StoreKey::from_raw(k));
             let other = StoreKey::from_raw(other);
             prop_assert_eq!(StoredResponse::decode(&written, &other), Err(RecordError::WrongKey));
-            prop_assert_eq!(
-                FieldRecord::decode(&written, &other, |_, _| panic!("a field of another key's record")),
-                Err(RecordError::WrongKey)
-            );
         }
     }
 }
