@@ -17,8 +17,10 @@ use crate::problem::GatewayError;
 use crate::route::{self, Mode, Route, Skip, Verdict};
 
 mod grpc;
+mod store;
 mod summary;
 
+pub use self::store::{check_store, StoreVerdict};
 pub use self::summary::summary;
 
 /// A request described on the command line.

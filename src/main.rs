@@ -64,6 +64,11 @@ enum Command {
         /// Exit 1 when there is any warning (for CI).
         #[arg(long)]
         strict: bool,
+        /// Also dial the configured store, authenticate, and report each node's server and
+        /// version, whether it has SET ... IFEQ, and the store checks drill makes: exit 69
+        /// when it cannot be reached, 1 on a risk (an evicting policy).
+        #[arg(long, conflicts_with = "request")]
+        store: bool,
         /// A request to explain: "METHOD /path?query".
         #[arg(long, value_name = "METHOD TARGET")]
         request: Option<String>,
@@ -172,10 +177,11 @@ fn main() -> ExitCode {
         Command::Check {
             config,
             strict,
+            store,
             request,
             headers,
             body,
-        } => check(&config, strict, request, &headers, body),
+        } => check(&config, (strict, store), request, &headers, body),
         Command::Drill(args) => drill(args),
         Command::Keys(args) => keys_cli::run(args),
         Command::Completions { shell } => {
@@ -207,7 +213,7 @@ fn main() -> ExitCode {
 /// `check`: the file's summary, or with `--request` what the gateway would do with one.
 fn check(
     config: &std::path::Path,
-    strict: bool,
+    (strict, store): (bool, bool),
     request: Option<String>,
     headers: &[String],
     body: Option<String>,
@@ -239,7 +245,27 @@ fn check(
             ));
             ExitCode::FAILURE
         }
+        _ if store => check_store(&c),
         _ => ExitCode::SUCCESS,
+    }
+}
+
+/// `check --store`: the store dialled as the gateway would, its nodes and checks printed.
+fn check_store(c: &dedupe_gateway::config::Config) -> ExitCode {
+    use dedupe_gateway::explain::StoreVerdict;
+    let runtime = match runtime(std::time::Duration::ZERO) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let (text, verdict) = runtime.block_on(dedupe_gateway::explain::check_store(c));
+    let _ = write!(std::io::stdout().lock(), "{text}");
+    match verdict {
+        StoreVerdict::Passed => ExitCode::SUCCESS,
+        StoreVerdict::Risky => {
+            report("--store: the store has a risk (see above): duplicates can slip through");
+            ExitCode::from(EXIT_DRILL_FAILED)
+        }
+        StoreVerdict::Unreachable => ExitCode::from(EXIT_UNAVAILABLE),
     }
 }
 

@@ -538,3 +538,36 @@ fn a_header_key_without_a_scope_is_refused_unless_scope_is_written() {
         );
     }
 }
+
+/// Issue #57, item 7: `check --store` dials the configured store and reports what it is
+/// and what `drill`'s store checks find; an unreachable store does not pass.
+#[test]
+fn check_store_reaches_the_store_and_refuses_an_evicting_or_unreachable_one() {
+    let redis = dedupe_test_support::RedisServer::start();
+    let on = |url: &str| format!("{BASE}[store]\nbackend = \"redis\"\nurl = \"{url}\"\n");
+    let (code, out, err) = check(&on(&redis.url()), &["--store"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("store (redis): reached"), "{out}");
+    assert!(out.contains("; SET ... IFEQ: "), "{out}");
+    assert!(out.contains(": Redis "), "the server's version: {out}");
+    // The same refusal `drill` makes: an evicting policy lets duplicates through.
+    let _: () = redis.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let (code, out, err) = check(&on(&redis.url()), &["--store"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("risk: ") && out.contains("allkeys-lru"),
+        "{out}"
+    );
+    // Nothing listens: it used to pass `check`.
+    let port = dedupe_test_support::free_port();
+    let (code, out, err) = check(&on(&format!("redis://127.0.0.1:{port}")), &["--store"]);
+    assert_eq!(code, Some(69), "{out}\n{err}");
+    assert!(out.contains("store (redis): not reached"), "{out}");
+    // Without --store, `check` dials nothing.
+    let (code, _, _) = check(&on(&format!("redis://127.0.0.1:{port}")), &[]);
+    assert_eq!(code, Some(0));
+    // The embedded store has nothing to dial and passes.
+    let (code, out, err) = check(BASE, &["--store"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("store (memory): reached"), "{out}");
+}

@@ -50,6 +50,35 @@ pub struct NodeReplies {
     pub hash_max_listpack_value: Option<String>,
     /// `INFO replication`, as text.
     pub replication: Option<String>,
+    /// `INFO server`, as text: which server and version.
+    pub server: Option<String>,
+}
+
+impl NodeReplies {
+    /// The server and its version as `INFO server` tells them: `Valkey 8.1.1`, `Redis
+    /// 7.0.15`; `None` when it did not answer.
+    pub fn version(&self) -> Option<String> {
+        let info = self.server.as_deref()?;
+        match info_field(info, "valkey_version") {
+            Some(v) => Some(format!("Valkey {}", v.trim())),
+            None => info_field(info, "redis_version").map(|v| format!("Redis {}", v.trim())),
+        }
+    }
+
+    /// Whether the server has `SET ... IFEQ` (Valkey 8.1, Redis 8.4 and later), by its
+    /// version: completions then run no Lua. `None` when the version is unknown. (The
+    /// gateway learns it again on each connection from the first completion.)
+    pub fn compares(&self) -> Option<bool> {
+        let info = self.server.as_deref()?;
+        let at_least = |v: &str, want: (u32, u32)| {
+            let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= want
+        };
+        match info_field(info, "valkey_version") {
+            Some(v) => Some(at_least(v, (8, 1))),
+            None => info_field(info, "redis_version").map(|v| at_least(v, (8, 4))),
+        }
+    }
 }
 
 /// The reply of `CLUSTER INFO`, as text.
@@ -168,7 +197,30 @@ mod tests {
             save: Some("3600 1 300 100 60 10000".into()),
             hash_max_listpack_value: Some("1024".into()),
             replication: Some("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n".into()),
+            server: Some("# Server\r\nredis_version:7.0.15\r\n".into()),
         }
+    }
+
+    #[test]
+    fn the_version_and_compare_and_set_are_read_from_info_server() {
+        let n = healthy();
+        assert_eq!(n.version().as_deref(), Some("Redis 7.0.15"));
+        assert_eq!(n.compares(), Some(false));
+        let on = |info: &str| NodeReplies {
+            server: Some(info.into()),
+            ..healthy()
+        };
+        let valkey = on("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n");
+        assert_eq!(valkey.version().as_deref(), Some("Valkey 8.1.1"));
+        assert_eq!(valkey.compares(), Some(true));
+        assert_eq!(on("valkey_version:8.0.2\r\n").compares(), Some(false));
+        assert_eq!(on("redis_version:8.4.0\r\n").compares(), Some(true));
+        assert_eq!(on("redis_version:8.2.1\r\n").compares(), Some(false));
+        let unknown = NodeReplies {
+            server: None,
+            ..healthy()
+        };
+        assert_eq!((unknown.version(), unknown.compares()), (None, None));
     }
 
     fn checks(f: &[Finding]) -> Vec<(&'static str, Severity)> {

@@ -346,12 +346,25 @@ impl Store {
     /// Store checks: settings of the store that let duplicates through (see [`health`]).
     /// The embedded store has none. Fails only when the store does not answer.
     pub async fn health_findings(&self) -> Result<Vec<health::Finding>, StoreError> {
+        Ok(self.health().await?.1)
+    }
+
+    /// What the store checks read of each node (none for the embedded store), and what
+    /// they found.
+    pub async fn health(
+        &self,
+    ) -> Result<(Vec<health::NodeReplies>, Vec<health::Finding>), StoreError> {
         match self {
-            Store::Memory(_) => Ok(Vec::new()),
-            Store::Redis(s) => Ok(health::findings(&[s.health_replies().await?], None)),
+            Store::Memory(_) => Ok((Vec::new(), Vec::new())),
+            Store::Redis(s) => {
+                let node = s.health_replies().await?;
+                let found = health::findings(std::slice::from_ref(&node), None);
+                Ok((vec![node], found))
+            }
             Store::Cluster(s) => {
                 let (nodes, cluster) = s.health_replies().await?;
-                Ok(health::findings(&nodes, Some(&cluster)))
+                let found = health::findings(&nodes, Some(&cluster));
+                Ok((nodes, found))
             }
         }
     }

@@ -225,19 +225,22 @@ impl RedisClusterStore {
                 .unwrap_or_default()
             }
         };
-        let mut replies: std::collections::BTreeMap<String, ([Option<Value>; 4], Option<Value>)> =
-            Default::default();
+        // Per node: its `CONFIG GET` replies, then `INFO replication` and `INFO server`.
+        type Asked = ([Option<Value>; 4], [Option<Value>; 2]);
+        let mut replies: std::collections::BTreeMap<String, Asked> = Default::default();
         for (i, name) in CONFIG_CHECKED.iter().enumerate() {
             for (node, v) in ask(redis::cmd("CONFIG").arg("GET").arg(*name).clone()).await {
                 replies.entry(node).or_default().0[i] = Some(v);
             }
         }
-        for (node, v) in ask(redis::cmd("INFO").arg("replication").clone()).await {
-            replies.entry(node).or_default().1 = Some(v);
+        for (i, section) in ["replication", "server"].into_iter().enumerate() {
+            for (node, v) in ask(redis::cmd("INFO").arg(section).clone()).await {
+                replies.entry(node).or_default().1[i] = Some(v);
+            }
         }
         let nodes = replies
             .into_iter()
-            .map(|(node, (config, repl))| node_replies(node, config, repl))
+            .map(|(node, (config, infos))| node_replies(node, config, infos))
             .collect();
         Ok((nodes, ClusterReplies { info }))
     }

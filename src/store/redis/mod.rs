@@ -349,17 +349,19 @@ impl RedisStore {
             ask(["CONFIG", "GET", CONFIG_CHECKED[2]]).await,
             ask(["CONFIG", "GET", CONFIG_CHECKED[3]]).await,
         ];
-        let cmd = &redis::cmd("INFO").arg("replication").clone();
-        let replication = self
-            .query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
-            .await
-            .ok();
+        let info = |section: &'static str| async move {
+            let cmd = &redis::cmd("INFO").arg(section).clone();
+            self.query(move |mut con| async move { cmd.query_async::<Value>(&mut con).await })
+                .await
+                .ok()
+        };
+        let infos = [info("replication").await, info("server").await];
         let node = self
             .links
             .main()
             .node()
             .unwrap_or_else(|| self.node.clone());
-        Ok(node_replies(node.to_string(), config, replication))
+        Ok(node_replies(node.to_string(), config, infos))
     }
 }
 

@@ -146,7 +146,7 @@ pub(super) const CONFIG_CHECKED: [&str; 4] = [
 pub(super) fn node_replies(
     node: String,
     config: [Option<Value>; 4],
-    replication: Option<Value>,
+    [replication, server]: [Option<Value>; 2],
 ) -> NodeReplies {
     let [policy, aof, save, listpack] = config;
     let get = |v: Option<Value>, name| v.and_then(|v| config_value(v, name));
@@ -160,6 +160,7 @@ pub(super) fn node_replies(
                 .or_else(|| config_value(v, "hash-max-ziplist-value"))
         }),
         replication: replication.and_then(|v| redis::from_redis_value(v).ok()),
+        server: server.and_then(|v| redis::from_redis_value(v).ok()),
     }
 }
 
@@ -179,7 +180,8 @@ mod tests {
 
     #[test]
     fn the_listpack_value_is_read_under_either_name() {
-        let replies = |listpack| node_replies("n:1".into(), [None, None, None, listpack], None);
+        let replies =
+            |listpack| node_replies("n:1".into(), [None, None, None, listpack], [None, None]);
         // Redis 7: both names, the listpack one first.
         let r7 = config_reply(&[
             ("hash-max-listpack-value", "1024"),
