@@ -344,3 +344,39 @@ async fn a_stale_upstream_length_is_never_stored_nor_written_beside_another_body
         }
     }
 }
+
+/// An upstream that closes a kept-alive connection as the next request arrives, without
+/// an answer (the race of a pooled connection closed just as it was lent): a safe request
+/// with no body is sent once more on a new connection; a write is not, and is a 502.
+#[tokio::test]
+async fn a_safe_request_whose_kept_connection_closed_unanswered_is_sent_once_more() {
+    let (up, conns) = scripted(|c, n, _| match (c % 2, n) {
+        (0, 0) => Some(ok("first")),
+        (0, _) => None,
+        _ => Some(ok("fresh")),
+    })
+    .await;
+    let gw = gateway(up).await;
+    let http = Http::new();
+    let r = http.get(&gw.url("/a"), &[]).await;
+    assert_eq!(r.text(), "first");
+    let r = http.get(&gw.url("/b"), &[]).await;
+    assert_eq!((r.status, r.text()), (StatusCode::OK, "fresh".to_owned()));
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "sent again on a new connection"
+    );
+    // A write meets the same close: it may have executed, so it is not sent again.
+    let (up, conns) = scripted(|c, n, _| match (c, n) {
+        (0, 0) => Some(ok("first")),
+        (0, _) => None,
+        _ => Some(ok("fresh")),
+    })
+    .await;
+    let gw = gateway(up).await;
+    assert_eq!(http.get(&gw.url("/a"), &[]).await.text(), "first");
+    let r = http.post(&gw.url("/w"), &[], "x").await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text());
+    assert_eq!(conns.load(Ordering::SeqCst), 1, "the write was sent once");
+}

@@ -110,6 +110,16 @@ pub fn client_ip(remote: SocketAddr) -> HeaderValue {
     HeaderValue::try_from(remote.ip().to_string()).unwrap_or(HeaderValue::from_static("unknown"))
 }
 
+/// Whether a request may be sent again after its connection broke: a safe method (RFC 9110
+/// §9.2.1) with no body.
+fn resendable(req: &Request<Body>) -> bool {
+    use hyper::body::Body as _;
+    matches!(
+        *req.method(),
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+    ) && req.body().size_hint().exact() == Some(0)
+}
+
 /// Whether the client's `TE` lists `trailers`.
 fn accepts_trailers(headers: &HeaderMap) -> bool {
     headers
@@ -255,6 +265,32 @@ impl Upstream {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
+        // A request safe to send twice (a safe method, no body) is sent once more when its
+        // connection broke before any answer: an upstream may close a kept-alive
+        // connection just as the pool lends it, the race every pooled proxy meets (nginx's
+        // `proxy_next_upstream` sends such requests again too). Nothing else is: it may
+        // have executed.
+        let again = resendable(&req).then(|| {
+            let mut copy = Request::new(crate::full(bytes::Bytes::new()));
+            *copy.method_mut() = req.method().clone();
+            *copy.uri_mut() = req.uri().clone();
+            *copy.version_mut() = req.version();
+            *copy.headers_mut() = req.headers().clone();
+            copy
+        });
+        match (self.send_once(req).await, again) {
+            (Err(UpstreamFailure::Broken(e)), Some(req)) => {
+                tracing::debug!(error = %error_chain(&*e), "the upstream connection broke before an answer to a safe request: sending it once more");
+                self.send_once(req).await
+            }
+            (sent, _) => sent,
+        }
+    }
+
+    async fn send_once(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, UpstreamFailure> {
         let req = self.absolute(req);
         let sent = match (&self.h2c, req.version(), &self.transport) {
             (Some(h2c), Version::HTTP_2, _) => h2c.clients.here().request(req).await,
