@@ -115,20 +115,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         &s.connect_timeout,
         DEFAULT_CONNECT_TIMEOUT,
     )?;
-    let max_body = parse::opt_size(
-        "server.max_body",
-        s.max_body.as_deref(),
-        DEFAULT_MAX_BODY,
-        0,
-        MAX_BODY_LIMIT,
-    )?;
-    let max_header_bytes = parse::opt_size(
-        "server.max_header_bytes",
-        s.max_header_bytes.as_deref(),
-        DEFAULT_MAX_HEADER_BYTES,
-        MIN_HEADER_BYTES,
-        MAX_HEADER_BYTES,
-    )?;
+    let (max_body, max_header_bytes) = sizes(s)?;
     let header_read_timeout = timeout(
         "server.header_read_timeout",
         &s.header_read_timeout,
@@ -180,6 +167,25 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         idle_poll: idle_poll(s)?,
         write_timeout,
     })
+}
+
+/// `server.max_body` and `server.max_header_bytes`, each within its bounds.
+fn sizes(s: &FileServer) -> Result<(u64, u64), ConfigError> {
+    let max_body = parse::opt_size(
+        "server.max_body",
+        s.max_body.as_deref(),
+        DEFAULT_MAX_BODY,
+        0,
+        MAX_BODY_LIMIT,
+    )?;
+    let max_header_bytes = parse::opt_size(
+        "server.max_header_bytes",
+        s.max_header_bytes.as_deref(),
+        DEFAULT_MAX_HEADER_BYTES,
+        MIN_HEADER_BYTES,
+        MAX_HEADER_BYTES,
+    )?;
+    Ok((max_body, max_header_bytes))
 }
 
 /// `server.workers`: 1 to [`MAX_WORKERS`] when set.
