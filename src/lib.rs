@@ -11,6 +11,8 @@
 //!                           body read (bounded) ─▶ Route::verdict: key, scope, hash, store key
 //!                           (a signed route checks the signature first: 401 if it fails)
 //!                                                          │
+//!                  admission (limit, byte budget; else 503 overloaded, nothing claimed)
+//!                                                          │
 //!                                                          ▼  (a tracked task from here)
 //!                         dedupe::run ─▶ store::Store::claim (one atomic operation)
 //!                         │ Won(Lease) ─▶ http::forwarder calls   ─▶ lease.complete / release / keep
@@ -58,8 +60,9 @@
 //!   it, and shown, resolved, deleted or listed through the admin API.
 //! - [`framing`]: the request-smuggling guard on the raw connection.
 //! - [`reload`]: what a SIGHUP may change, and what waits for a restart (pure).
-//! - [`http`]: the hyper edge: gateway state, the request pipeline, passthrough, the
-//!   forwarder's upstream call, replays, the access record.
+//! - [`http`]: the hyper edge: gateway state, the request pipeline, admission before the
+//!   claim (the adaptive limit, the byte budget), passthrough, the forwarder's upstream
+//!   call, replays, the access record.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
 //! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`
