@@ -167,14 +167,16 @@ impl Limiter {
         }
         self.long = Some(long);
         let gradient = (TOLERANCE * long / short).clamp(0.5, 1.0);
+        // A ceiling below the floor is the ceiling (`clamp` needs its bounds in order).
+        let floor = MIN_LIMIT.min(ceiling) as f64;
         let ceiling = ceiling as f64;
         let limit = self.limit.min(ceiling);
         let target = timeout.as_secs_f64() / 2.0;
-        let new = (limit * gradient + limit.sqrt()).clamp(MIN_LIMIT as f64, ceiling);
+        let new = (limit * gradient + limit.sqrt()).clamp(floor, ceiling);
         self.limit = if short > target {
             // Past the target, claims and completions are near their timeout: the limit
             // comes down at once, in proportion (by half at most).
-            (limit * (target / short).max(0.5)).max(MIN_LIMIT as f64)
+            (limit * (target / short).max(0.5)).max(floor)
         } else if new < limit || (m.peak as f64) >= limit / 2.0 {
             limit + (new - limit) * SMOOTHING
         } else {

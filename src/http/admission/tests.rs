@@ -52,6 +52,26 @@ async fn past_the_limit_a_claim_is_refused_until_a_place_is_given_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_ceiling_below_the_floor_holds_through_every_window() {
+    let admission = Arc::new(Admission::default());
+    for latency in [1, 200, 1, 1] {
+        let permits: Vec<Permit> = (0..20)
+            .filter_map(|_| admission.try_admit(bounds(2), true))
+            .collect();
+        assert_eq!(permits.len(), 2);
+        tokio::time::advance(Duration::from_millis(latency)).await;
+        drop(permits);
+        // Enough answers to close a window, each measured.
+        for _ in 0..WINDOW_SAMPLES {
+            admission.try_admit(bounds(2), true).unwrap().claimed();
+        }
+        tokio::time::advance(WINDOW_TIME).await;
+        admission.try_admit(bounds(2), true).unwrap().claimed();
+        assert_eq!(admission.load(2), (2, 0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lower_ceiling_bounds_the_limit_at_once() {
     let admission = Arc::new(Admission::default());
     let held: Vec<Permit> = (0..3)
