@@ -11,6 +11,8 @@
 //!                           body read (bounded) ─▶ Route::verdict: key, scope, hash, store key
 //!                           (a signed route checks the signature first: 401 if it fails)
 //!                                                          │
+//!                  admission (limit, byte budget; else 503 overloaded, nothing claimed)
+//!                                                          │
 //!                                                          ▼  (a tracked task from here)
 //!                         dedupe::run ─▶ store::Store::claim (one atomic operation)
 //!                         │ Won(Lease) ─▶ edge::forwarder ─▶ upstream ─▶ lease.complete / release / keep
@@ -38,7 +40,8 @@
 //! - [`upstream`]: hyper-util's pooled upstream clients, the one upstream call and its
 //!   typed failures, and the proxy hop's request rules.
 //! - [`edge`]: the hyper edge: listeners and connections (server/), the smuggling guard,
-//!   gateway state, the request pipeline, passthrough, the forwarder, replays, the access
+//!   gateway state, the request pipeline, admission before the claim (the adaptive
+//!   limit, the byte budget), passthrough, the forwarder, replays, the access
 //!   record, the admin port (admin/), and the one place errors become responses
 //!   (problem/).
 //! - [`ops`]: the commands an operator runs besides `run`: `check`, `drill` and `keys`.

@@ -144,6 +144,11 @@ struct DrillArgs {
     /// Send the --target requests (they reach the real upstream).
     #[arg(long, requires = "target")]
     yes: bool,
+    /// Also drive each route, for a few seconds at a capped rate, past an admission limit
+    /// of the drill's own (set low): refusals must come before the claim, nothing may be
+    /// left unstored. Local mode only: never with --target.
+    #[arg(long, conflicts_with = "target")]
+    overload: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -443,6 +448,7 @@ fn drill(args: DrillArgs) -> ExitCode {
                 routes: args.routes.clone(),
                 lease: args.lease,
                 race: args.race,
+                overload: args.overload,
             };
             runtime.block_on(local::run(config, &opts))
         }

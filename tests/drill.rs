@@ -539,3 +539,43 @@ fn the_crash_drill_on_a_holding_route_checks_the_hold_and_its_resolve() {
         assert!(out.contains("resolved=true"), "{out}");
     }
 }
+
+#[test]
+fn drill_overload_runs_only_on_request_and_refuses_only_before_the_claim() {
+    let redis = RedisServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = GatewayConfig::new("http://127.0.0.1:9")
+        .store(StoreCfg::redis(redis.url()))
+        .route(RouteCfg::header("orders", "/orders/*"));
+    let p = write(&tmp, &cfg.to_toml());
+    let args = ["--format", "json", "--lease", "1s", "--overload"];
+    let (code, out, err) = drill(&p, &args, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let overload = &drills_by_name(&v)["overload"];
+    assert_eq!(overload["pass"], true, "{overload}");
+    let evidence = &overload["evidence"];
+    assert_eq!(evidence["unstored"], 0, "{evidence}");
+    assert_eq!(evidence["refused_after_claim"], 0, "{evidence}");
+    assert!(evidence["admitted"].as_u64().unwrap() > 0, "{evidence}");
+    assert_eq!(v["cleanup"]["left"], serde_json::json!([]), "{v}");
+    // Never by default.
+    let (code, out, err) = drill(&p, &["--format", "json", "--lease", "1s"], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!drills_by_name(&v).contains_key("overload"), "{v}");
+}
+
+#[test]
+fn drill_overload_is_refused_with_a_target() {
+    let args = [
+        "--overload",
+        "--target",
+        "http://127.0.0.1:9",
+        "--admin",
+        "http://127.0.0.1:9",
+    ];
+    let (code, _, err) = drill(Path::new("config/demo.toml"), &args, &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("--overload"), "{err}");
+}

@@ -14,7 +14,7 @@
 //!
 //! Environment: `BENCH_REQUESTS` (most requests per pass, default 20000), `BENCH_SECONDS`
 //! (longest pass, default 4), `BENCH_ROUNDS` (default 3), `BENCH_CONNECTIONS` (default
-//! `32,1000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
+//! `32,1000`), `BENCH_WRK_CONNECTIONS` (the `wrk` rounds', default `32,1000,4000`), `BENCH_ONLY` (comma-separated scenario names to run beside the baseline,
 //! e.g. `passthrough,memory-won`), `BENCH_HOLD` (seconds to pause before each measured
 //! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
 //! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_FLOOR`
@@ -25,7 +25,9 @@
 //! `scripts/test` builds). Run with `cargo bench --bench throughput`.
 //!
 //! When `wrk` is installed, every scenario is also driven by `wrk -t1 --latency` in front
-//! of an nginx origin (`versus.rs`), with the CPU every process spends per request.
+//! of an nginx origin (`versus.rs`), with the CPU every process spends per request; past
+//! 100 connections, Redis's new keys and replays too, where only 2xx answers count as
+//! throughput, beside the count of every other status and of `unstored` answers.
 
 mod cpu;
 mod load;
@@ -78,6 +80,20 @@ pub struct Settings {
     pub limit: Duration,
     pub rounds: usize,
     pub connections: Vec<usize>,
+    /// The `wrk` rounds' connection counts (`BENCH_WRK_CONNECTIONS`).
+    pub wrk_connections: Vec<usize>,
+}
+
+/// A comma-separated list of connection counts from `name`, or `default`.
+fn counts(name: &str, default: &str) -> Vec<usize> {
+    let list = std::env::var(name).unwrap_or_else(|_| default.into());
+    list.split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {c:?} is not a number"))
+        })
+        .collect()
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -91,19 +107,12 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 fn settings() -> Settings {
-    let connections = std::env::var("BENCH_CONNECTIONS").unwrap_or_else(|_| "32,1000".into());
     Settings {
         requests: env_num("BENCH_REQUESTS", 20_000usize).max(1),
         limit: Duration::from_secs_f64(env_num("BENCH_SECONDS", 4.0f64)),
         rounds: env_num("BENCH_ROUNDS", 3usize).max(1),
-        connections: connections
-            .split(',')
-            .map(|c| {
-                c.trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("BENCH_CONNECTIONS: {c:?} is not a number"))
-            })
-            .collect(),
+        connections: counts("BENCH_CONNECTIONS", "32,1000"),
+        wrk_connections: counts("BENCH_WRK_CONNECTIONS", "32,1000,4000"),
     }
 }
 

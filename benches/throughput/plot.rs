@@ -39,7 +39,7 @@ fn rows(
             let ratios = runs
                 .iter()
                 .zip(base)
-                .map(|(r, b)| r.rate / b.rate)
+                .map(|(r, b)| r.ok_rate / b.ok_rate)
                 .collect();
             rows.push(Row {
                 label: format!("{} @{conns}", s.name),

@@ -60,6 +60,8 @@ pub struct Scenario {
     /// The `redis-server` the gateway stores in (process id, port), for the CPU time it
     /// spends per request and how many commands it gets per read.
     pub store_pid: Option<(u32, u16)>,
+    /// The gateway's admin listener, for its `unstored` count.
+    pub admin: Option<SocketAddr>,
 }
 
 /// What the gateways are built from.
@@ -85,6 +87,7 @@ impl Scenario {
             gateway: None,
             pid,
             store_pid: None,
+            admin: None,
         }
     }
 
@@ -107,6 +110,7 @@ impl Scenario {
             gateway: Some(idx),
             pid: Some(gw.pid()),
             store_pid: None,
+            admin: gw.admin,
         }
     }
 }

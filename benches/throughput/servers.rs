@@ -179,6 +179,8 @@ impl Drop for Nginx {
 /// measured in the same rounds as nginx and the gateway.
 pub struct Spawned {
     pub addr: SocketAddr,
+    /// The gateway's admin listener (its `/metrics`); none for the floor proxy.
+    pub admin: Option<SocketAddr>,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -191,14 +193,18 @@ pub type FloorChild = Spawned;
 impl Spawned {
     /// Starts the gateway's `binary` (this build's, or another's to compare) with `config`.
     pub fn gateway(binary: &Path, config: GatewayConfig) -> Self {
-        Self::spawn(binary, "gateway.log", |command, addr, dir| {
+        let admin = free_addr();
+        let config = config.admin_listen(&admin.to_string());
+        let mut gw = Self::spawn(binary, "gateway.log", |command, addr, dir| {
             let config_path = dir.join("gateway.toml");
             std::fs::write(&config_path, config.listen(&addr.to_string()).to_toml()).unwrap();
             command
                 .args(["run", "--log-format", "json", "--config"])
                 .arg(&config_path)
                 .env_remove("RUST_LOG");
-        })
+        });
+        gw.admin = Some(admin);
+        gw
     }
 
     /// Starts the floor proxy's `binary` in front of `upstream`.
@@ -228,6 +234,7 @@ impl Spawned {
         wait_listening(addr, &mut child, &log);
         Self {
             addr,
+            admin: None,
             child,
             _dir: dir,
         }

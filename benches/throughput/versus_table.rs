@@ -26,6 +26,34 @@ fn ratio(runs: &[WrkSample], base: &[WrkSample], f: impl Fn(&WrkSample) -> f64) 
     format!("{m:.2} ({lo:.2}-{hi:.2})")
 }
 
+/// Every round's answers other than 2xx, by status (`sock`: socket errors), summed.
+fn refused(runs: &[WrkSample]) -> String {
+    let mut all: BTreeMap<u16, u64> = BTreeMap::new();
+    for (code, n) in runs.iter().flat_map(|r| &r.refused) {
+        *all.entry(*code).or_default() += n;
+    }
+    if all.is_empty() {
+        return "-".into();
+    }
+    let shown: Vec<String> = all
+        .iter()
+        .map(|(code, n)| match code {
+            0 => format!("sock:{n}"),
+            c => format!("{c}:{n}"),
+        })
+        .collect();
+    shown.join(" ")
+}
+
+/// Every round's `unstored` answers, summed (`-` where the server is no gateway).
+fn unstored(runs: &[WrkSample]) -> String {
+    let counts: Vec<u64> = runs.iter().filter_map(|r| r.unstored).collect();
+    match counts.is_empty() {
+        true => "-".into(),
+        false => counts.iter().sum::<u64>().to_string(),
+    }
+}
+
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -39,8 +67,10 @@ pub fn render(
     let speed = [
         "scenario",
         "conns",
-        "req/s",
+        "2xx/s",
         "x nginx",
+        "non-2xx",
+        "unstored",
         "p50 ms",
         "p99 ms",
         "p99 x nginx",
@@ -81,8 +111,10 @@ pub fn render(
             fast.push(vec![
                 s.name.clone(),
                 conns.to_string(),
-                spread(runs, |r| Some(r.rate), 0),
-                ratio(runs, base, |r| r.rate),
+                spread(runs, |r| Some(r.ok_rate), 0),
+                ratio(runs, base, |r| r.ok_rate),
+                refused(runs),
+                unstored(runs),
                 spread(runs, |r| Some(ms(r.p50)), 2),
                 spread(runs, |r| Some(ms(r.p99)), 2),
                 ratio(runs, base, |r| ms(r.p99)),
@@ -106,9 +138,12 @@ pub fn render(
         }
     }
     let mut out = format!(
-        "wrk -t1 --latency, {} rounds of {:?}: medians (range); x nginx: the ratio to nginx \
-         proxy_pass in the same round, sent the same kind of requests (a gateway's new keys: \
-         nginx-keyed, a key never sent before on every request; every other row: nginx)\n\n",
+        "wrk -t1 --latency, {} rounds of {:?}: medians (range); 2xx/s: 2xx answers a second \
+         (past 100 connections answers are counted by status, and only 2xx count); x nginx: the \
+         ratio to nginx proxy_pass in the same round, sent the same kind of requests (a \
+         gateway's new keys: nginx-keyed, a key never sent before on every request; every other \
+         row: nginx); non-2xx: the other answers by status over all rounds (sock: socket \
+         errors); unstored: the gateway's unstored answers over all rounds\n\n",
         set.rounds, set.limit
     );
     table(&mut out, &speed, &fast);

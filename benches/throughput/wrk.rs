@@ -2,6 +2,7 @@
 //! by a Lua script, and what it reports (requests, rate, percentiles), with the CPU time
 //! `wrk` itself spent.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
@@ -27,12 +28,28 @@ pub struct WrkRun {
     pub p99: Duration,
     /// Responses other than 2xx/3xx, and socket errors.
     pub errors: u64,
+    /// Socket errors alone (connect, read, write, timeout).
+    pub socket_errors: u64,
+    /// Every response by status, when the run counted them (see [`run`]'s `statuses`).
+    pub statuses: BTreeMap<u16, u64>,
     /// `wrk`'s own CPU time over the run, in clock ticks (user + system).
     pub ticks: u64,
 }
 
+/// What the script adds to count the answers by status: each thread counts its own, and
+/// `done` prints every thread's counts as `status CODE COUNT` lines.
+const COUNT_STATUSES: &str = "local threads = {}\n\
+function setup(thread) table.insert(threads, thread) end\n\
+statuses = {}\n\
+function response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end\n\
+function done(summary, latency, requests)\n\
+  for _, t in ipairs(threads) do\n\
+    for code, n in pairs(t:get(\"statuses\")) do io.write(string.format(\"status %d %d\\n\", code, n)) end\n\
+  end\n\
+end\n";
+
 /// The Lua script that makes `wrk`'s requests.
-fn script(path: &str, keys: &WrkKeys) -> String {
+fn script(path: &str, keys: &WrkKeys, statuses: bool) -> String {
     let mut lua = format!(
         "wrk.method = \"POST\"\nwrk.path = \"{path}\"\nwrk.body = '{BODY}'\n\
          wrk.headers[\"Content-Type\"] = \"application/json\"\n"
@@ -50,14 +67,25 @@ fn script(path: &str, keys: &WrkKeys) -> String {
              return wrk.format()\nend\n"
         )),
     }
+    if statuses {
+        lua.push_str(COUNT_STATUSES);
+    }
     lua
 }
 
-/// Runs `wrk` for `seconds` with `conns` connections on one thread against `addr`.
-pub fn run(addr: SocketAddr, path: &str, keys: &WrkKeys, conns: usize, seconds: f64) -> WrkRun {
+/// Runs `wrk` for `seconds` with `conns` connections on one thread against `addr`; with
+/// `statuses`, counting every answer by its status (a Lua call per response: only where
+/// answers other than 2xx are expected).
+pub fn run(
+    addr: SocketAddr,
+    path: &str,
+    keys: &WrkKeys,
+    (conns, seconds): (usize, f64),
+    statuses: bool,
+) -> WrkRun {
     let dir = tempfile::tempdir().unwrap();
     let lua = dir.path().join("keys.lua");
-    std::fs::write(&lua, script(path, keys)).unwrap();
+    std::fs::write(&lua, script(path, keys, statuses)).unwrap();
     // Through a shell that prints its own `/proc/self/stat` after `wrk` ended: its
     // children's CPU time (`cutime`, `cstime`) is then `wrk`'s.
     let out = Command::new("sh")
@@ -114,7 +142,19 @@ fn parse(text: &str) -> Option<WrkRun> {
     });
     let stat = text.lines().last()?;
     let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    let statuses = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("status ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .fold(BTreeMap::new(), |mut m, (code, n): (u16, u64)| {
+            *m.entry(code).or_default() += n;
+            m
+        });
     Some(WrkRun {
+        socket_errors: socket,
+        statuses,
         requests,
         rate: find("Requests/sec:").and_then(|l| word(l, 1)?.parse().ok())?,
         p50: percentile("50%")?,

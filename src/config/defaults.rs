@@ -38,6 +38,13 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// `server.max_concurrent_streams`.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// `server.max_concurrent_claims`: the ceiling the adaptive admission limit never passes.
+/// A healthy store answers a claim in about a millisecond, so even 10,000 keyed requests a
+/// second keep a few dozen claims waiting; the limit itself follows measured latency.
+pub const DEFAULT_MAX_CONCURRENT_CLAIMS: usize = 1_000;
+/// `server.max_buffered_bytes`: room for about a thousand keyed requests in flight on
+/// routes that keep the default `max_cached_body` (1 MiB each) for their answers.
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1024 * MIB;
 
 /// `store.backend`.
 pub const DEFAULT_BACKEND: Backend = Backend::Memory;
@@ -143,6 +150,13 @@ pub const MAX_HEADER_BYTES: u64 = MIB;
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound of `server.max_concurrent_streams`.
 pub const MAX_CONCURRENT_STREAMS: u32 = 1_000;
+/// Upper bound of `server.max_concurrent_claims`.
+pub const MAX_CONCURRENT_CLAIMS: usize = 100_000;
+/// Lower bound of `server.max_buffered_bytes`: one request of the largest `max_body`
+/// beside one answer of the largest `max_cached_body` (see the routes' check).
+pub const MIN_BUFFERED_BYTES: u64 = MIB;
+/// Upper bound of `server.max_buffered_bytes`.
+pub const MAX_BUFFERED_BYTES: u64 = 1024 * 1024 * MIB;
 /// Upper bound of `server.workers`.
 pub const MAX_WORKERS: usize = 1_024;
 /// Lower bound of `store.max_bytes`.
@@ -278,6 +292,8 @@ mod tests {
             "admin.max_connections" => n(DEFAULT_ADMIN_MAX_CONNECTIONS as u64),
             "server.max_connections" => n(DEFAULT_MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
+            "server.max_concurrent_claims" => n(DEFAULT_MAX_CONCURRENT_CLAIMS as u64),
+            "server.max_buffered_bytes" => s(DEFAULT_MAX_BUFFERED_BYTES),
             "store.backend" => enum_value::<Backend>(text) == DEFAULT_BACKEND,
             "store.prefix" => text == DEFAULT_PREFIX,
             "telemetry.service_name" => text == DEFAULT_SERVICE_NAME,
@@ -359,6 +375,8 @@ mod tests {
             "server.max_header_bytes" => s(MIN_HEADER_BYTES, MAX_HEADER_BYTES),
             "server.max_connections" => n(MAX_CONNECTIONS as u64),
             "server.max_concurrent_streams" => n(u64::from(MAX_CONCURRENT_STREAMS)),
+            "server.max_concurrent_claims" => n(MAX_CONCURRENT_CLAIMS as u64),
+            "server.max_buffered_bytes" => s(MIN_BUFFERED_BYTES, MAX_BUFFERED_BYTES),
             "server.workers" => n(MAX_WORKERS as u64),
             "store.max_records" => n(MAX_RECORDS as u64),
             "store.max_bytes" => s(MIN_STORE_BYTES, MAX_STORE_BYTES),
@@ -419,7 +437,7 @@ mod tests {
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
         assert_eq!(
-            bounds, 22,
+            bounds, 24,
             "every bounded field has its bound in docs/configuration.md"
         );
     }

@@ -7,11 +7,12 @@ use http::uri::{Authority, Scheme};
 
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS,
-    DEFAULT_UPSTREAM_HTTP2, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT,
-    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MAX_WORKERS,
-    MIN_HEADER_BYTES,
+    DEFAULT_MAX_BODY, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONCURRENT_CLAIMS,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS, DEFAULT_UPSTREAM_HTTP2,
+    DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_BUFFERED_BYTES,
+    MAX_CONCURRENT_CLAIMS, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT,
+    MAX_WORKERS, MIN_BUFFERED_BYTES, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -44,6 +45,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// The ceiling of the adaptive admission limit: most keyed requests between admission
+    /// and their claim's answer.
+    pub max_concurrent_claims: usize,
+    /// The budget of buffered bodies: keyed request bodies, and the room their answers may
+    /// take while kept for the store.
+    pub max_buffered_bytes: u64,
     /// Connection workers; `None`: one per CPU the process may use.
     pub workers: Option<usize>,
     /// `https` upstreams: a private CA trusted besides the platform's roots.
@@ -114,6 +121,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         DEFAULT_CONNECT_TIMEOUT,
     )?;
     let (max_body, max_header_bytes) = sizes(s)?;
+    let (max_concurrent_claims, max_buffered_bytes) = admission(s)?;
     let header_read_timeout = timeout(
         "server.header_read_timeout",
         &s.header_read_timeout,
@@ -146,6 +154,8 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
             DEFAULT_MAX_CONCURRENT_STREAMS,
             MAX_CONCURRENT_STREAMS,
         )?,
+        max_concurrent_claims,
+        max_buffered_bytes,
         workers: workers(s)?,
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,
@@ -183,6 +193,24 @@ fn sizes(s: &FileServer) -> Result<(u64, u64), ConfigError> {
         MAX_HEADER_BYTES,
     )?;
     Ok((max_body, max_header_bytes))
+}
+
+/// `server.max_concurrent_claims` and `server.max_buffered_bytes`, each within its bounds.
+fn admission(s: &FileServer) -> Result<(usize, u64), ConfigError> {
+    let claims = parse::count(
+        "server.max_concurrent_claims",
+        s.max_concurrent_claims,
+        DEFAULT_MAX_CONCURRENT_CLAIMS,
+        MAX_CONCURRENT_CLAIMS,
+    )?;
+    let buffered = parse::opt_size(
+        "server.max_buffered_bytes",
+        s.max_buffered_bytes.as_deref(),
+        DEFAULT_MAX_BUFFERED_BYTES,
+        MIN_BUFFERED_BYTES,
+        MAX_BUFFERED_BYTES,
+    )?;
+    Ok((claims, buffered))
 }
 
 /// `server.workers`: 1 to [`MAX_WORKERS`] when set.

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Incoming};
 use tracing::warn;
 
+use super::budget::Held;
 use super::capture::Gathered;
 use crate::config::Config;
 use crate::edge::problem::GatewayError;
@@ -63,12 +64,15 @@ pub(super) fn streamed(body: Incoming) -> Body {
     body.map_err(BoxError::from).boxed()
 }
 
-/// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`.
-/// A body that arrives in one frame (the common case) is kept without a copy.
+/// Buffers a deduped request's body within `server.max_body` and `server.body_read_timeout`,
+/// each frame counted in `held` against `server.max_buffered_bytes` (past it: refused
+/// `overloaded`). A body that arrives in one frame (the common case) is kept without a
+/// copy.
 pub(super) async fn read_body(
     mut body: Incoming,
     parts: &Parts,
     config: &Config,
+    held: &mut Held,
 ) -> Result<Bytes, Refusal> {
     let limit = config.server.max_body;
     let deadline = tokio::time::Instant::now() + config.server.body_read_timeout;
@@ -106,6 +110,13 @@ pub(super) async fn read_body(
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        if !held.grow(data.len() as u64, config.server.max_buffered_bytes) {
+            let whole = drain(body, deadline).await;
+            return Err(Refusal {
+                error: GatewayError::Overloaded,
+                close: !whole,
+            });
+        }
         if gathered.push(data) as u64 > limit {
             return Err(too_large(drain(body, deadline).await));
         }

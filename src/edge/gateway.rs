@@ -8,6 +8,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::task::TaskTracker;
 
+use super::admission::Admission;
+use super::budget::Budget;
 use super::join::Streams;
 use super::recent::RecentLatency;
 use crate::config::Config;
@@ -70,6 +72,15 @@ pub struct Gateway {
     pub(super) detached: Arc<AtomicUsize>,
     /// Winners' answers streaming now, for duplicates on `on_conflict = "join"` routes.
     pub(super) streams: Arc<Streams>,
+    /// The admission limit: keyed requests between admission and their claim's answer.
+    pub(super) admission: Arc<Admission>,
+    /// The bytes keyed requests hold in buffered bodies (`server.max_buffered_bytes`).
+    pub(super) budget: Arc<Budget>,
+    /// When a refusal before the claim was last logged at `warn` (seconds since start):
+    /// at most one such line a second, however many are refused.
+    pub(super) shed_logged: std::sync::atomic::AtomicU64,
+    /// When the gateway was made.
+    pub(super) started: std::time::Instant,
 }
 
 impl Gateway {
@@ -88,6 +99,10 @@ impl Gateway {
             no_route: Arc::from("-"),
             detached: Arc::default(),
             streams: Arc::default(),
+            admission: Arc::default(),
+            budget: Arc::default(),
+            shed_logged: Default::default(),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -129,6 +144,18 @@ impl Gateway {
     /// Requests whose client hung up while their claim's work still runs.
     pub fn detached(&self) -> usize {
         self.detached.load(Ordering::Relaxed)
+    }
+
+    /// The admission limit now, the keyed requests it admitted that await their claim's
+    /// answer, and the bytes held in buffered bodies: what `/metrics` shows of overload.
+    pub fn admission_load(&self) -> crate::telemetry::metrics::AdmissionLoad {
+        let ceiling = self.live().config.server.max_concurrent_claims;
+        let (limit, claiming) = self.admission.load(ceiling);
+        crate::telemetry::metrics::AdmissionLoad {
+            limit,
+            claiming,
+            buffered_bytes: self.budget.held(),
+        }
     }
 
     /// What the dedupe protocol runs against.

@@ -9,6 +9,7 @@ use http::Response;
 use tracing::{error, warn, Instrument};
 
 use super::access::{Access, Origin};
+use super::admission::Admitted;
 use super::detach::{TaskSide, Tether};
 use super::forwarder::Forwarder;
 use super::inline::TaskFuture;
@@ -33,6 +34,8 @@ pub(super) struct KeyedRequest {
     pub(super) advertise_expiry: bool,
     pub(super) started: Instant,
     pub(super) origin: Origin,
+    /// Its place before the claim, and the bytes it holds to its end.
+    pub(super) admitted: Admitted,
 }
 
 impl KeyedRequest {
@@ -76,8 +79,17 @@ impl KeyedRequest {
         // The forwarder goes into the protocol; the route's latencies stay for a 409.
         let (live, route) = (this.forwarder.live.clone(), this.forwarder.route);
         if let Some(response) = this.joined(&gateway) {
+            // No claim was made: nothing measured.
+            this.admitted.permit.unmeasured();
             return delivery.deliver(response);
         }
+        // The place is given back as the claim is answered: when the forwarder is called,
+        // or else when the protocol returns (the closure dropped with it). The bytes stay
+        // held until the task ends.
+        let Admitted {
+            permit,
+            held: _held,
+        } = this.admitted;
         let order = keyed.order.as_ref().map(|(entity, o)| Order {
             entity,
             version: &o.version,
@@ -91,6 +103,7 @@ impl KeyedRequest {
             &this.policy,
             order,
             |forward| {
+                permit.claimed();
                 this.forwarder
                     .execute(&gateway.metrics, &keyed.store_key, forward)
             },

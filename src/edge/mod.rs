@@ -26,10 +26,15 @@
 //! - `recent`: what a route's upstream calls took lately, for `Retry-After`.
 //! - `replay`: answering from a stored record.
 //! - `access`: the access record, logged and counted once per request.
+//! - `admission`: the adaptive admission limit a keyed request passes before its claim,
+//!   and the refusals (`overloaded`) before it.
+//! - `budget`: the bytes buffered bodies hold, against `server.max_buffered_bytes`.
 
 mod access;
 pub mod admin;
+mod admission;
 mod body;
+mod budget;
 mod capture;
 mod detach;
 mod forwarder;

@@ -10,10 +10,12 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
-use tracing::{error, warn};
+use tracing::error;
 
 use super::access::{Access, Origin};
+use super::admission::{Admitted, Shed};
 use super::body::{read_body, streamed, Refusal};
+use super::budget::Held;
 use super::detach::Tether;
 use super::forwarder::Forwarder;
 use super::head;
@@ -28,7 +30,6 @@ use crate::protocol::key::{KeyError, RequestView};
 use crate::protocol::path;
 use crate::protocol::route::{self, Dialect, Mode, OnConflict, Route, Skip, Verdict};
 use crate::runtime::boxed;
-use crate::telemetry::metrics::ClaimEvent;
 use crate::{full, Body};
 
 /// A request's response, and what it did, for the access record.
@@ -199,9 +200,15 @@ impl Gateway {
                 return self.skip(live, route, skip, req, conn, started).await;
             }
         };
-        let body = match read_body(body, &parts, &live.config).await {
+        let mut held = Held::none(&self.budget);
+        let body = match read_body(body, &parts, &live.config, &mut held).await {
             Ok(body) => body,
-            Err(refusal) => return refused(refusal),
+            Err(refusal) => {
+                if let GatewayError::Overloaded = refusal.error {
+                    self.shed(Shed::Memory, live);
+                }
+                return refused(refusal);
+            }
         };
         if let Err(e) = self.check_signature(route, &parts.headers, &body) {
             return refused(Refusal::read(e));
@@ -213,11 +220,16 @@ impl Gateway {
                 return self.skip(live, route, skip, req, conn, started).await;
             }
         };
-        if self.overloaded(live) {
-            return refused(Refusal::read(GatewayError::Overloaded));
-        }
+        // Nothing is claimed, stored or sent upstream for a request refused here.
+        let admitted = match self.admit_claim(live, route, held) {
+            Ok(admitted) => admitted,
+            Err(shed) => {
+                self.shed(shed, live);
+                return refused(Refusal::read(GatewayError::Overloaded));
+            }
+        };
         let (delivery, delivered) = Delivery::new();
-        let request = self.keyed_request(at, (parts, body), keyed, &delivery);
+        let request = self.keyed_request(at, (parts, body), (keyed, admitted), &delivery);
         self.claim(request, delivery, delivered, &route.errors)
             .await
     }
@@ -228,7 +240,7 @@ impl Gateway {
         &self,
         at: Routed<'_>,
         (parts, body): (Parts, bytes::Bytes),
-        keyed: route::Keyed,
+        (keyed, admitted): (route::Keyed, Admitted),
         delivery: &Delivery,
     ) -> Box<KeyedRequest> {
         let route = &at.live.config.routes[at.route];
@@ -253,22 +265,8 @@ impl Gateway {
             advertise_expiry: route.advertise_expiry,
             started: at.started,
             origin: at.origin.clone(),
+            admitted,
         })
-    }
-
-    /// Requests whose clients left keep running (their claims must settle), but only so
-    /// many: past `max_connections` of them, no new claim is made.
-    fn overloaded(&self, live: &Live) -> bool {
-        let detached = self.detached();
-        if detached < live.config.server.max_connections {
-            return false;
-        }
-        warn!(
-            detached,
-            "too many requests whose clients left are still running; refusing new claims"
-        );
-        self.metrics.event(ClaimEvent::Overloaded);
-        true
     }
 
     /// Runs a keyed request's protocol as a task tracked for shutdown, where its client

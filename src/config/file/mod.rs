@@ -77,6 +77,12 @@ pub struct FileServer {
     pub max_connections: Option<usize>,
     /// Most concurrent HTTP/2 streams (requests) per connection.
     pub max_concurrent_streams: Option<u32>,
+    /// Ceiling of the adaptive admission limit: most keyed requests between admission and
+    /// their claim's answer.
+    pub max_concurrent_claims: Option<usize>,
+    /// Global budget of buffered bodies (keyed request bodies and the answers kept for the
+    /// store), in bytes.
+    pub max_buffered_bytes: Option<String>,
     /// Connection workers (threads, each its own runtime); absent: one per CPU.
     pub workers: Option<usize>,
     /// `https://` upstreams: PEM file of a private CA trusted besides the platform's roots.
@@ -450,7 +456,9 @@ fn expected_for(field: &str) -> Option<&'static str> {
         | "write_timeout"
         | "shutdown_grace"
         | "tolerance" => "a duration like \"30s\"",
-        "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
+        "max_body" | "max_cached_body" | "max_header_bytes" | "max_buffered_bytes" => {
+            "a size like \"1MiB\""
+        }
         "on_error" => "\"fail-closed\" or \"fail-open\"",
         "on_conflict" => "\"reject\" or \"wait\"",
         "on_unknown" => "\"retry\" or \"hold\"",

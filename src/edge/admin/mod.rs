@@ -77,6 +77,7 @@ async fn route(
             // before the first request fails (`dedupe_store_up`).
             let up = gateway.store().ping().await.is_ok();
             gateway.metrics().store_up(up);
+            gateway.metrics().admission(gateway.admission_load());
             if let Some(stats) = gateway.store().near_cache_stats() {
                 gateway.metrics().near_cache(stats);
             }

@@ -68,9 +68,17 @@ impl GatewayError {
         if let Ok(v) = HeaderValue::from_str(&message) {
             headers.insert(GRPC_MESSAGE, v);
         }
-        if let GatewayError::Conflict { retry_after } = self {
-            let ms = retry_after.as_millis().max(1);
-            headers.insert(RETRY_PUSHBACK, HeaderValue::from(ms as u64));
+        match self {
+            GatewayError::Conflict { retry_after } => {
+                let ms = retry_after.as_millis().max(1);
+                headers.insert(RETRY_PUSHBACK, HeaderValue::from(ms as u64));
+            }
+            // As `Retry-After: 1`: gRPC's retry policy waits that long before its next
+            // attempt, rather than retrying into the limit at once.
+            GatewayError::Overloaded => {
+                headers.insert(RETRY_PUSHBACK, HeaderValue::from_static("1000"));
+            }
+            _ => {}
         }
     }
 }

@@ -108,8 +108,10 @@ pub enum GatewayError {
     /// The store failed and the route fails closed.
     #[error("dedupe store unavailable")]
     StoreUnavailable,
-    /// Too many requests whose clients hung up are still running: no new claim is made.
-    #[error("too many detached requests in flight")]
+    /// Refused before its claim: the admission limit was reached, buffered bodies fill
+    /// `server.max_buffered_bytes`, or too many requests whose clients hung up still run.
+    /// Nothing was claimed, stored or sent upstream.
+    #[error("gateway at its limit; refused before the claim")]
     Overloaded,
     /// The upstream call got no (whole) answer: unreachable (502), no answer in time
     /// (504), or broken (502). The typed cause decides which, here and nowhere else.
@@ -327,7 +329,7 @@ impl GatewayError {
             Overloaded => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",
-                "Gateway overloaded by requests whose clients left",
+                "Gateway at its limit; nothing was done with this request",
             ),
             Upstream(f) => upstream_problem(f),
             ReplayUnavailable { status, .. } => (

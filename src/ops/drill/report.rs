@@ -19,10 +19,14 @@ pub enum Drill {
     Race,
     /// The same key with a different request: 422, never executed.
     Misuse,
+    /// `--overload` only: past a low admission limit, refusals come before the claim and
+    /// nothing is unstored.
+    Overload,
 }
 
 impl Drill {
-    /// Every drill, in the order they run.
+    /// Every drill a run makes by default, in the order they run (`--overload` adds
+    /// [`Drill::Overload`] after them).
     pub const ALL: [Drill; 5] = [
         Drill::Replay,
         Drill::Lease,
@@ -39,6 +43,7 @@ impl Drill {
             Drill::Crash => "crash",
             Drill::Race => "race",
             Drill::Misuse => "misuse",
+            Drill::Overload => "overload",
         }
     }
 }

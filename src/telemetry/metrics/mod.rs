@@ -4,9 +4,11 @@
 //! `deploy/grafana/` and the alerts in `deploy/prometheus/` query them, and a test holds
 //! both to what a running gateway exports.
 
+mod admission;
 mod exposition;
 mod handles;
 
+pub use self::admission::AdmissionLoad;
 pub use self::exposition::Exposition;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -106,8 +108,9 @@ pub enum ClaimEvent {
     /// A completion or release was refused: the key was taken over under a newer fence,
     /// so the response reached its client only.
     FencedOut,
-    /// A new claim was refused (503 `overloaded`): too many requests whose clients left
-    /// are still running.
+    /// A keyed request was refused before its claim (503 `overloaded`): the admission
+    /// limit was reached, buffered bodies filled `server.max_buffered_bytes`, or too many
+    /// requests whose clients left are still running.
     Overloaded,
 }
 
@@ -172,6 +175,7 @@ pub struct Metrics {
     near_cache_bytes: Gauge<i64, AtomicI64>,
     near_cache_serving: GaugeOnceSet,
     store_up: Gauge<i64, AtomicI64>,
+    admission: admission::AdmissionGauges,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -285,6 +289,7 @@ impl Metrics {
                 "1 when the store answered a ping at this scrape (as /readyz asks), 0 when it did not",
                 Gauge::default(),
             ),
+            admission: admission::AdmissionGauges::register(&mut reg),
             kept: handles::Kept::default(),
             registry,
         };
@@ -394,6 +399,11 @@ impl Metrics {
             .inc();
     }
 
+    /// The admission limit, the claims it admitted and the buffered bytes, at a scrape.
+    pub fn admission(&self, load: AdmissionLoad) {
+        self.admission.set(load);
+    }
+
     /// Whether the store answered the ping made for this scrape.
     pub fn store_up(&self, up: bool) {
         self.store_up.set(i64::from(up));
@@ -479,52 +489,4 @@ impl Drop for InflightGuard<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_text_format_names_counters_by_their_samples_and_has_no_eof() {
-        let m = Metrics::new();
-        m.outcome(&Arc::from("orders"), "won");
-        m.upstream(&Arc::from("orders"), 201, Duration::from_millis(3));
-        let open = m.encode();
-        assert!(open.contains("# TYPE dedupe_requests counter\n"), "{open}");
-        assert!(open.ends_with("# EOF\n"), "{open}");
-        let text = m.exposition(Exposition::PrometheusText);
-        assert!(
-            text.contains("# HELP dedupe_requests_total Requests by route and key outcome.\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE dedupe_requests_total counter\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("dedupe_requests_total{route=\"orders\",outcome=\"won\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE dedupe_upstream_latency_seconds histogram\n"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("# EOF") && !text.contains("# UNIT"),
-            "{text}"
-        );
-        // Every sample line of one is in the other.
-        let samples = |t: &str| {
-            t.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(samples(&open), samples(&text));
-    }
-
-    #[test]
-    fn millis_print_without_float_noise() {
-        assert_eq!(millis(Duration::from_nanos(1_057_678)).to_string(), "1.057");
-        assert_eq!(millis(Duration::from_micros(2_500)).to_string(), "2.5");
-        assert_eq!(millis(Duration::from_secs(3)).to_string(), "3000");
-    }
-}
+mod tests;

@@ -53,6 +53,10 @@ struct Server {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrent_claims: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_buffered_bytes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_ca_file: Option<String>,
@@ -116,6 +120,8 @@ impl GatewayConfig {
                 shutdown_grace: None,
                 write_timeout: None,
                 max_connections: None,
+                max_concurrent_claims: None,
+                max_buffered_bytes: None,
                 workers: None,
                 upstream_ca_file: None,
                 underscores_in_headers: None,
@@ -189,6 +195,18 @@ impl GatewayConfig {
     /// `server.max_connections`.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.server.max_connections = Some(n);
+        self
+    }
+
+    /// `server.max_concurrent_claims`: the admission limit's ceiling.
+    pub fn max_concurrent_claims(mut self, n: usize) -> Self {
+        self.server.max_concurrent_claims = Some(n);
+        self
+    }
+
+    /// `server.max_buffered_bytes`: the budget of buffered bodies.
+    pub fn max_buffered_bytes(mut self, size: &str) -> Self {
+        self.server.max_buffered_bytes = Some(size.to_owned());
         self
     }
 

@@ -24,6 +24,10 @@ use crate::protocol::route::{Dialect, Mode, OnConflict, OnUnknown, Route};
 use crate::store::{Fence, Resolution, Store, StoreKey};
 
 mod crash;
+mod in_process;
+mod overload;
+
+use self::in_process::start_gateway;
 
 /// The pause between a request and its retry in the replay drill: a sender retrying at
 /// once, not a dedupe window of a few milliseconds.
@@ -40,6 +44,9 @@ pub struct LocalOptions {
     pub lease: Duration,
     /// Concurrent requests in the race drill.
     pub race: usize,
+    /// `--overload`: also drive each route past an admission limit of its own (never by
+    /// default).
+    pub overload: bool,
 }
 
 /// Runs the store checks and the drills. `Err` only when the drill cannot start (an
@@ -61,6 +68,9 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
             .into(),
     );
     setup.insert("race".into(), opts.race.into());
+    if opts.overload {
+        setup.insert("overload".into(), true.into());
+    }
     let mut report = Report {
         mode: "config",
         setup,
@@ -82,7 +92,7 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
         return Ok(report.finish());
     }
 
-    let (addr, stop, served) = start_gateway(&cfg, &store).await?;
+    let (addr, stop, served) = start_gateway(Gateway::new(cfg.clone(), store.clone())).await?;
     let longest_wait = cfg
         .routes
         .iter()
@@ -100,47 +110,17 @@ pub async fn run(config: Config, opts: &LocalOptions) -> Result<Report, DrillErr
         race: opts.race.max(2),
         made: Mutex::new(Vec::new()),
     };
+    let mut drills = Drill::ALL.to_vec();
+    if opts.overload {
+        drills.push(Drill::Overload);
+    }
     for &i in &selected {
-        report.drills.extend(rig.drill_route(i).await);
+        report.drills.extend(rig.drill_route(i, &drills).await);
     }
     report.cleanup = Some(rig.cleanup().await);
     let _ = stop.send(());
     let _ = served.await;
     Ok(report.finish())
-}
-
-/// Serves `cfg` in this process on a loopback port: its address, the sender that stops
-/// it, and its task.
-async fn start_gateway(
-    cfg: &Config,
-    store: &Store,
-) -> Result<
-    (
-        std::net::SocketAddr,
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    ),
-    DrillError,
-> {
-    let gateway = Gateway::new(cfg.clone(), store.clone());
-    let public = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(DrillError::Bind)?;
-    let addr = public.local_addr().map_err(DrillError::Bind)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(serve(
-        gateway,
-        // The drill talks plain HTTP on loopback, whatever the user's listener speaks.
-        Listeners {
-            public,
-            admin: None,
-            tls: None,
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    Ok((addr, stop, served))
 }
 
 /// The user's configuration, pointed at the counting upstream, under a key prefix of the
@@ -205,16 +185,16 @@ impl Rig<'_> {
     /// Every drill on route `i`, each started clean; none on a route that does not
     /// enforce (a shadow route forwards every duplicate and an off route dedupes nothing:
     /// each drill would fail by design).
-    async fn drill_route(&self, i: usize) -> Vec<Outcome> {
+    async fn drill_route(&self, i: usize, drills: &[Drill]) -> Vec<Outcome> {
         let route = &self.config.routes[i];
         if route.mode != Mode::Enforce {
-            return Drill::ALL
+            return drills
                 .iter()
                 .map(|&d| Outcome::skipped(&route.name, d, route.mode.as_str()))
                 .collect();
         }
         let mut outcomes = Vec::new();
-        for drill in Drill::ALL {
+        for &drill in drills {
             let started = Instant::now();
             let mut outcome = match self.drill(i, drill).await {
                 Ok(o) => o,
@@ -282,6 +262,7 @@ impl Rig<'_> {
             Drill::Crash => self.crash(route, &req).await?,
             Drill::Race => self.race_drill(route, &req).await?,
             Drill::Misuse => self.misuse(route, &req).await?,
+            Drill::Overload => self.overload(route, i).await?,
         };
         Ok(Outcome {
             route: route.name.to_string(),

@@ -1,0 +1,201 @@
+//! The limit on tokio's paused clock: time moves only when a test advances it, so each
+//! sample's latency is exactly what the test says.
+
+use super::*;
+
+const CEILING: usize = 1_000;
+const STORE_TIMEOUT: Duration = Duration::from_millis(250);
+
+fn bounds(ceiling: usize) -> Bounds {
+    Bounds {
+        ceiling,
+        timeout: STORE_TIMEOUT,
+    }
+}
+
+/// One window: `n` claims admitted together, each answered after `latency`; then, a
+/// window's time later, a place given back unmeasured, which closes the window with
+/// exactly these answers in it.
+async fn window(admission: &Arc<Admission>, n: usize, latency: Duration) -> usize {
+    let permits: Vec<Permit> = (0..n)
+        .map_while(|_| admission.try_admit(bounds(CEILING), true))
+        .collect();
+    let admitted = permits.len();
+    tokio::time::advance(latency).await;
+    // The window's answers all took `latency`: admitted `latency` ago.
+    for mut p in permits {
+        p.admitted = Instant::now() - latency;
+        drop(p);
+    }
+    tokio::time::advance(WINDOW_TIME).await;
+    if let Some(p) = admission.try_admit(bounds(CEILING), true) {
+        p.unmeasured();
+    }
+    admitted
+}
+
+fn limit(admission: &Admission) -> usize {
+    admission.load(CEILING).0
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_limit_a_claim_is_refused_until_a_place_is_given_back() {
+    let admission = Arc::new(Admission::default());
+    let permits: Vec<Permit> = (0..INITIAL_LIMIT)
+        .map(|_| admission.try_admit(bounds(CEILING), true).unwrap())
+        .collect();
+    assert!(admission.try_admit(bounds(CEILING), true).is_none());
+    assert_eq!(admission.load(CEILING), (INITIAL_LIMIT, INITIAL_LIMIT));
+    drop(permits);
+    assert_eq!(admission.load(CEILING).1, 0);
+    assert!(admission.try_admit(bounds(CEILING), true).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ceiling_below_the_floor_holds_through_every_window() {
+    let admission = Arc::new(Admission::default());
+    for latency in [1, 200, 1, 1] {
+        let permits: Vec<Permit> = (0..20)
+            .filter_map(|_| admission.try_admit(bounds(2), true))
+            .collect();
+        assert_eq!(permits.len(), 2);
+        tokio::time::advance(Duration::from_millis(latency)).await;
+        drop(permits);
+        // Enough answers to close a window, each measured.
+        for _ in 0..WINDOW_SAMPLES {
+            admission.try_admit(bounds(2), true).unwrap().claimed();
+        }
+        tokio::time::advance(WINDOW_TIME).await;
+        admission.try_admit(bounds(2), true).unwrap().claimed();
+        assert_eq!(admission.load(2), (2, 0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lower_ceiling_bounds_the_limit_at_once() {
+    let admission = Arc::new(Admission::default());
+    let held: Vec<Permit> = (0..3)
+        .map(|_| admission.try_admit(bounds(3), true).unwrap())
+        .collect();
+    assert!(admission.try_admit(bounds(3), true).is_none());
+    assert_eq!(admission.load(3), (3, 3));
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn steady_latency_with_the_limit_in_use_grows_it_up_to_the_ceiling() {
+    let admission = Arc::new(Admission::default());
+    let mut last = limit(&admission);
+    for _ in 0..20 {
+        window(&admission, last, Duration::from_millis(1)).await;
+        let now = limit(&admission);
+        assert!(now >= last, "{now} < {last}");
+        last = now;
+    }
+    assert!(last > INITIAL_LIMIT, "{last}");
+    for _ in 0..400 {
+        window(&admission, CEILING, Duration::from_millis(1)).await;
+    }
+    assert_eq!(limit(&admission), CEILING);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_gateway_does_not_raise_its_limit() {
+    let admission = Arc::new(Admission::default());
+    for _ in 0..50 {
+        // A few claims at a time, far below half the limit.
+        window(
+            &admission,
+            WINDOW_SAMPLES as usize,
+            Duration::from_millis(1),
+        )
+        .await;
+    }
+    assert_eq!(limit(&admission), INITIAL_LIMIT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn latency_rising_past_the_tolerance_shrinks_the_limit_to_its_floor() {
+    let admission = Arc::new(Admission::default());
+    for _ in 0..30 {
+        window(&admission, 64, Duration::from_millis(1)).await;
+    }
+    let healthy = limit(&admission);
+    // Claims queue: each window slower than the last.
+    let mut latency = Duration::from_millis(2);
+    let mut last = healthy;
+    for _ in 0..12 {
+        window(&admission, last, latency).await;
+        let now = limit(&admission);
+        assert!(now <= last, "{now} > {last}");
+        last = now;
+        latency = latency * 3 / 2;
+    }
+    assert!(last < healthy / 4, "{last} of {healthy}");
+    for _ in 0..30 {
+        latency *= 2;
+        window(&admission, 64, latency.min(Duration::from_secs(1))).await;
+    }
+    assert_eq!(limit(&admission), MIN_LIMIT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn latency_past_half_the_store_timeout_lowers_the_limit_even_when_it_is_usual() {
+    let admission = Arc::new(Admission::default());
+    // Slow from the start: the long average is as slow as every window, so the gradient
+    // alone sees nothing wrong.
+    let slow = STORE_TIMEOUT * 2 / 3;
+    let mut last = limit(&admission);
+    for _ in 0..3 {
+        window(&admission, last, slow).await;
+        let now = limit(&admission);
+        assert!(now < last, "{now} >= {last}");
+        last = now;
+    }
+    // Below half the timeout, a steady latency is left alone.
+    let fine = STORE_TIMEOUT / 3;
+    let admission = Arc::new(Admission::default());
+    for _ in 0..3 {
+        window(&admission, 64, fine).await;
+    }
+    assert!(limit(&admission) >= INITIAL_LIMIT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_recovers_once_the_store_is_fast_again() {
+    let admission = Arc::new(Admission::default());
+    for _ in 0..30 {
+        window(&admission, 64, Duration::from_millis(1)).await;
+    }
+    for _ in 0..10 {
+        window(&admission, 64, Duration::from_millis(200)).await;
+    }
+    let low = limit(&admission);
+    assert_eq!(low, MIN_LIMIT);
+    for _ in 0..200 {
+        let n = limit(&admission);
+        window(&admission, n, Duration::from_millis(1)).await;
+    }
+    assert!(limit(&admission) > INITIAL_LIMIT, "{}", limit(&admission));
+}
+
+#[tokio::test(start_paused = true)]
+async fn places_given_back_without_a_measure_move_nothing() {
+    let admission = Arc::new(Admission::default());
+    for _ in 0..20 {
+        let permits: Vec<Permit> = (0..64)
+            .map(|_| admission.try_admit(bounds(CEILING), true).unwrap())
+            .collect();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        permits.into_iter().for_each(Permit::unmeasured);
+    }
+    assert_eq!(admission.load(CEILING), (INITIAL_LIMIT, 0));
+    // A duplicate that waited on purpose, on a route that waits: not a measure either.
+    let waited = admission.try_admit(bounds(CEILING), false).unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    drop(waited);
+    // A claim won after its answer: measured, whatever the route.
+    let won = admission.try_admit(bounds(CEILING), false).unwrap();
+    won.claimed();
+    assert_eq!(admission.lock().window.samples, 1);
+}
