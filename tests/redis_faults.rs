@@ -180,8 +180,12 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
         post(&http, &gw, "/orders/s", "before").await.status,
         StatusCode::CREATED
     );
-    let before = redis.other_client_ids();
-    assert_eq!(before.len(), 1, "the gateway's connection");
+    assert_eq!(other_clients(&redis), 2, "the gateway's connections");
+    let before = redis.clients_named("dedupe-gateway-claims");
+    let before: Vec<_> = before
+        .into_iter()
+        .filter_map(|mut c| c.remove("id"))
+        .collect();
     {
         let _frozen = redis.freeze();
         fails_closed_fast(&http, &gw, Duration::from_secs(4)).await;
@@ -191,7 +195,8 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
         .await
         .expect("never recovered after SIGCONT");
     assert_eq!(ready(&http, &gw).await, StatusCode::OK);
-    // Replaced, not merely answering again after SIGCONT.
+    // Replaced, not merely answering again after SIGCONT (the claims' connection: the
+    // leases', asked only by readiness just before SIGCONT, may have answered in time).
     let after = redis.other_client_ids();
     assert!(
         !after.contains(&before[0]),
@@ -208,7 +213,7 @@ async fn a_connection_redis_closed_while_idle_does_not_fail_the_next_claim() {
     let http = Http::new();
     let first = post(&http, &gw, "/open/i", "once").await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert_eq!(other_clients(&redis), 1, "the gateway's connection");
+    assert_eq!(other_clients(&redis), 2, "the gateway's connections");
 
     let _: () = redis.cmd(&["CONFIG", "SET", "timeout", "1"]);
     tokio::time::sleep(Duration::from_millis(2500)).await;
