@@ -2,8 +2,8 @@
 //!
 //! For each run, on a redis-server of its own: `BENCH_KEYS` new keys (default 20000),
 //! each claimed and completed with a `BENCH_RESPONSE_BYTES`-byte response (default 200)
-//! as a gateway does, then one replay of each; `BENCH_CONCURRENCY` (default 32) at once over the store's one multiplexed
-//! connection. Redis's main-thread CPU (`used_cpu_user_main_thread` +
+//! as a gateway does, then one replay of each; `BENCH_CONCURRENCY` (default 32) at once over the store's two multiplexed
+//! connections (claims; completions). Redis's main-thread CPU (`used_cpu_user_main_thread` +
 //! `used_cpu_sys_main_thread`, `INFO cpu`) before and after each phase, divided by the
 //! requests, and `INFO commandstats` (calls per request, µs per call). The HTTP side is
 //! left out: these are the commands the gateway sends per request, and Redis is the part

@@ -10,7 +10,8 @@ use super::*;
 pub struct RedisClusterStore {
     /// Filled once by the connecting task; every operation waits on it (within its
     /// deadline) rather than dialling the cluster itself.
-    con: tokio::sync::watch::Receiver<Option<ClusterConnection>>,
+    /// The claims' connection and the leases' (see [`Lane`]), made and replaced together.
+    con: tokio::sync::watch::Receiver<Option<[ClusterConnection; 2]>>,
     /// Tells the connecting task an operation timed out: it probes every master and
     /// rebuilds the connection when one stays silent.
     stalled: tokio::sync::mpsc::Sender<()>,
@@ -82,7 +83,11 @@ impl RedisClusterStore {
             loop {
                 let mut pause = Duration::from_millis(100);
                 loop {
-                    match client.get_async_connection().await {
+                    let pair = async {
+                        let claims = client.get_async_connection().await?;
+                        Ok::<_, redis::RedisError>([claims, client.get_async_connection().await?])
+                    };
+                    match pair.await {
                         Ok(c) => {
                             // Masters may have changed (a failover, an upgrade): asked again.
                             learnt.forget();
@@ -108,7 +113,7 @@ impl RedisClusterStore {
                     if reports.recv().await.is_none() {
                         return; // every handle is gone
                     }
-                    let Some(mut con) = tx.borrow().clone() else {
+                    let Some([mut con, _]) = tx.borrow().clone() else {
                         break;
                     };
                     if cluster_answers(&mut con, patience).await {
@@ -134,15 +139,20 @@ impl RedisClusterStore {
         &self.completion
     }
 
-    async fn con(&self) -> Result<ClusterConnection, StoreError> {
+    async fn con(&self, lane: Lane) -> Result<ClusterConnection, StoreError> {
         let mut rx = self.con.clone();
         let con = rx
             .wait_for(Option::is_some)
             .await
             .map_err(|_| StoreError::Unavailable("cluster connector stopped".into()))?;
         // Present: `wait_for` returned on `is_some`.
-        con.clone()
-            .ok_or_else(|| StoreError::Unavailable("not connected".into()))
+        let [claims, leases] = con
+            .clone()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
+        Ok(match lane {
+            Lane::Claims => claims,
+            Lane::Leases => leases,
+        })
     }
 
     /// As [`RedisClusterStore::query`]: the cluster client is one, whatever the runtime.
@@ -161,8 +171,17 @@ impl RedisClusterStore {
         F: Fn(ClusterConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.query_lane(Lane::Claims, op).await
+    }
+
+    /// As [`RedisClusterStore::query`], on the connection of `lane`.
+    async fn query_lane<T, F, Fut>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(ClusterConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let result = bounded(self.timeout, async {
-            let con = self.con().await?;
+            let con = self.con(lane).await?;
             op(con).await.map_err(failed)
         })
         .await;
@@ -205,7 +224,7 @@ impl RedisClusterStore {
         let masters = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
         let info = redis::cmd("CLUSTER").arg("INFO").clone();
         let info = bounded(self.timeout, async {
-            let mut con = self.con().await?;
+            let mut con = self.con(Lane::Claims).await?;
             con.route_command(info, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
                 .await
                 .map_err(unavailable)
@@ -217,7 +236,7 @@ impl RedisClusterStore {
             let masters = masters.clone();
             async move {
                 bounded(self.timeout, async {
-                    let mut con = self.con().await?;
+                    let mut con = self.con(Lane::Claims).await?;
                     con.route_command(cmd, masters).await.map_err(unavailable)
                 })
                 .await

@@ -99,8 +99,8 @@ impl Strategy {
 
 /// What a refusal says of the server: a syntax error is a server that cannot parse
 /// `IFEQ` (any other, say a response over `proto-max-bulk-len`, says nothing of its
-/// commands); a permission refusal is a queued command (`NOPERM`: as itself on the
-/// gateway's own connection, among the reasons of a transaction aborted on the crate's) or
+/// commands); a permission refusal is a queued command (`NOPERM`, among the reasons of
+/// a transaction the crate reports aborted, `EXECABORT`; or as itself) or
 /// the script's `RENAME` (an `ERR` naming the refusal: Redis 7.0 says the user "can't run
 /// this command", 7.2 and later "ACL failure in script ... no permissions").
 pub(super) fn refusal(e: &RedisError) -> Option<Refusal> {

@@ -1,7 +1,6 @@
-//! Dialling one Redis server. Over plain TCP the gateway dials itself: its own connection
-//! ([`super::own`]) unless the near-cache needs the crate's (RESP3 pushes), whose writes
-//! then coalesce (see [`crate::store::coalesce`]); TLS and Unix sockets are the redis crate's own
-//! dial.
+//! Dialling one Redis server: always the redis crate's multiplexed connection. Over plain
+//! TCP the gateway makes the socket itself, so that the connection's writes coalesce (see
+//! [`crate::store::coalesce`]); TLS and Unix sockets are the crate's own dial.
 
 use std::net::SocketAddr;
 
@@ -9,12 +8,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisResult};
 use tokio::net::TcpStream;
 
-use super::con::Con;
-use super::own::OwnConnection;
+use super::links::Lane;
 
 /// A connection, and the task that drives it when the gateway spawned that task.
 pub(super) struct Dialled {
-    pub(super) con: Con,
+    pub(super) con: MultiplexedConnection,
     pub(super) driver: Option<Driver>,
 }
 
@@ -30,39 +28,45 @@ impl Drop for Driver {
     }
 }
 
-/// A connection to `client`'s server; the crate's when `pushes` are wanted.
+/// A connection to `client`'s server. The crate's set-up (`AUTH`, `SELECT`, `HELLO` for
+/// RESP3, `CLIENT SETINFO`) must be answered before it counts as made: a frozen server
+/// (SIGSTOP) still accepts TCP.
 pub(super) async fn connect(
     client: &Client,
     config: AsyncConnectionConfig,
-    pushes: bool,
 ) -> RedisResult<Dialled> {
     let info = client.get_connection_info();
     let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
         let con = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        return Ok(Dialled {
-            con: Con::Crate(con),
-            driver: None,
-        });
+        return Ok(Dialled { con, driver: None });
     };
     let tcp = first_to_answer(host, *port).await?;
     tcp.set_nodelay(true)?;
-    if !pushes {
-        let (con, drive) = OwnConnection::new(info.redis_settings(), tcp).await?;
-        return Ok(Dialled {
-            con: Con::Own(con),
-            driver: Some(Driver(tokio::spawn(drive).abort_handle())),
-        });
-    }
     let stream = crate::store::coalesce::Coalesce::new(tcp);
     let (con, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     let driver = Driver(tokio::spawn(driver).abort_handle());
     Ok(Dialled {
-        con: Con::Crate(con),
+        con,
         driver: Some(driver),
     })
+}
+/// Names the connection after its lane. A user not allowed `CLIENT` is refused, and its
+/// connection keeps no name: only a failed connection fails the dial.
+pub(super) async fn name(con: &mut MultiplexedConnection, lane: Lane) -> redis::RedisResult<()> {
+    let named = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(lane.client_name())
+        .exec_async(con)
+        .await;
+    match named {
+        Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() => {
+            Err(e)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Connects to every address `host` resolves to at once and keeps the first that

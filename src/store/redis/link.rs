@@ -33,6 +33,7 @@ use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, Value};
 use std::sync::Arc;
 
+use super::links::Lane;
 use crate::store::near_cache::{NearCache, PROOF_LASTS};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -94,7 +95,7 @@ impl Dialer {
 #[derive(Clone)]
 pub(super) struct Live {
     pub(super) id: u64,
-    pub(super) con: super::con::Con,
+    pub(super) con: redis::aio::MultiplexedConnection,
     /// `host:port`: with Sentinel, the primary found for this connection.
     pub(super) node: std::sync::Arc<str>,
     /// The connection's task, ended when the last copy of this goes (a connection the
@@ -149,6 +150,7 @@ impl Link {
         near: Option<Arc<NearCache>>,
         runtime: &tokio::runtime::Handle,
         name: &str,
+        lane: Lane,
     ) -> Self {
         let (tx, state) = watch::channel(State::default());
         let completion = Arc::new(super::completion::Strategy::default());
@@ -157,7 +159,12 @@ impl Link {
         let (reports, rx) = mpsc::channel(64);
         let follows_primary = matches!(dialer, Dialer::Sentinel { .. });
         let task = Supervisor {
-            name: name.to_owned(),
+            name: match (name, lane) {
+                (name, Lane::Claims) => name.to_owned(),
+                ("", Lane::Leases) => "leases".to_owned(),
+                (name, Lane::Leases) => format!("{name} leases"),
+            },
+            lane,
             dialer,
             patience: patience(timeout),
             state: tx,
@@ -236,6 +243,7 @@ impl Link {
 struct Supervisor {
     /// Which of the store's connections this is, for the log ("" for the main one).
     name: String,
+    lane: Lane,
     dialer: Dialer,
     patience: Duration,
     state: watch::Sender<State>,
@@ -330,6 +338,7 @@ impl Supervisor {
             });
         }
         let near = self.near.clone();
+        let lane = self.lane;
         // With Sentinel the lookup has a budget of its own on top: the crate bounds each
         // sentinel's answer (1s to connect, 500ms to reply) and asks the next one after.
         let budget = match self.dialer {
@@ -340,8 +349,9 @@ impl Supervisor {
         let dial = async move {
             let client = dialer.client().await?;
             let node = client.get_connection_info().addr().to_string();
-            let mut dialled = super::dial::connect(&client, config, near.is_some()).await?;
+            let mut dialled = super::dial::connect(&client, config).await?;
             let con = &mut dialled.con;
+            super::dial::name(con, lane).await?;
             if let Some(near) = near {
                 // Default mode: Redis remembers the keys this connection reads (the claim
                 // script's reads included) and reports when another client changes them.

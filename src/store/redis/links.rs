@@ -11,6 +11,10 @@
 //! every link ([`every`]): a worker refused a connection (`maxclients`) or left with a
 //! silent one makes the gateway not ready.
 //!
+//! Each runtime has two links (see [`Lane`]): one for claims and what else requests and
+//! operators ask, one for what a lease's holder sends once it has won, so completions
+//! never queue behind claims.
+//!
 //! Only a plain server without a near-cache is spread: the near-cache's invalidations
 //! and their proof come from one connection, and a Sentinel lookup is kept to one per
 //! dial.
@@ -24,28 +28,79 @@ use tokio::runtime::{Handle, Id};
 
 use super::link::Link;
 
-/// The main link, and one per worker runtime.
+/// Which of a runtime's two connections to a server a link keeps.
+///
+/// What a lease's holder sends once it has won (renewals, completions, releases) goes on
+/// a connection of its own: the crate's connection sends in order and its queue is the
+/// claims', so on one connection a completion waited behind every claim queued before it,
+/// and under load timed out there with the upstream's answer in hand (issue #56). On its
+/// own connection it waits behind other leases' operations only, at most one per request
+/// in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Claims, and every other operation a request or an operator asks for.
+    Claims,
+    /// Renewals, completions and releases.
+    Leases,
+}
+
+impl Lane {
+    /// The connection's name (`CLIENT SETNAME`), so `CLIENT LIST` tells which is which.
+    pub(crate) fn client_name(self) -> &'static str {
+        match self {
+            Lane::Claims => "dedupe-gateway-claims",
+            Lane::Leases => "dedupe-gateway-leases",
+        }
+    }
+}
+
+/// A runtime's two links to the server, one per [`Lane`].
+#[derive(Clone)]
+pub(super) struct Lanes {
+    claims: Link,
+    leases: Link,
+}
+
+impl Lanes {
+    /// Both links, each made by `start` for its lane.
+    pub(super) fn start(mut start: impl FnMut(Lane) -> Link) -> Self {
+        Self {
+            claims: start(Lane::Claims),
+            leases: start(Lane::Leases),
+        }
+    }
+
+    /// The link of `lane`.
+    pub(super) fn lane(&self, lane: Lane) -> &Link {
+        match lane {
+            Lane::Claims => &self.claims,
+            Lane::Leases => &self.leases,
+        }
+    }
+}
+
+/// The main runtime's lanes, and each worker runtime's.
 #[derive(Clone)]
 pub(super) struct Links {
-    main: Link,
-    workers: Arc<[(Id, Link)]>,
+    main: Lanes,
+    workers: Arc<[(Id, Lanes)]>,
 }
 
 impl Links {
-    /// One link, used from every runtime.
-    pub(super) fn one(main: Link) -> Self {
+    /// One pair of links, used from every runtime.
+    pub(super) fn one(main: Lanes) -> Self {
         Self {
             main,
             workers: Arc::new([]),
         }
     }
 
-    /// Adds a link per runtime in `runtimes`, each made by `start` on that runtime (and
-    /// given its index).
+    /// Adds a pair of links per runtime in `runtimes`, each made by `start` on that
+    /// runtime (and given its index).
     pub(super) fn spread(
         self,
         runtimes: &[Handle],
-        start: impl Fn(usize, &Handle) -> Link,
+        start: impl Fn(usize, &Handle) -> Lanes,
     ) -> Self {
         let workers = runtimes
             .iter()
@@ -58,21 +113,23 @@ impl Links {
         }
     }
 
-    /// The link made for `runtime`, else the main one.
-    pub(super) fn on(&self, runtime: Option<Id>) -> &Link {
+    /// The links made for `runtime`, else the main ones.
+    pub(super) fn on(&self, runtime: Option<Id>) -> &Lanes {
         runtime
             .and_then(|id| self.workers.iter().find(|(r, _)| *r == id))
-            .map_or(&self.main, |(_, link)| link)
+            .map_or(&self.main, |(_, lanes)| lanes)
     }
 
-    /// The main runtime's link.
-    pub(super) fn main(&self) -> &Link {
+    /// The main runtime's links.
+    pub(super) fn main(&self) -> &Lanes {
         &self.main
     }
 
-    /// Every link: the main one, then each worker's.
+    /// Every link: the main ones, then each worker's.
     pub(super) fn all(&self) -> impl Iterator<Item = &Link> {
-        std::iter::once(&self.main).chain(self.workers.iter().map(|(_, link)| link))
+        std::iter::once(&self.main)
+            .chain(self.workers.iter().map(|(_, lanes)| lanes))
+            .flat_map(|lanes| [&lanes.claims, &lanes.leases])
     }
 }
 

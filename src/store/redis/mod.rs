@@ -28,13 +28,11 @@
 mod access;
 mod compare;
 mod completion;
-mod con;
 mod dial;
 mod link;
 mod links;
 #[macro_use]
 mod ops;
-mod own;
 mod reply;
 mod scan;
 mod scripts;
@@ -50,12 +48,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 
 use self::completion::{Form, Strategy};
 use self::link::{Dialer, Link, NoConnection};
-use self::links::Links;
+use self::links::{Lane, Lanes, Links};
 use self::reply::{
     node_replies, parse_claim, parse_finish, parse_inspect, parse_renew, replay_ttl, CONFIG_CHECKED,
 };
@@ -168,13 +167,13 @@ impl RedisStore {
         let spreads = near.is_none().then(|| std::sync::Arc::new(client.clone()));
         Ok(Self {
             node: node.into(),
-            links: Links::one(Link::start(
-                Dialer::Direct(Box::new(client)),
-                timeout,
-                near.clone(),
-                &runtime,
-                "",
-            )),
+            links: Links::one(Lanes::start(|lane| {
+                // The near-cache's invalidations come from the claims' connection, which
+                // reads the records; the leases' only writes.
+                let near = near.clone().filter(|_| lane == Lane::Claims);
+                let dialer = Dialer::Direct(Box::new(client.clone()));
+                Link::start(dialer, timeout, near, &runtime, "", lane)
+            })),
             spreads,
             near,
             scripts: std::sync::Arc::new(Scripts::new()),
@@ -193,16 +192,25 @@ impl RedisStore {
         access: &RedisAccess,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let client = access::sentinel(sentinels, master_name, access).map_err(unavailable)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| StoreError::Unavailable(format!("no async runtime: {e}")))?;
-        let dialer = Dialer::Sentinel {
-            client: Box::new(client),
-            master_name: master_name.to_owned(),
+        // A client each: the crate's sentinel client is not shared.
+        let dialer = || -> Result<Dialer, StoreError> {
+            let client = access::sentinel(sentinels, master_name, access).map_err(unavailable)?;
+            Ok(Dialer::Sentinel {
+                client: Box::new(client),
+                master_name: master_name.to_owned(),
+            })
         };
+        let (claims, leases) = (dialer()?, dialer()?);
+        let mut dialers = [Some(claims), Some(leases)];
+        let lanes = Lanes::start(|lane| {
+            let dialer = dialers[lane as usize].take().expect("one link per lane");
+            Link::start(dialer, timeout, None, &runtime, "", lane)
+        });
         Ok(Self {
             node: format!("sentinel primary {master_name}").into(),
-            links: Links::one(Link::start(dialer, timeout, None, &runtime, "")),
+            links: Links::one(lanes),
             spreads: None,
             near: None,
             scripts: std::sync::Arc::new(Scripts::new()),
@@ -211,14 +219,17 @@ impl RedisStore {
         })
     }
 
-    /// What the server behind this runtime's connection supports for completions.
+    /// What the server behind this runtime's connection for completions supports.
     fn completion(&self) -> &Strategy {
-        self.links.on(crate::runtime::here()).completion()
+        self.links
+            .on(crate::runtime::here())
+            .lane(Lane::Leases)
+            .completion()
     }
 
     /// Whether the primary is found through Sentinel.
     pub fn follows_sentinel(&self) -> bool {
-        self.links.main().follows_primary()
+        self.links.main().lane(Lane::Claims).follows_primary()
     }
 
     /// Gives each of `runtimes` (the connection workers') a connection of its own, used
@@ -230,13 +241,10 @@ impl RedisStore {
         };
         let timeout = self.timeout;
         self.links = self.links.spread(runtimes, |i, runtime| {
-            Link::start(
-                Dialer::Direct(Box::new((*client).clone())),
-                timeout,
-                None,
-                runtime,
-                &format!("worker {i}"),
-            )
+            Lanes::start(|lane| {
+                let dialer = Dialer::Direct(Box::new((*client).clone()));
+                Link::start(dialer, timeout, None, runtime, &format!("worker {i}"), lane)
+            })
         });
         self
     }
@@ -256,14 +264,24 @@ impl RedisStore {
     /// A timeout tells the connection it may have stopped answering: it is probed and,
     /// if silent, replaced (see [`link`]).
     ///
-    /// The connection is the one kept for the runtime this runs on (see [`links`]).
+    /// The connection is the claims' one kept for the runtime this runs on (see
+    /// [`links`]).
     async fn query<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
-        F: Fn(con::Con) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.query_on(self.links.on(crate::runtime::here()), op)
-            .await
+        self.query_lane(Lane::Claims, op).await
+    }
+
+    /// As [`RedisStore::query`], on the connection of `lane`.
+    async fn query_lane<T, F, Fut>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let link = self.links.on(crate::runtime::here()).lane(lane);
+        self.query_on(link, op).await
     }
 
     /// Runs `op` on every connection kept (the main one and each worker's) at once, as
@@ -272,7 +290,7 @@ impl RedisStore {
     /// (`maxclients`) or has gone silent shows, not only the main runtime's.
     async fn query_each<T, F, Fut>(&self, op: F) -> Result<Vec<T>, StoreError>
     where
-        F: Fn(con::Con) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let asks = self.links.all().map(|link| self.query_on(link, &op));
@@ -281,7 +299,7 @@ impl RedisStore {
 
     async fn query_on<T, F, Fut>(&self, link: &Link, op: F) -> Result<T, StoreError>
     where
-        F: Fn(con::Con) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         // The connection the operation is waiting on (0: none yet, still dialling).
@@ -359,6 +377,7 @@ impl RedisStore {
         let node = self
             .links
             .main()
+            .lane(Lane::Claims)
             .node()
             .unwrap_or_else(|| self.node.clone());
         Ok(node_replies(node.to_string(), config, infos))

@@ -109,7 +109,12 @@ macro_rules! redis_backend {
 
             /// Sends a script call.
             async fn call(&self, inv: &Call<'_>) -> Result<Value, StoreError> {
-                self.query(move |mut con| async move { inv.invoke(&mut con).await })
+                self.call_lane(Lane::Claims, inv).await
+            }
+
+            /// Sends a script call on the connection of `lane`.
+            async fn call_lane(&self, lane: Lane, inv: &Call<'_>) -> Result<Value, StoreError> {
+                self.query_lane(lane, move |mut con| async move { inv.invoke(&mut con).await })
                     .await
             }
 
@@ -160,14 +165,15 @@ macro_rules! redis_backend {
                 // An operator's resolution (strict) may name an ordered route's record.
                 let v = if order.is_some() || (strict && self.holds_hash(key).await?) {
                     let inv = finish_invocation(&self.scripts, key, owner.fence, record, window, strict, order);
-                    self.call(&inv).await?
+                    self.call_lane(Lane::Leases, &inv).await?
                 } else {
                     self.finish_string(key, owner, record, window, strict).await?
                 };
                 parse_finish(v)
             }
 
-            /// A plain route's finish. A completion of the claim's own fresh record goes
+            /// A plain route's finish, on the leases' connection (see [`super::links::Lane`]).
+            /// A completion of the claim's own fresh record goes
             /// in the form the connection's strategy chooses (see [`super::completion`]),
             /// and in the next where the server turns out to lack it; any other finish is
             /// the script's full form.
@@ -190,7 +196,7 @@ macro_rules! redis_backend {
                         .filter(|_| strategy.form(staged.is_some()) == Form::Native);
                     if let Some(cmd) = &native {
                         let compared = self
-                            .query(move |mut con| async move { compare::send(cmd, strategy, &mut con).await })
+                            .query_lane(Lane::Leases, move |mut con| async move { compare::send(cmd, strategy, &mut con).await })
                             .await?;
                         match compared {
                             compare::Compared::Written => return Ok(Value::Int(1)),
@@ -209,12 +215,12 @@ macro_rules! redis_backend {
                 if let Some(staged) = &staged {
                     let unstaged = &unstaged;
                     return self
-                        .query(move |mut con| async move {
+                        .query_lane(Lane::Leases, move |mut con| async move {
                             staged.send_or(strategy, &mut con, unstaged).await
                         })
                         .await;
                 }
-                self.call(&unstaged()).await
+                self.call_lane(Lane::Leases, &unstaged()).await
             }
 
             pub(in crate::store) async fn renew(
@@ -228,7 +234,7 @@ macro_rules! redis_backend {
                     Some(_) => renew_invocation(&self.scripts, key, fence, lease, order),
                     None => strings::renew_invocation(&self.scripts.string, key, fence, claimant, lease),
                 };
-                parse_renew(self.call(&inv).await?)
+                parse_renew(self.call_lane(Lane::Leases, &inv).await?)
             }
 
             pub(in crate::store) async fn inspect(

@@ -41,7 +41,6 @@ use std::time::Duration;
 
 use super::compare::CompletedValue;
 use super::completion::{Form, Refusal, Strategy};
-use super::con::{Transact, Transaction};
 use super::millis;
 use super::scripts::{no_script, Call, Script};
 use super::string_record::HEADER_LEN;
@@ -104,7 +103,7 @@ impl StagedCompletion<'_> {
     /// Runs the transaction, or where Redis refuses it, `unstaged` (see [`Strategy`]); a
     /// transaction discarded for another error (`EXECABORT`: a queued command refused,
     /// say for memory) runs nothing either, and that completion is sent unstaged.
-    pub(super) async fn send_or<'s, C: Transact + ConnectionLike>(
+    pub(super) async fn send_or<'s, C: ConnectionLike + Send>(
         &self,
         strategy: &Strategy,
         con: &mut C,
@@ -123,11 +122,11 @@ impl StagedCompletion<'_> {
 
     /// Runs the transaction (again with `EVAL` where the node lacks the script): the
     /// script's reply.
-    async fn send(&self, con: &mut impl Transact) -> RedisResult<Value> {
-        let reply = match strings::send(&self.sent(false), con).await {
+    async fn send(&self, con: &mut (impl ConnectionLike + Send)) -> RedisResult<Value> {
+        let reply = match strings::send(&self.sent(false).pipeline(), con).await {
             Err(e) if no_script(&e) => {
                 tracing::debug!("a Redis node lacks the script; sending it with EVAL");
-                strings::send(&self.sent(true), con).await
+                strings::send(&self.sent(true).pipeline(), con).await
             }
             reply => reply,
         }?;
@@ -148,7 +147,7 @@ struct Sent<'a> {
     eval: bool,
 }
 
-impl Transaction for Sent<'_> {
+impl Sent<'_> {
     fn pipeline(&self) -> Pipeline {
         let s = self.staged;
         let mut call = s.script.call(s.key, Some(&s.staged), s.claimed.len() + 20);
@@ -169,11 +168,6 @@ impl Transaction for Sent<'_> {
             .cmd("DEL")
             .arg(&s.staged);
         pipe
-    }
-
-    fn packed(&self) -> (Vec<u8>, usize) {
-        let pipe = self.pipeline();
-        (pipe.get_packed_pipeline(), pipe.len())
     }
 }
 

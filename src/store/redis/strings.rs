@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 
-use super::con::{Transact, Transaction};
+use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -28,74 +28,28 @@ use crate::store::{
 /// server's time when `with_time` (a replay's TTL for the near-cache; whether another
 /// claim's lease has ended): the value decides the claim without a script in every case
 /// but a takeover, a reclaim and the first claim told a record is held.
-pub(super) struct ClaimTransaction<'a> {
-    key: &'a str,
-    value: &'a [u8],
-    ttl: u64,
+pub(super) fn claim_transaction(
+    req: ClaimRequest<'_>,
+    value: &[u8],
     with_time: bool,
-}
-
-pub(super) fn claim_transaction<'a>(
-    req: ClaimRequest<'a>,
-    value: &'a [u8],
-    with_time: bool,
-) -> ClaimTransaction<'a> {
-    ClaimTransaction {
-        key: req.key.as_str(),
-        value,
-        ttl: claim_ttl(req),
-        with_time,
+) -> redis::Pipeline {
+    let key = req.key.as_str();
+    let mut pipe = redis::Pipeline::with_capacity(3);
+    pipe.atomic()
+        .ignore_errors()
+        .cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(claim_ttl(req))
+        .arg("GET")
+        .cmd("PEXPIRETIME")
+        .arg(key);
+    if with_time {
+        pipe.cmd("TIME");
     }
-}
-
-impl Transaction for ClaimTransaction<'_> {
-    fn pipeline(&self) -> redis::Pipeline {
-        let mut pipe = redis::Pipeline::with_capacity(3);
-        pipe.atomic()
-            .ignore_errors()
-            .cmd("SET")
-            .arg(self.key)
-            .arg(self.value)
-            .arg("NX")
-            .arg("PX")
-            .arg(self.ttl)
-            .arg("GET")
-            .cmd("PEXPIRETIME")
-            .arg(self.key);
-        if self.with_time {
-            pipe.cmd("TIME");
-        }
-        pipe
-    }
-
-    fn packed(&self) -> (Vec<u8>, usize) {
-        // The fixed parts written whole: per argument, a write of its own cost more than
-        // the bytes (about 1,500 instructions for this transaction).
-        let mut n = itoa::Buffer::new();
-        let key = self.key.as_bytes();
-        let mut ttl = itoa::Buffer::new();
-        let ttl = ttl.format(self.ttl);
-        let mut out = Vec::with_capacity(2 * key.len() + self.value.len() + 160);
-        let mut bulk = |out: &mut Vec<u8>, arg: &[u8]| {
-            out.push(b'$');
-            out.extend_from_slice(n.format(arg.len()).as_bytes());
-            out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(arg);
-            out.extend_from_slice(b"\r\n");
-        };
-        out.extend_from_slice(b"*1\r\n$5\r\nMULTI\r\n*7\r\n$3\r\nSET\r\n");
-        bulk(&mut out, key);
-        bulk(&mut out, self.value);
-        out.extend_from_slice(b"$2\r\nNX\r\n$2\r\nPX\r\n");
-        bulk(&mut out, ttl.as_bytes());
-        out.extend_from_slice(b"$3\r\nGET\r\n*2\r\n$11\r\nPEXPIRETIME\r\n");
-        bulk(&mut out, key);
-        if self.with_time {
-            out.extend_from_slice(b"*1\r\n$4\r\nTIME\r\n");
-        }
-        out.extend_from_slice(b"*1\r\n$4\r\nEXEC\r\n");
-        (out, 2 + usize::from(self.with_time))
-    }
+    pipe
 }
 
 /// The value a first claim writes (a fresh record, see [`super::string_record`]).
@@ -351,10 +305,10 @@ pub(super) fn discarded<T>(e: redis::RedisError) -> RedisResult<Option<T>> {
 /// Sends a `MULTI`; a command in it that failed fails the whole (on a key that is not a
 /// string, the first command's `WRONGTYPE`: a read, or an `NX` write that did not happen).
 pub(super) async fn send(
-    t: &(dyn Transaction + '_),
-    con: &mut impl Transact,
+    pipe: &redis::Pipeline,
+    con: &mut (impl ConnectionLike + Send),
 ) -> RedisResult<Value> {
-    let v: Value = con.transact(t).await?;
+    let v: Value = pipe.query_async(con).await?;
     if let Value::Array(items) = &v {
         if let Some(err) = items.iter().find_map(|i| match i {
             Value::ServerError(e) => Some(e),
@@ -369,12 +323,13 @@ pub(super) async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::scripts::tests::words;
     use crate::store::{Claimant, RequestHash};
 
     const CLAIMANT: u128 = 0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10;
 
     #[test]
-    fn the_claim_is_written_as_the_crate_writes_it() {
+    fn the_claim_is_one_transaction_of_native_commands() {
         let key = crate::store::StoreKey::from_raw("dedupe:k\r\n");
         let hash = RequestHash::new([7; 32]);
         let req = ClaimRequest {
@@ -388,12 +343,22 @@ mod tests {
         };
         let value = claim_value();
         for with_time in [false, true] {
-            let t = claim_transaction(req, &value, with_time);
-            let (ours, commands) = t.packed();
-            let pipe = t.pipeline();
-            assert_eq!(ours, pipe.get_packed_pipeline(), "with_time {with_time}");
-            assert_eq!(commands, pipe.len());
+            let pipe = claim_transaction(req, &value, with_time);
             assert!(pipe.is_transaction());
+            let words: Vec<_> = pipe.cmd_iter().map(words).collect();
+            assert_eq!(words[0][..2], [b"SET".to_vec(), b"dedupe:k\r\n".to_vec()]);
+            assert_eq!(words[0][2], value);
+            let rest: Vec<&[u8]> = words[0][3..].iter().map(Vec::as_slice).collect();
+            assert_eq!(rest, [&b"NX"[..], b"PX", b"3601500", b"GET"]);
+            assert_eq!(
+                words[1],
+                [b"PEXPIRETIME".to_vec(), b"dedupe:k\r\n".to_vec()]
+            );
+            assert_eq!(
+                words.len(),
+                2 + usize::from(with_time),
+                "with_time {with_time}"
+            );
         }
     }
 

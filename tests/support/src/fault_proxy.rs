@@ -1,7 +1,8 @@
 //! A TCP proxy between a gateway and Redis that passes bytes, or misbehaves the way
 //! networks do: loses flows silently (TCP stays up, bytes vanish, as behind a NAT that
-//! forgot the flow), holds new connections unanswered, cuts every open connection, or
-//! garbles what the server sends next on the open ones.
+//! forgot the flow), holds new connections unanswered, cuts every open connection,
+//! garbles what the server sends next on the open ones, or holds still what chosen flows
+//! send to the server.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,9 @@ struct Shared {
     /// Flows numbered below this get a byte no RESP reply starts with before the next
     /// bytes the server sends them (once each).
     garbled_below: AtomicU64,
+    /// Flows whose own port towards the server is listed: what the client sends on them
+    /// is held, unread past one buffer, until they are no longer listed.
+    stalled: watch::Sender<Vec<u16>>,
 }
 
 /// A fault-injecting TCP proxy on a loopback port; stops with the runtime.
@@ -44,6 +48,7 @@ impl FaultProxy {
             holding: watch::channel(false).0,
             cuts: watch::channel(0).0,
             garbled_below: AtomicU64::new(0),
+            stalled: watch::channel(Vec::new()).0,
         });
         let sh = shared.clone();
         tokio::spawn(async move {
@@ -93,6 +98,18 @@ impl FaultProxy {
         self.shared.garbled_below.store(n, Ordering::SeqCst);
     }
 
+    /// What the client sends on the flows whose port towards the server (the `addr` that
+    /// Redis's `CLIENT LIST` shows) is in `ports` is held still until [`Self::unstall`]:
+    /// the server neither gets it nor hears anything of it.
+    pub fn stall(&self, ports: &[u16]) {
+        self.shared.stalled.send_replace(ports.to_vec());
+    }
+
+    /// The stalled flows carry what they held, and go on.
+    pub fn unstall(&self) {
+        self.shared.stalled.send_replace(Vec::new());
+    }
+
     /// Closes every open connection (an idle cut by a proxy or load balancer).
     pub fn cut(&self) {
         self.shared.cuts.send_modify(|n| *n += 1);
@@ -110,16 +127,17 @@ async fn carry(sh: Arc<Shared>, flow: u64, client: TcpStream) {
     let Ok(server) = TcpStream::connect(sh.target).await else {
         return;
     };
+    let port = server.local_addr().map_or(0, |a| a.port());
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(sh.clone(), flow, false, cr, sw, cuts.clone());
-    let down = pump(sh, flow, true, sr, cw, cuts);
+    let up = pump(sh.clone(), (flow, port), false, cr, sw, cuts.clone());
+    let down = pump(sh, (flow, port), true, sr, cw, cuts);
     tokio::join!(up, down);
 }
 
 async fn pump(
     sh: Arc<Shared>,
-    flow: u64,
+    (flow, port): (u64, u16),
     from_server: bool,
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -142,6 +160,10 @@ async fn pump(
                     if to.write_all(b"?garbled\r\n").await.is_err() {
                         break;
                     }
+                }
+                if !from_server {
+                    let mut stalled = sh.stalled.subscribe();
+                    let _ = stalled.wait_for(|p| !p.contains(&port)).await;
                 }
                 if to.write_all(&buf[..n]).await.is_err() {
                     break;

@@ -268,6 +268,22 @@ impl RedisServer {
             .collect()
     }
 
+    /// The clients named `name` (`CLIENT SETNAME`; the gateway names its connections
+    /// `dedupe-gateway-claims` and `dedupe-gateway-leases`): each one's `CLIENT LIST`
+    /// fields, by name (`id`, `addr`, ...).
+    pub fn clients_named(&self, name: &str) -> Vec<HashMap<String, String>> {
+        let list: String = self.cmd(&["CLIENT", "LIST"]);
+        list.lines()
+            .map(|l| {
+                l.split(' ')
+                    .filter_map(|f| f.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect::<HashMap<_, _>>()
+            })
+            .filter(|fields| fields.get("name").is_some_and(|n| n == name))
+            .collect()
+    }
+
     /// Stops the server (SIGKILL): the store is gone until `restart`.
     pub fn stop(&mut self) {
         if let Some(process) = self.process.take() {
