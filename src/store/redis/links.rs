@@ -1,4 +1,4 @@
-//! A connection per runtime: with connection workers (`crate::edge::server::Workers`), each
+//! A connection per runtime: with connection workers (`crate::runtime::Workers`), each
 //! worker runtime gets a [`Link`] of its own to the same server, its socket on that
 //! worker's reactor and its connection task on that worker's thread. A command sent from
 //! a worker is then written, answered and handed back on one thread: no wake crosses to
@@ -24,9 +24,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::Handle;
 
 use super::link::Link;
+use crate::runtime::PerRuntime;
 
 /// Which of a runtime's two connections to a server a link keeps.
 ///
@@ -79,20 +80,18 @@ impl Lanes {
     }
 }
 
-/// The main runtime's lanes, and each worker runtime's.
+/// The main runtime's lanes, and each worker runtime's (a [`PerRuntime`]).
 #[derive(Clone)]
-pub(super) struct Links {
-    main: Lanes,
-    workers: Arc<[(Id, Lanes)]>,
-}
+pub(super) struct Links(Arc<PerRuntime<Lanes>>);
 
 impl Links {
     /// One pair of links, used from every runtime.
     pub(super) fn one(main: Lanes) -> Self {
-        Self {
+        Self(Arc::new(PerRuntime::made_on(
             main,
-            workers: Arc::new([]),
-        }
+            &[],
+            |_, _| unreachable!(),
+        )))
     }
 
     /// Adds a pair of links per runtime in `runtimes`, each made by `start` on that
@@ -102,33 +101,24 @@ impl Links {
         runtimes: &[Handle],
         start: impl Fn(usize, &Handle) -> Lanes,
     ) -> Self {
-        let workers = runtimes
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.id(), start(i, h)))
-            .collect();
-        Self {
-            main: self.main,
-            workers,
-        }
+        let main = self.main().clone();
+        Self(Arc::new(PerRuntime::made_on(main, runtimes, start)))
     }
 
-    /// The links made for `runtime`, else the main ones.
-    pub(super) fn on(&self, runtime: Option<Id>) -> &Lanes {
-        runtime
-            .and_then(|id| self.workers.iter().find(|(r, _)| *r == id))
-            .map_or(&self.main, |(_, lanes)| lanes)
+    /// The links made for the runtime this runs on, else the main ones.
+    pub(super) fn here(&self) -> &Lanes {
+        self.0.here()
     }
 
     /// The main runtime's links.
     pub(super) fn main(&self) -> &Lanes {
-        &self.main
+        self.0.first()
     }
 
     /// Every link: the main ones, then each worker's.
     pub(super) fn all(&self) -> impl Iterator<Item = &Link> {
-        std::iter::once(&self.main)
-            .chain(self.workers.iter().map(|(_, lanes)| lanes))
+        self.0
+            .iter()
             .flat_map(|lanes| [&lanes.claims, &lanes.leases])
     }
 }

@@ -221,10 +221,7 @@ impl RedisStore {
 
     /// What the server behind this runtime's connection for completions supports.
     fn completion(&self) -> &Strategy {
-        self.links
-            .on(crate::runtime::here())
-            .lane(Lane::Leases)
-            .completion()
+        self.links.here().lane(Lane::Leases).completion()
     }
 
     /// Whether the primary is found through Sentinel.
@@ -280,7 +277,7 @@ impl RedisStore {
         F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let link = self.links.on(crate::runtime::here()).lane(lane);
+        let link = self.links.here().lane(lane);
         self.query_on(link, op).await
     }
 
