@@ -23,7 +23,6 @@
 //! # The modules, lowest first (no module imports one listed after it; tests aside)
 //!
 //! - [`boxed`]: large values (futures above all) boxed where they are built, not copied in.
-//! - [`timers`]: deadlines on timers kept for reuse, moved on without the wheel's lock.
 //! - [`files`]: reading the files the gateway is given within a size limit each.
 //! - [`tls`]: certificates, keys and CAs from PEM files; the rustls configurations.
 //! - [`tokens`]: the values a claim is made of ([`tokens::StoreKey`], [`tokens::Fence`],
@@ -42,6 +41,8 @@
 //!   the raw body before the claim (pure).
 //! - [`route`]: validated routes, their policies and route matching (pure).
 //! - [`config`]: the TOML file, validated into a [`config::Config`] before anything binds.
+//! - [`runtime`]: the runtimes the gateway runs on (the multi-threaded one and a
+//!   connection worker per CPU), and what is kept per runtime: clients, links, timers.
 //! - [`store`]: the store contract and its backends (memory, Redis, Redis Cluster).
 //! - [`telemetry`]: traces (off unless configured): the request span and its children,
 //!   `traceparent` in and out, the OTLP/HTTP exporter.
@@ -62,8 +63,6 @@
 //!   forwarder's upstream call, replays, the access record.
 //! - [`admin`]: metrics, health, key inspection and listing on a separate port.
 //! - [`server`]: listeners, connection limits, signals, graceful drain.
-//! - [`runtime`]: the runtime `run` serves on, its workers polling for `server.idle_poll`
-//!   before they sleep.
 //! - [`drill`]: `dedupe-gateway drill`: five drills per route and the store checks, against
 //!   an in-process gateway or a live one.
 
@@ -97,7 +96,6 @@ pub mod seal;
 pub mod server;
 pub mod store;
 pub mod telemetry;
-pub mod timers;
 pub mod tls;
 pub mod tokens;
 pub mod upstream;

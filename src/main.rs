@@ -253,7 +253,7 @@ fn check(
 /// `check --store`: the store dialled as the gateway would, its nodes and checks printed.
 fn check_store(c: &dedupe_gateway::config::Config) -> ExitCode {
     use dedupe_gateway::explain::StoreVerdict;
-    let runtime = match runtime(std::time::Duration::ZERO) {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -276,7 +276,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let runtime = match runtime(config.server.idle_poll) {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -297,7 +297,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let workers = match connection_workers(config.server.workers, config.server.idle_poll) {
+    let workers = match connection_workers(config.server.workers) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -385,24 +385,19 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "dedupe-gateway: {message}");
 }
 
-/// The multi-threaded runtime `run` and `drill` work on (see `server.idle_poll`); a
-/// failure already reported.
-fn runtime(idle_poll: std::time::Duration) -> Result<tokio::runtime::Runtime, ExitCode> {
-    dedupe_gateway::runtime::multi_thread(idle_poll, allocator::keep_pages).map_err(|e| {
+/// The multi-threaded runtime `run` and `drill` work on; a failure already reported.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    dedupe_gateway::runtime::multi_thread(allocator::keep_pages).map_err(|e| {
         report(&format!("cannot start the async runtime: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })
 }
 
-/// `server.workers` connection workers, else one per CPU the process may use (at most
-/// as many as `server.workers` may be set to); a failure already reported.
-fn connection_workers(
-    count: Option<usize>,
-    idle_poll: std::time::Duration,
-) -> Result<dedupe_gateway::server::Workers, ExitCode> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let count = count.unwrap_or(cpus.min(dedupe_gateway::config::defaults::MAX_WORKERS));
-    dedupe_gateway::runtime::workers(count, idle_poll, allocator::keep_pages).map_err(|e| {
+/// `server.workers` connection workers, else one per CPU the process may use; a failure
+/// already reported.
+fn connection_workers(count: Option<usize>) -> Result<dedupe_gateway::runtime::Workers, ExitCode> {
+    let count = dedupe_gateway::runtime::worker_count(count);
+    dedupe_gateway::runtime::workers(count, allocator::keep_pages).map_err(|e| {
         report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })
@@ -417,8 +412,7 @@ fn drill(args: DrillArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    // A drill is a client: its workers sleep when idle.
-    let runtime = match runtime(std::time::Duration::ZERO) {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };

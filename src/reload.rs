@@ -39,11 +39,7 @@ pub fn merge(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
     if o.shutdown_grace != n.shutdown_grace {
         restart.push("server.shutdown_grace");
     }
-    // The runtime's worker threads are set up once, at start.
-    if o.idle_poll != n.idle_poll {
-        restart.push("server.idle_poll");
-    }
-    // So are the connection workers.
+    // The connection workers are set up once, at start.
     if o.workers != n.workers {
         restart.push("server.workers");
     }

@@ -24,14 +24,13 @@ mod accept;
 mod connection;
 mod evict;
 mod greeting;
-mod workers;
 mod write_deadline;
 
 use self::accept::Listener;
 use self::connection::Serving;
 use self::evict::Evictable;
-pub use self::workers::Workers;
 pub use self::write_deadline::WriteDeadline;
+pub use crate::runtime::Workers;
 
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]

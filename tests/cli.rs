@@ -262,7 +262,6 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
             "shutdown_grace",
             "connect_timeout",
             "body_read_timeout",
-            "idle_poll",
         ] {
             cases.push((server(field, &q), format!("server.{field}")));
         }
@@ -284,10 +283,6 @@ fn check_refuses_out_of_range_numbers_naming_the_field() {
         "server.max_concurrent_streams".into(),
     ));
     cases.push((server("max_body", "\"16EiB\""), "server.max_body".into()));
-    // A worker that polls longer than a sleep and wake-up cost is refused, as is a guess.
-    for v in ["\"101us\"", "\"1ms\"", "\"15\"", "\"-1us\"", "15"] {
-        cases.push((server("idle_poll", v), "server.idle_poll".into()));
-    }
     // Units the configuration reference does not document are refused, never guessed at.
     for unit in ["\"1Mb\"", "\"1M\"", "\"1 MiB\"", "\"1MB\""] {
         cases.push((server("max_body", unit), "server.max_body".into()));
@@ -333,7 +328,7 @@ fn check_accepts_the_largest_values_in_bounds() {
     let text = payments_route("lease = \"1d\"\nwindow = \"365d\"\nconflict_wait = \"1h\"\n")
         .replace(
         "[server]\n",
-        "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\nidle_poll = \"100us\"\nworkers = 1024\n",
+        "[server]\nupstream_timeout = \"1h\"\nshutdown_grace = \"1h\"\nmax_connections = 1000000\nworkers = 1024\n",
     ) + "[store]\nprefix = \""
         + &"p".repeat(256)
         + "\"\ntimeout = \"1m\"\n";

@@ -372,17 +372,18 @@ async fn a_container_sets_listen_upstream_and_admin_through_the_environment() {
     assert_eq!(m.status, StatusCode::OK);
 }
 
-/// `server.idle_poll`: with the workers polling before they sleep (the longest allowed) or
-/// sleeping at once, the gateway process answers the same: each key runs once whatever
-/// the concurrency, and one client's requests one after another (a worker idle between
-/// each) are all answered.
+/// The gateway process on its connection workers (one per CPU, `server.workers` unset),
+/// at one worker and at two: each key runs once whatever the concurrency, and one
+/// client's requests one after another (a worker idle between each) are all answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_that_poll_before_they_sleep_serve_as_those_that_do_not() {
-    for idle_poll in ["0s", "100us"] {
+async fn connection_workers_run_each_key_once_and_answer_one_client_in_turn() {
+    for workers in [None, Some(1), Some(2)] {
         let up = Upstream::start().await;
         let gw = GatewayProcess::start(
-            &GatewayConfig::new(up.url())
-                .idle_poll(idle_poll)
+            &workers
+                .map_or(GatewayConfig::new(up.url()), |n| {
+                    GatewayConfig::new(up.url()).workers(n)
+                })
                 .store(StoreCfg::memory())
                 .route(RouteCfg::header("orders", "/orders")),
         );
@@ -402,7 +403,7 @@ async fn workers_that_poll_before_they_sleep_serve_as_those_that_do_not() {
             let status = c.await.unwrap();
             assert!(
                 [StatusCode::CREATED, StatusCode::CONFLICT].contains(&status),
-                "idle_poll {idle_poll}: {status}"
+                "workers {workers:?}: {status}"
             );
         }
         for i in 0..100 {
@@ -413,12 +414,8 @@ async fn workers_that_poll_before_they_sleep_serve_as_those_that_do_not() {
                     "{}",
                 )
                 .await;
-            assert_eq!(answer.status, StatusCode::CREATED, "idle_poll {idle_poll}");
+            assert_eq!(answer.status, StatusCode::CREATED, "workers {workers:?}");
         }
-        assert_eq!(
-            up.effects(),
-            140,
-            "idle_poll {idle_poll}: one effect per key"
-        );
+        assert_eq!(up.effects(), 140, "workers {workers:?}: one effect per key");
     }
 }

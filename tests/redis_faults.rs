@@ -129,7 +129,14 @@ async fn a_lost_flow_is_dropped_and_dialled_again_within_the_bound() {
         .expect("the silent connection was never replaced");
     eprintln!("recovered {took:?} after the first failure");
     assert!(lost_at.elapsed() < REPLACED_WITHIN + FAILS_WITHIN);
-    assert_eq!(ready(&http, &gw).await, StatusCode::OK);
+    // Each connection worker's link finds its own flow lost and dials again.
+    assert!(
+        eventually(REPLACED_WITHIN, || async {
+            ready(&http, &gw).await == StatusCode::OK
+        })
+        .await,
+        "a worker's silent connection was never replaced"
+    );
     assert!(proxy.accepted() > dialled, "no new connection was dialled");
     // Recovery kept dedupe: the recovered key is replayed, not executed again.
     assert_eq!(up.effects(), 2);
@@ -180,8 +187,9 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
         post(&http, &gw, "/orders/s", "before").await.status,
         StatusCode::CREATED
     );
+    // The gateway's connections: the main one and each connection worker's.
     let before = redis.other_client_ids();
-    assert_eq!(before.len(), 1, "the gateway's connection");
+    assert!(!before.is_empty(), "the gateway's connections");
     {
         let _frozen = redis.freeze();
         fails_closed_fast(&http, &gw, Duration::from_secs(4)).await;
@@ -190,11 +198,17 @@ async fn a_redis_frozen_by_sigstop_fails_fast_and_recovers_after_sigcont() {
     recovers(&http, &gw, REPLACED_WITHIN)
         .await
         .expect("never recovered after SIGCONT");
-    assert_eq!(ready(&http, &gw).await, StatusCode::OK);
-    // Replaced, not merely answering again after SIGCONT.
+    assert!(
+        eventually(REPLACED_WITHIN, || async {
+            ready(&http, &gw).await == StatusCode::OK
+        })
+        .await
+    );
+    // The connection whose commands timed out was replaced, not merely answering again
+    // after SIGCONT (a worker's link that sent nothing meanwhile may keep its own).
     let after = redis.other_client_ids();
     assert!(
-        !after.contains(&before[0]),
+        before.iter().any(|id| !after.contains(id)),
         "the connection that stopped answering was kept: {before:?} {after:?}"
     );
     assert_eq!(up.effects(), 2);
@@ -208,7 +222,7 @@ async fn a_connection_redis_closed_while_idle_does_not_fail_the_next_claim() {
     let http = Http::new();
     let first = post(&http, &gw, "/open/i", "once").await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert_eq!(other_clients(&redis), 1, "the gateway's connection");
+    assert!(other_clients(&redis) >= 1, "the gateway's connections");
 
     let _: () = redis.cmd(&["CONFIG", "SET", "timeout", "1"]);
     tokio::time::sleep(Duration::from_millis(2500)).await;

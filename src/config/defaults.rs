@@ -32,9 +32,6 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// `server.write_timeout`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// `server.idle_poll`: off, as tokio's workers behave. Where the kernel already polls before
-/// an idle CPU halts (most virtual machines), a poll here would only repeat it.
-pub const DEFAULT_IDLE_POLL: Duration = Duration::ZERO;
 /// `server.shutdown_grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// `server.max_connections`.
@@ -131,10 +128,6 @@ pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of `store.timeout`: one store operation.
 pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest `server.idle_poll`: an event that comes while a worker polls waits for the poll
-/// to end (tokio looks for events only as it sleeps), so a long poll adds its length to
-/// the latency of what it catches.
-pub const MAX_IDLE_POLL: Duration = Duration::from_micros(100);
 /// Upper bound of `lease`.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of `window`.
@@ -276,7 +269,6 @@ mod tests {
             "server.body_read_timeout" => d(DEFAULT_BODY_READ_TIMEOUT),
             "server.shutdown_grace" => d(DEFAULT_SHUTDOWN_GRACE),
             "server.write_timeout" => d(DEFAULT_WRITE_TIMEOUT),
-            "server.idle_poll" => d(DEFAULT_IDLE_POLL),
             "store.max_bytes" => s(DEFAULT_MAX_BYTES),
             "store.near_cache" => s(DEFAULT_NEAR_CACHE),
             "admin.max_connections" => n(DEFAULT_ADMIN_MAX_CONNECTIONS as u64),
@@ -356,7 +348,6 @@ mod tests {
             | "server.write_timeout"
             | "defaults.conflict_wait" => d(MAX_TIMEOUT),
             "store.timeout" => d(MAX_STORE_TIMEOUT),
-            "server.idle_poll" => d(MAX_IDLE_POLL),
             "defaults.lease" => d(MAX_LEASE),
             "defaults.window" => d(MAX_WINDOW),
             "routes[].verify.tolerance" => d(MAX_VERIFY_TOLERANCE),
@@ -424,7 +415,7 @@ mod tests {
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
         assert_eq!(
-            bounds, 23,
+            bounds, 22,
             "every bounded field has its bound in docs/configuration.md"
         );
     }

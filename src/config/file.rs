@@ -73,8 +73,6 @@ pub struct FileServer {
     pub write_timeout: Option<String>,
     /// How long in-flight requests may run after SIGTERM.
     pub shutdown_grace: Option<String>,
-    /// How long a worker thread with nothing to do keeps its CPU before it sleeps.
-    pub idle_poll: Option<String>,
     /// Most client connections served at once; more wait in the listen backlog.
     pub max_connections: Option<usize>,
     /// Most concurrent HTTP/2 streams (requests) per connection.
@@ -451,7 +449,6 @@ fn expected_for(field: &str) -> Option<&'static str> {
         | "body_read_timeout"
         | "write_timeout"
         | "shutdown_grace"
-        | "idle_poll"
         | "tolerance" => "a duration like \"30s\"",
         "max_body" | "max_cached_body" | "max_header_bytes" => "a size like \"1MiB\"",
         "on_error" => "\"fail-closed\" or \"fail-open\"",

@@ -7,11 +7,11 @@ use http::uri::{Authority, Scheme};
 
 use super::defaults::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_IDLE_POLL, DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_BODY, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS,
     DEFAULT_UPSTREAM_HTTP2, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT,
-    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_IDLE_POLL, MAX_TIMEOUT,
-    MAX_WORKERS, MIN_HEADER_BYTES,
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT, MAX_WORKERS,
+    MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -38,8 +38,6 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
-    /// How long a worker thread that runs out of work keeps polling before it sleeps.
-    pub idle_poll: Duration,
     /// A client that accepts no response bytes for this long is disconnected.
     pub write_timeout: Duration,
     /// Most client connections served at once.
@@ -164,7 +162,6 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         header_read_timeout,
         body_read_timeout,
         shutdown_grace,
-        idle_poll: idle_poll(s)?,
         write_timeout,
     })
 }
@@ -193,14 +190,6 @@ fn workers(s: &FileServer) -> Result<Option<usize>, ConfigError> {
     s.workers
         .map(|n| parse::count("server.workers", Some(n), 1, MAX_WORKERS))
         .transpose()
-}
-
-/// `server.idle_poll`: zero (sleep at once) allowed, at most [`MAX_IDLE_POLL`].
-fn idle_poll(s: &FileServer) -> Result<Duration, ConfigError> {
-    match s.idle_poll.as_deref() {
-        Some(v) => parse::duration_allow_zero("server.idle_poll", v, MAX_IDLE_POLL),
-        None => Ok(DEFAULT_IDLE_POLL),
-    }
 }
 
 /// `server.upstream_ca_file`: only for an `https` upstream, holding a usable trust anchor.

@@ -13,13 +13,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
 use crate::config::{ServerConfig, UpstreamHttp2, UpstreamTarget};
-use crate::timers::Timers;
+use crate::runtime::{PerRuntime, Timers};
 use crate::{Body, BoxError};
 
-mod by_runtime;
 mod clients;
 
-use self::by_runtime::ByRuntime;
 use self::clients::{h2c_client, plain_client, tls_client, tls_connector};
 
 /// An upstream answer's body, streamed as it arrives; its connection goes back to its
@@ -66,7 +64,7 @@ impl UpstreamFailure {
 /// The upstream: target URL and hyper-util's pooled clients, built once at start-up.
 ///
 /// An `http` upstream gets kept-alive HTTP/1.1 connections from hyper-util's pooled
-/// client, one client per connection worker (see [`by_runtime`]). An `https` upstream is
+/// client, one client per connection worker (see [`PerRuntime`]). An `https` upstream is
 /// reached through rustls: its certificate is checked against the platform's roots plus
 /// `server.upstream_ca_file`, for the host named in the URL (SNI and `Host` both come from
 /// it); ALPN offers `h2` and `http/1.1`, so an upstream that speaks HTTP/2 gets one
@@ -94,15 +92,15 @@ pub struct Upstream {
 /// The h2c clients (one per runtime) and which calls take them.
 #[derive(Clone)]
 struct H2c {
-    clients: Arc<ByRuntime<Client<HttpConnector, Body>>>,
+    clients: Arc<PerRuntime<Client<HttpConnector, Body>>>,
     every_call: bool,
 }
 
-/// One client per runtime (see [`by_runtime`]).
+/// One client per runtime (see [`PerRuntime`]).
 #[derive(Clone)]
 enum Transport {
-    Plain(Arc<ByRuntime<Client<HttpConnector, Body>>>),
-    Tls(Arc<ByRuntime<Client<HttpsConnector<HttpConnector>, Body>>>),
+    Plain(Arc<PerRuntime<Client<HttpConnector, Body>>>),
+    Tls(Arc<PerRuntime<Client<HttpsConnector<HttpConnector>, Body>>>),
 }
 
 /// The client's IP address as the upstream is told it (`X-Forwarded-For`), rendered once
@@ -145,16 +143,20 @@ impl Upstream {
         let connect_timeout = cfg.connect_timeout.min(cfg.upstream_timeout);
         let transport = if cfg.upstream.scheme == http::uri::Scheme::HTTPS {
             let connector = tls_connector(cfg, connect_timeout);
-            Transport::Tls(ByRuntime::new(move || tls_client(connector.clone())))
+            Transport::Tls(Arc::new(PerRuntime::lazy(move || {
+                tls_client(connector.clone())
+            })))
         } else {
-            Transport::Plain(ByRuntime::new(move || plain_client(connect_timeout)))
+            Transport::Plain(Arc::new(PerRuntime::lazy(move || {
+                plain_client(connect_timeout)
+            })))
         };
         let plain = cfg.upstream.scheme != http::uri::Scheme::HTTPS;
         let h2c = match cfg.upstream_http2 {
             UpstreamHttp2::Off => None,
             _ if !plain => None,
             mode => Some(H2c {
-                clients: ByRuntime::new(move || h2c_client(connect_timeout)),
+                clients: Arc::new(PerRuntime::lazy(move || h2c_client(connect_timeout))),
                 every_call: mode == UpstreamHttp2::PriorKnowledge,
             }),
         };

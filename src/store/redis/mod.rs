@@ -131,7 +131,7 @@ pub struct RedisStore {
     scripts: std::sync::Arc<Scripts>,
     timeout: Duration,
     /// The commands' deadlines, on timers kept for the next command.
-    timers: std::sync::Arc<crate::timers::Timers>,
+    timers: std::sync::Arc<crate::runtime::Timers>,
 }
 
 impl RedisStore {
@@ -213,7 +213,7 @@ impl RedisStore {
 
     /// What the server behind this runtime's connection supports for completions.
     fn completion(&self) -> &Strategy {
-        self.links.on(crate::timers::runtime()).completion()
+        self.links.on(crate::runtime::here()).completion()
     }
 
     /// Whether the primary is found through Sentinel.
@@ -262,7 +262,7 @@ impl RedisStore {
         F: Fn(con::Con) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.query_on(self.links.on(crate::timers::runtime()), op)
+        self.query_on(self.links.on(crate::runtime::here()), op)
             .await
     }
 

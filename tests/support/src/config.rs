@@ -51,8 +51,6 @@ struct Server {
     #[serde(skip_serializing_if = "Option::is_none")]
     write_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    idle_poll: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<usize>,
@@ -117,7 +115,6 @@ impl GatewayConfig {
                 body_read_timeout: None,
                 shutdown_grace: None,
                 write_timeout: None,
-                idle_poll: None,
                 max_connections: None,
                 workers: None,
                 upstream_ca_file: None,
@@ -186,12 +183,6 @@ impl GatewayConfig {
     /// `server.shutdown_grace`.
     pub fn shutdown_grace(mut self, d: &str) -> Self {
         self.server.shutdown_grace = Some(d.to_owned());
-        self
-    }
-
-    /// `server.idle_poll`.
-    pub fn idle_poll(mut self, d: &str) -> Self {
-        self.server.idle_poll = Some(d.to_owned());
         self
     }
 

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use dedupe_gateway::config::Config;
 use dedupe_gateway::http::Gateway;
-use dedupe_gateway::server::{serve, Listeners};
+use dedupe_gateway::runtime::{self, Workers};
+use dedupe_gateway::server::{serve_on, Listeners};
 use dedupe_gateway::store::Store;
 use tokio::net::TcpListener;
 
@@ -40,7 +41,8 @@ impl Backend {
 }
 
 /// A gateway served in this process on port 0 (and an admin port 0 if the config has
-/// `[admin]`), until dropped.
+/// `[admin]`), until dropped: on connection workers as `run` serves (one per CPU unless
+/// `server.workers` says otherwise), each with its own Redis connection.
 pub struct TestGateway {
     /// The public listener's address.
     pub addr: SocketAddr,
@@ -50,6 +52,14 @@ pub struct TestGateway {
     pub gateway: Arc<Gateway>,
     // Dropping the sender starts the graceful shutdown.
     _stop: tokio::sync::oneshot::Sender<()>,
+    workers: Arc<Workers>,
+}
+
+impl Drop for TestGateway {
+    /// The workers end with the gateway, as `run` stops them after its drain.
+    fn drop(&mut self) {
+        self.workers.stop();
+    }
 }
 
 impl TestGateway {
@@ -68,7 +78,10 @@ impl TestGateway {
     async fn serve(config: &GatewayConfig, store: Option<Store>) -> Self {
         let text = config.to_toml();
         let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let store = store.unwrap_or_else(|| Store::from_config(&config.store).unwrap());
+        let count = runtime::worker_count(config.server.workers);
+        let workers = Arc::new(runtime::workers(count, || {}).unwrap());
+        let store = store
+            .unwrap_or_else(|| Store::from_config_on(&config.store, workers.runtimes()).unwrap());
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = match &config.admin {
             Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
@@ -78,22 +91,25 @@ impl TestGateway {
         let admin_addr = admin.as_ref().map(|l| l.local_addr().unwrap());
         let gateway = Gateway::new(config, store);
         let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(serve(
-            gateway.clone(),
-            Listeners {
+        let serving = (gateway.clone(), workers.clone());
+        tokio::spawn(async move {
+            let (gateway, workers) = serving;
+            let listeners = Listeners {
                 public,
                 admin,
                 tls: None,
-            },
-            async move {
+            };
+            serve_on(gateway, listeners, &workers, async move {
                 let _ = rx.await;
-            },
-        ));
+            })
+            .await;
+        });
         Self {
             addr,
             admin: admin_addr,
             gateway,
             _stop: tx,
+            workers,
         }
     }
 

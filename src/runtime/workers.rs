@@ -7,7 +7,7 @@
 //! crossed threads, its memory was freed on another thread than allocated it, and the
 //! shared counters' cache lines moved between cores with it. Under `wrk` on two cores that
 //! cost a memory-store new key 20.3 µs of the gateway's CPU against 14.9 on one thread
-//! (docs/benchmarks.md, run 24).
+//! (docs/benchmarks.md).
 //!
 //! A connection is moved to its worker's reactor once, when it is handed over (two
 //! `epoll_ctl` calls). A plain Redis store gives each worker a connection of its own
@@ -83,7 +83,7 @@ impl Workers {
     }
 
     /// Runs `serve` for `stream` on the next worker, or on this runtime without workers.
-    pub(super) fn spawn<F, Fut>(&self, stream: TcpStream, remote: SocketAddr, serve: F)
+    pub fn spawn<F, Fut>(&self, stream: TcpStream, remote: SocketAddr, serve: F)
     where
         F: FnOnce(TcpStream) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -112,8 +112,6 @@ impl Workers {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -121,7 +119,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn connections_are_served_on_the_workers_in_turn() {
-        let workers = crate::runtime::workers(2, Duration::ZERO, || {}).unwrap();
+        let workers = super::super::workers(2, || {}).unwrap();
         assert_eq!(workers.len(), 2);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -164,7 +162,7 @@ mod tests {
                 let _ = self.0.send(());
             }
         }
-        let workers = crate::runtime::workers(2, Duration::ZERO, || {}).unwrap();
+        let workers = super::super::workers(2, || {}).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         for handle in &workers.handles {
             let held = Dropped(tx.clone());

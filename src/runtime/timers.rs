@@ -3,16 +3,16 @@
 //! `tokio::time::timeout` arms a new timer on each call: its first wait takes the timer
 //! wheel's lock to insert it, and its drop takes the lock again to remove it. On a
 //! request path that runs one per upstream call and per store command, that was about
-//! 700 instructions each (callgrind; docs/benchmarks.md, run 24). A timer kept here is
-//! moved on to its next, later deadline with one atomic store instead: the wheel keeps it
-//! where it was, and when that earlier moment comes, finds the later deadline and files
-//! it again (once per timeout period, not once per call).
+//! 700 instructions each (callgrind; docs/benchmarks.md). A timer kept here is moved on to
+//! its next, later deadline with one atomic store instead: the wheel keeps it where it
+//! was, and when that earlier moment comes, finds the later deadline and files it again
+//! (once per timeout period, not once per call).
 //!
 //! A kept timer may still fire while it waits here; it wakes the task that last waited
 //! on it, which finds nothing new and waits on, and its next use files it again. A
 //! deadline earlier than a kept timer's (a shorter timeout after a reload) files it again
-//! too. Timers belong to the runtime they were made on: keep a [`Timers`] within the one
-//! runtime that uses it.
+//! too. Timers belong to the runtime they were made on, so they are kept per runtime
+//! ([`PerRuntime`]): a runtime takes only its own.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,38 +21,41 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
-/// The most timers kept: as many as calls are waiting at once, within this bound.
+use super::PerRuntime;
+
+/// The most timers a runtime keeps: as many as calls are waiting at once, within this
+/// bound.
 const KEPT_MAX: usize = 1024;
 
-/// The runtime this runs on. On connection workers (`crate::server::Workers`) each
-/// worker is a runtime, and what one runtime's reactor or timer wheel holds is best used
-/// there: kept timers and pooled connections remember the runtime they belong to.
-pub fn runtime() -> Option<tokio::runtime::Id> {
-    tokio::runtime::Handle::try_current().ok().map(|h| h.id())
+/// Timers kept for the next deadline, by the runtime each was made on. (Another
+/// runtime's timer would still work, its wheel waking this runtime's task, but only when
+/// that runtime's thread turns to its timers.)
+pub struct Timers {
+    kept: PerRuntime<Kept>,
 }
 
-/// Timers kept for the next deadline, by the runtime each was made on: only one of this
-/// runtime's is taken, else a new one is made. (Another runtime's timer would still work,
-/// its wheel waking this runtime's task, but only when that runtime's thread turns to its
-/// timers.)
-#[derive(Default)]
-pub struct Timers {
-    kept: Mutex<Vec<(Runtime, Vec<Timer>)>>,
-}
+/// One runtime's kept timers.
+type Kept = Mutex<Vec<Timer>>;
 
 /// A timer, pinned where it was made.
 type Timer = Pin<Box<Sleep>>;
 
-/// The runtime a timer was made on (none outside one).
-type Runtime = Option<tokio::runtime::Id>;
+/// A timer lent out, and where it goes back: the kept timers of the runtime it was made
+/// on.
+type Lent<'a> = (&'a Kept, Timer);
 
-/// A timer lent out, and the runtime it was made on.
-type Lent = (Runtime, Timer);
+impl Default for Timers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Timers {
     /// Timers, none kept yet.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            kept: PerRuntime::lazy(Kept::default),
+        }
     }
 
     /// `f`'s output, or `None` once `deadline` has passed first. What `f` has ready is
@@ -67,42 +70,25 @@ impl Timers {
         }
     }
 
-    fn take(&self, deadline: Instant) -> Lent {
-        let here = runtime();
-        let kept = {
-            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            kept.iter_mut()
-                .find(|(on, _)| *on == here)
-                .and_then(|(_, timers)| timers.pop())
-        };
-        match kept {
+    fn take(&self, deadline: Instant) -> Lent<'_> {
+        let kept = self.kept.here();
+        let timer = kept.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match timer {
             Some(mut timer) => {
                 timer.as_mut().reset(deadline);
-                (here, timer)
+                (kept, timer)
             }
-            None => (here, Box::pin(tokio::time::sleep_until(deadline))),
+            None => (kept, Box::pin(tokio::time::sleep_until(deadline))),
         }
     }
 
     /// Keeps the timer `lent` holds, if any, for the next wait.
-    fn give_back(&self, lent: &mut Option<Lent>) {
-        if let Some(timer) = lent.take() {
-            self.keep(timer);
-        }
-    }
-
-    fn keep(&self, (on, timer): Lent) {
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let at = match kept.iter().position(|(r, _)| *r == on) {
-            Some(at) => at,
-            None => {
-                kept.push((on, Vec::new()));
-                kept.len() - 1
+    fn give_back(lent: &mut Option<Lent<'_>>) {
+        if let Some((kept, timer)) = lent.take() {
+            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() < KEPT_MAX {
+                kept.push(timer);
             }
-        };
-        let timers = &mut kept[at].1;
-        if timers.len() < KEPT_MAX {
-            timers.push(timer);
         }
     }
 }
@@ -115,13 +101,13 @@ pin_project_lite::pin_project! {
         f: F,
         timers: &'a Timers,
         deadline: Instant,
-        timer: Option<Lent>,
+        timer: Option<Lent<'a>>,
     }
 
     impl<'a, F> PinnedDrop for Within<'a, F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            this.timers.give_back(this.timer);
+            Timers::give_back(this.timer);
         }
     }
 }
@@ -133,7 +119,7 @@ impl<F: Future> Future for Within<'_, F> {
         let this = self.project();
         let had_budget = tokio::task::coop::has_budget_remaining();
         if let Poll::Ready(out) = this.f.poll(cx) {
-            this.timers.give_back(this.timer);
+            Timers::give_back(this.timer);
             return Poll::Ready(Some(out));
         }
         let (_, timer) = this
@@ -148,7 +134,7 @@ impl<F: Future> Future for Within<'_, F> {
         };
         match elapsed {
             Poll::Ready(()) => {
-                this.timers.give_back(this.timer);
+                Timers::give_back(this.timer);
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -164,7 +150,7 @@ mod tests {
 
     impl Timers {
         fn kept(&self) -> usize {
-            self.kept.lock().unwrap().iter().map(|(_, t)| t.len()).sum()
+            self.kept.iter().map(|t| t.lock().unwrap().len()).sum()
         }
     }
 
@@ -188,11 +174,14 @@ mod tests {
         assert_eq!(wait(&one), None);
         assert_eq!(wait(&two), None);
         assert_eq!(wait(&one), None);
-        let kept = timers.kept.lock().unwrap();
-        let ids: Vec<_> = kept.iter().map(|(r, t)| (*r, t.len())).collect();
+        let kept: Vec<usize> = timers
+            .kept
+            .iter()
+            .map(|t| t.lock().unwrap().len())
+            .collect();
         assert_eq!(
-            ids,
-            [(Some(one.handle().id()), 1), (Some(two.handle().id()), 1)],
+            kept,
+            [1, 1],
             "one timer each, each kept by the runtime that made it"
         );
     }
