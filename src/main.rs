@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dedupe_gateway::config::{Config, ConfigError};
-use dedupe_gateway::explain::{explain, summary, Probe};
-use dedupe_gateway::log::Format;
+use dedupe_gateway::ops::check::{explain, summary, Probe};
+use dedupe_gateway::telemetry::log::Format;
 
 /// mimalloc instead of glibc's malloc: under load glibc's arenas showed up in profiles as
 /// lock contention and consolidation (`benches/throughput`); see [`allocator`].
@@ -29,9 +29,10 @@ const EXIT_RUNTIME: u8 = 70;
 /// Exit status for an unusable `--request` or `-H` (EX_USAGE too).
 const EXIT_USAGE: u8 = 64;
 
-mod allocator;
-mod keys_cli;
-mod manual;
+mod cli;
+
+use cli::keys as keys_cli;
+use cli::{allocator, manual};
 
 #[derive(Parser)]
 #[command(
@@ -124,7 +125,7 @@ struct DrillArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     lease: std::time::Duration,
     /// Concurrent requests in the race drill.
-    #[arg(long, default_value_t = dedupe_gateway::drill::DEFAULT_RACE)]
+    #[arg(long, default_value_t = dedupe_gateway::ops::drill::DEFAULT_RACE)]
     race: usize,
     /// A live gateway's public base URL (`http://host:port`): black-box mode.
     #[arg(long, requires = "admin")]
@@ -252,12 +253,12 @@ fn check(
 
 /// `check --store`: the store dialled as the gateway would, its nodes and checks printed.
 fn check_store(c: &dedupe_gateway::config::Config) -> ExitCode {
-    use dedupe_gateway::explain::StoreVerdict;
+    use dedupe_gateway::ops::check::StoreVerdict;
     let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let (text, verdict) = runtime.block_on(dedupe_gateway::explain::check_store(c));
+    let (text, verdict) = runtime.block_on(dedupe_gateway::ops::check::check_store(c));
     let _ = write!(std::io::stdout().lock(), "{text}");
     match verdict {
         StoreVerdict::Passed => ExitCode::SUCCESS,
@@ -281,7 +282,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Err(code) => return code,
     };
     let traces = (config.telemetry.as_ref())
-        .map(|t| dedupe_gateway::telemetry::export::start(t, runtime.handle()));
+        .map(|t| dedupe_gateway::telemetry::traces::export::start(t, runtime.handle()));
     let (layer, exporter) = match traces.transpose() {
         Ok(t) => t.unzip(),
         Err(e) => {
@@ -301,7 +302,11 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
         Ok(w) => w,
         Err(code) => return code,
     };
-    let result = runtime.block_on(dedupe_gateway::server::run(config, Some(path), &workers));
+    let result = runtime.block_on(dedupe_gateway::edge::server::run(
+        config,
+        Some(path),
+        &workers,
+    ));
     // What the drain's grace cut off on the workers goes, with the workers' own Redis
     // connections, before the main runtime's.
     workers.stop();
@@ -312,7 +317,7 @@ fn run_gateway(log_format: Option<LogFormat>, path: PathBuf) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let bind = matches!(e, dedupe_gateway::server::RunError::Bind { .. });
+            let bind = matches!(e, dedupe_gateway::edge::server::RunError::Bind { .. });
             // Once, through the log: stderr in either log format.
             tracing::error!("{:#}", anyhow::Error::new(e));
             ExitCode::from(if bind { EXIT_UNAVAILABLE } else { EXIT_RUNTIME })
@@ -407,7 +412,7 @@ fn connection_workers(count: Option<usize>) -> Result<dedupe_gateway::runtime::W
 const EXIT_DRILL_FAILED: u8 = 1;
 
 fn drill(args: DrillArgs) -> ExitCode {
-    use dedupe_gateway::drill::{local, target};
+    use dedupe_gateway::ops::drill::{local, target};
     let config = match load(&args.config) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -470,14 +475,14 @@ fn target_plan(
     config: &Config,
     target: &str,
     admin: &str,
-) -> Result<dedupe_gateway::drill::target::Plan, String> {
-    use dedupe_gateway::drill::target;
+) -> Result<dedupe_gateway::ops::drill::target::Plan, String> {
+    use dedupe_gateway::ops::drill::target;
     let [route] = args.routes.as_slice() else {
         return Err("drill --target: name exactly one --route".to_owned());
     };
     let mut headers = http::HeaderMap::new();
     for h in &args.headers {
-        let (name, value) = dedupe_gateway::drill::request::parse_header(h)
+        let (name, value) = dedupe_gateway::ops::drill::request::parse_header(h)
             .map_err(|e| format!("--header: {e}"))?;
         headers.insert(name, value);
     }
@@ -496,8 +501,8 @@ fn target_plan(
 /// one writer thread.
 fn init_tracing(
     format: Option<LogFormat>,
-    traces: Option<dedupe_gateway::telemetry::export::TraceLayer>,
-) -> std::io::Result<dedupe_gateway::log::sink::Guard> {
+    traces: Option<dedupe_gateway::telemetry::traces::export::TraceLayer>,
+) -> std::io::Result<dedupe_gateway::telemetry::log::sink::Guard> {
     let terminal = std::io::stderr().is_terminal();
     let format = match format {
         Some(LogFormat::Text) => Format::Text,
@@ -505,5 +510,5 @@ fn init_tracing(
         None if terminal => Format::Text,
         None => Format::Json,
     };
-    dedupe_gateway::log::install(format, terminal, traces)
+    dedupe_gateway::telemetry::log::install(format, terminal, traces)
 }

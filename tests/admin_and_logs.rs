@@ -236,7 +236,7 @@ async fn text_access_lines_have_tracings_text_shape() {
         .unwrap();
     assert!(
         ready.starts_with(&stamp[..11])
-            && ready[27..].starts_with("  INFO dedupe_gateway::server: "),
+            && ready[27..].starts_with("  INFO dedupe_gateway::edge::server: "),
         "{ready}"
     );
 }
@@ -246,7 +246,7 @@ async fn lines_inside_a_request_carry_its_span_when_asked_for() {
     // Nothing listens on port 9: every request is a 502 with a warning logged inside it.
     let config = GatewayConfig::new("http://127.0.0.1:9");
     let http = Http::new();
-    for (rust_log, spanned) in [("info", false), ("info,dedupe_gateway::http=debug", true)] {
+    for (rust_log, spanned) in [("info", false), ("info,dedupe_gateway::edge=debug", true)] {
         let gw = GatewayProcess::start_with_env(&config, &[("RUST_LOG", rust_log)]);
         let r = http.get(&gw.url("/where"), &[]).await;
         assert_eq!(r.status, 502);

@@ -3,7 +3,7 @@
 //! (reached through `ASK`) and once it has moved (`MOVED`), each executing upstream
 //! exactly once. Each test has a cluster of its own: it adds a node and moves a slot.
 
-use dedupe_gateway::key::store_key;
+use dedupe_gateway::protocol::key::store_key;
 use dedupe_test_support::{
     move_slot, slot_of, start_moving_slot, GatewayConfig, Http, RedisCluster, RedisServer, Reply,
     RouteCfg, StoreCfg, TestGateway, Upstream,

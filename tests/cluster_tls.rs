@@ -5,9 +5,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use dedupe_gateway::config::tls::PemFile;
 use dedupe_gateway::config::RedisAccess;
 use dedupe_gateway::store::{RedisClusterStore, Store};
-use dedupe_gateway::tls::PemFile;
 use dedupe_test_support::{
     eventually, store_contract, GatewayConfig, Http, RedisCluster, RedisTls, RouteCfg, StoreCfg,
     TestCa, TestGateway, Upstream,

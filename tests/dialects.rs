@@ -108,13 +108,14 @@ async fn stripe_s_python_client_retries_a_key_in_flight_into_the_replay() {
         TestGateway::start(&GatewayConfig::new(up.url()).route(customers().errors("stripe"))).await;
     let stripe = StripeClient::new(gw.url(""));
     let create = CustomerCreate::new("cus-create-2", json!({"email": "ada@example.com"}))
-        .header("x-test-delay-ms", "2000");
+        .header("x-test-delay-ms", "3500");
     let first = tokio::spawn({
         let (stripe, create) = (stripe.clone(), create.clone());
         async move { stripe.create_customer(&create).await }
     });
     up.wait_for_effects(1).await;
-    // Backing off 0.5 s, 1 s, 2 s, 4 s (halved at random): past the 2 s call.
+    // Backing off 0.5 s, 1 s, 2 s, 4 s (halved at random, never under 0.5 s): past the
+    // 3.5 s call, which outlasts the Python client's start on a busy machine.
     let retried = stripe.create_customer(&create.retries(4)).await;
     let first = first.await.unwrap();
     assert_eq!(retried["object"], first["object"], "{retried}");

@@ -384,7 +384,7 @@ async fn claim_many(store: &Store, prefix: &str, route: &str, n: usize) -> Vec<S
     let hash = RequestHash::new([7; 32]);
     let mut keys = Vec::new();
     for i in 0..n {
-        let key = dedupe_gateway::key::store_key(prefix, route, "-", &format!("key-{i}"));
+        let key = dedupe_gateway::protocol::key::store_key(prefix, route, "-", &format!("key-{i}"));
         let claim = store
             .claim(ClaimRequest {
                 key: &key,

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use dedupe_gateway::dedupe::{Finish, Outcome, Would};
-use dedupe_gateway::metrics::{ClaimEvent, StoreOp};
+use dedupe_gateway::telemetry::metrics::{ClaimEvent, StoreOp};
 use dedupe_test_support::{
     eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
     Upstream,

@@ -777,8 +777,8 @@ fn names_in(text: &str, sep: char) -> Vec<String> {
 #[test]
 fn the_stability_statement_names_every_metric_header_and_problem_type() {
     let doc = std::fs::read_to_string("docs/stability.md").unwrap();
-    // Metrics: the names registered in src/metrics.rs (each through `Registering::add`).
-    let metrics = std::fs::read_to_string("src/metrics.rs").unwrap();
+    // Metrics: the names registered in src/telemetry/metrics/mod.rs (each through `Registering::add`).
+    let metrics = std::fs::read_to_string("src/telemetry/metrics/mod.rs").unwrap();
     let registered: Vec<String> = metrics
         .split("reg.add(")
         .skip(1)
@@ -791,15 +791,15 @@ fn the_stability_statement_names_every_metric_header_and_problem_type() {
             "metric dedupe_{name}"
         );
     }
-    // Headers: every name in src/headers.rs.
-    let headers = std::fs::read_to_string("src/headers.rs").unwrap();
+    // Headers: every name in src/protocol/headers.rs.
+    let headers = std::fs::read_to_string("src/protocol/headers.rs").unwrap();
     let doc_lower = doc.to_ascii_lowercase();
     for h in headers.split("from_static(\"").skip(1) {
         let name = h.split('"').next().unwrap();
         assert!(doc_lower.contains(&format!("`{name}`")), "header {name}");
     }
-    // Problem types: the names describe() gives in src/problem/mod.rs.
-    let problem = std::fs::read_to_string("src/problem/mod.rs").unwrap();
+    // Problem types: the names describe() gives in src/edge/problem/mod.rs.
+    let problem = std::fs::read_to_string("src/edge/problem/mod.rs").unwrap();
     let describe = problem
         .split("fn describe(")
         .nth(1)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dedupe_gateway::config::Config;
-use dedupe_gateway::key::KeyRule;
+use dedupe_gateway::protocol::key::KeyRule;
 use dedupe_test_support::{GatewayConfig, Http, RouteCfg, TestGateway, Upstream};
 use http::StatusCode;
 
@@ -222,7 +222,10 @@ fn a_preset_sets_key_scope_match_and_window_and_explicit_fields_win() {
     let r = &c.routes[0];
     assert!(r.scope.is_empty());
     assert_eq!(r.window, Duration::from_secs(5 * 24 * 3600));
-    assert_eq!(r.must_match, dedupe_gateway::key::MatchRule::Request);
+    assert_eq!(
+        r.must_match,
+        dedupe_gateway::protocol::key::MatchRule::Request
+    );
 
     // A longer window in [defaults] is kept.
     let c = Config::from_toml(

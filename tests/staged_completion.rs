@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use dedupe_gateway::key::store_key;
+use dedupe_gateway::protocol::key::store_key;
 use dedupe_gateway::store::{Claim, Completion, RedisClusterStore, Store, StoreError, StoreKey};
 use dedupe_test_support::claims::{claim, store_on, won, LONG};
 use dedupe_test_support::{

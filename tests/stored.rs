@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use dedupe_gateway::key::{self, RequestView};
+use dedupe_gateway::protocol::key::{self, RequestView};
 use dedupe_gateway::store::{Claim, ClaimRequest, Claimants, Completion, Store, StoreKey};
 use dedupe_test_support::on_every_store;
 use dedupe_test_support::{

@@ -322,7 +322,7 @@ async fn a_key_that_holds_no_record_fails_closed_even_on_a_fail_open_route() {
     let http = Http::new();
     for (name, args) in unreadable_values("unreadable:k") {
         let key = format!("unreadable-{name}");
-        let record = dedupe_gateway::key::store_key("dedupe", "open", "-", &key);
+        let record = dedupe_gateway::protocol::key::store_key("dedupe", "open", "-", &key);
         let args: Vec<String> = args
             .into_iter()
             .map(|a| {

@@ -203,7 +203,7 @@ async fn a_replay_is_a_request_span_with_no_upstream_call_and_passthrough_is_tra
     let upstream = Upstream::start().await;
     let receiver = OtlpReceiver::start().await;
     // With the log's own request span on (at debug), between the trace spans.
-    let debug = [("RUST_LOG", "info,dedupe_gateway::http=debug")];
+    let debug = [("RUST_LOG", "info,dedupe_gateway::edge=debug")];
     let mut gw = traced_gateway(&upstream, &receiver, &debug);
     let http = Http::new();
     let key = [("Idempotency-Key", "order-2"), ("Authorization", SECRET)];

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::store::Backend;
-use crate::route::dialect::BuiltIn;
-use crate::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
+use crate::protocol::route::dialect::BuiltIn;
+use crate::protocol::route::{MatchMode, Mode, OnConflict, OnError, OnUnknown, StatusSpec};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -118,7 +118,8 @@ pub const DEFAULT_STORE_BODY: bool = true;
 /// `routes[].advertise_expiry`.
 pub const DEFAULT_ADVERTISE_EXPIRY: bool = true;
 /// `routes[].order.compare`: versions are integers unless the route says otherwise.
-pub const DEFAULT_ORDER_COMPARE: crate::key::order::Compare = crate::key::order::Compare::Integer;
+pub const DEFAULT_ORDER_COMPARE: crate::protocol::key::order::Compare =
+    crate::protocol::key::order::Compare::Integer;
 /// `routes[].verify.tolerance`: Stripe's and Standard Webhooks' libraries' own default.
 pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 
@@ -176,7 +177,10 @@ mod tests {
     }
 
     fn reference_rows() -> Vec<Row> {
-        let book = include_str!("../../docs/configuration.md");
+        let book = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/configuration.md"
+        ));
         let table = book
             .split("\n## Reference\n")
             .nth(1)
@@ -226,7 +230,7 @@ mod tests {
     fn grpc_codes(text: &str) -> Option<Vec<StatusSpec>> {
         #[derive(serde::Deserialize)]
         struct V {
-            v: Vec<crate::grpc::status::Code>,
+            v: Vec<crate::protocol::grpc::status::Code>,
         }
         let v = toml::from_str::<V>(&format!("v = {text}")).ok()?;
         Some(v.v.iter().map(|c| StatusSpec::Code(c.0)).collect())
@@ -323,7 +327,7 @@ mod tests {
                 text.parse().ok() == Some(DEFAULT_ADMIN_ALLOW_UNAUTHENTICATED)
             }
             "routes[].order.compare" => {
-                enum_value::<crate::key::order::Compare>(text) == DEFAULT_ORDER_COMPARE
+                enum_value::<crate::protocol::key::order::Compare>(text) == DEFAULT_ORDER_COMPARE
             }
             _ => return None,
         })

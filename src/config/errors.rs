@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::defaults::{DEFAULT_ERRORS, DEFAULT_TEMPLATE_CONTENT_TYPE, MAX_TEMPLATE_BYTES};
 use super::file::{FileDefaults, FileErrors, FileRoute, FileTemplate};
 use super::{invalid, ConfigError};
-use crate::route::dialect::{Dialect, Envelope, Template};
+use crate::protocol::route::dialect::{Dialect, Envelope, Template};
 
 /// `[defaults] errors` and `problem_base_url`: what routes inherit, and how the answers
 /// made before a request has a route are written.
@@ -60,7 +60,7 @@ fn template(at: &str, t: &FileTemplate) -> Result<Template, ConfigError> {
     let at_file = format!("{at}.template");
     let path = &t.template;
     // A regular file only: a FIFO named here would block `check` and `run` for ever.
-    let bytes = crate::files::read_regular(std::path::Path::new(path), MAX_TEMPLATE_BYTES)
+    let bytes = crate::config::files::read_regular(std::path::Path::new(path), MAX_TEMPLATE_BYTES)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidData => invalid(
                 &at_file,
@@ -71,7 +71,7 @@ fn template(at: &str, t: &FileTemplate) -> Result<Template, ConfigError> {
     let text = String::from_utf8(bytes)
         .map_err(|_| invalid(&at_file, format!("cannot read {path}: not UTF-8 text")))?;
     Template::new(&text, content_type).map_err(|e| match e {
-        crate::route::dialect::TemplateError::ContentType(_) => {
+        crate::protocol::route::dialect::TemplateError::ContentType(_) => {
             invalid(format!("{at}.content_type"), e.to_string())
         }
         e => invalid(&at_file, format!("{path}: {e}")),

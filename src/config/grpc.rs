@@ -6,9 +6,9 @@ use http::Method;
 use super::defaults::{DEFAULT_GRPC, DEFAULT_GRPC_RETRY_CODES, DEFAULT_GRPC_UNKNOWN_CODES};
 use super::file::FileRoute;
 use super::{invalid, ConfigError};
-use crate::grpc::status::Code;
-use crate::route::dialect::Envelope;
-use crate::route::{Dialect, StatusPolicy, StatusSpec};
+use crate::protocol::grpc::status::Code;
+use crate::protocol::route::dialect::Envelope;
+use crate::protocol::route::{Dialect, StatusPolicy, StatusSpec};
 
 /// `grpc_retry_codes` and `grpc_unknown_codes`, as the status policy reads them.
 pub(super) fn codes(r: &FileRoute) -> StatusPolicy {

@@ -25,8 +25,10 @@ pub mod defaults;
 mod env;
 mod errors;
 mod file;
+pub mod files;
 mod grpc;
 mod parse;
+pub mod reload;
 mod routes;
 mod secrets;
 mod server;
@@ -34,9 +36,10 @@ mod store;
 mod telemetry;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 mod verify;
 
-pub use crate::route::{OnConflict, OnError};
+pub use crate::protocol::route::{OnConflict, OnError};
 pub use env::{ENV_OVERRIDES, REDIS_PASSWORD};
 pub use file::{
     FileAdmin, FileConfig, FileDefaults, FileKey, FileListenerTls, FileMatch, FileRoute,
@@ -47,7 +50,7 @@ pub use server::{ListenerTls, ServerConfig, UpstreamHttp2, UpstreamTarget};
 pub use store::{redact_url, Backend, RedisAccess, StoreBackend, StoreConfig};
 pub use telemetry::{FileTelemetry, TelemetryConfig};
 
-use crate::route::{Dialect, Route};
+use crate::protocol::route::{Dialect, Route};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +150,8 @@ impl Config {
     /// Reads, parses, applies environment overrides and validates a config file.
     pub fn load(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let read = |path: &Path| {
-            let bytes = crate::files::read_bounded(path, crate::files::MAX_CONFIG_FILE)?;
+            let bytes =
+                crate::config::files::read_bounded(path, crate::config::files::MAX_CONFIG_FILE)?;
             String::from_utf8(bytes)
                 .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
         };

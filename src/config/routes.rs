@@ -16,10 +16,10 @@ use super::file::{FileDefaults, FileKey, FileMatch, FileOrder, FileRoute};
 use super::server::ServerConfig;
 use super::store::{StoreBackend, StoreConfig};
 use super::{invalid, parse, ConfigError};
-use crate::key::order::OrderRule;
-use crate::key::{KeyRule, MatchRule, RequestPart};
-use crate::route::preset::UNVERIFIED_REFUSALS;
-use crate::route::{
+use crate::protocol::key::order::OrderRule;
+use crate::protocol::key::{KeyRule, MatchRule, RequestPart};
+use crate::protocol::route::preset::UNVERIFIED_REFUSALS;
+use crate::protocol::route::{
     Dialect, HeaderPattern, MatchMode, OnConflict, OnError, OnUnknown, PathPattern, Preset, Route,
     StatusPolicy, StatusSpec,
 };

@@ -14,7 +14,7 @@ pub(super) fn read(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     let (bytes, origin) = if let Some(path) = source.strip_prefix("file:") {
-        let bytes = file(path, crate::files::MAX_SECRET_FILE)
+        let bytes = file(path, crate::config::files::MAX_SECRET_FILE)
             .map_err(|why| invalid(at, format!("cannot read the file {path:?}: {why}")))?;
         (bytes, format!("the file {path:?}"))
     } else if let Some(name) = source.strip_prefix("env:") {
@@ -38,7 +38,7 @@ pub(super) fn read(
 /// A `file:` source's bytes (a regular file, at most `limit` bytes), or why not, in words
 /// that quote none of it: the I/O error's kind alone, or what the file is instead.
 pub(super) fn file(path: &str, limit: u64) -> Result<Vec<u8>, String> {
-    crate::files::read_regular(Path::new(path), limit).map_err(|e| match e.kind() {
+    crate::config::files::read_regular(Path::new(path), limit).map_err(|e| match e.kind() {
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => e.to_string(),
         kind => kind.to_string(),
     })

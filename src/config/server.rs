@@ -15,7 +15,7 @@ use super::defaults::{
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
-use crate::tls::PemFile;
+use crate::config::tls::PemFile;
 
 /// Validated `[server]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,7 +216,7 @@ fn listener_tls(t: &FileListenerTls) -> Result<ListenerTls, ConfigError> {
         .map_err(|e| invalid("server.tls.cert_file", e.to_string()))?;
     let key =
         PemFile::read(&t.key_file).map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
-    crate::tls::certified_key(&cert, &key)
+    crate::config::tls::certified_key(&cert, &key)
         .map_err(|e| invalid("server.tls.key_file", e.to_string()))?;
     Ok(ListenerTls { cert, key })
 }

@@ -4,8 +4,8 @@
 use super::defaults::{DEFAULT_VERIFY_TOLERANCE, MAX_VERIFY_TOLERANCE};
 use super::file::FileRoute;
 use super::{invalid, parse, secrets, ConfigError};
-use crate::route::{Mode, Preset, Route};
-use crate::verify::Verifier;
+use crate::protocol::route::{Mode, Preset, Route};
+use crate::protocol::verify::Verifier;
 
 /// The route's verifier, if it has `verify`.
 pub(super) fn validate(

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Env, Policy};
-use crate::metrics::StoreOp;
-use crate::route::{Mode, OnUnknown};
+use crate::protocol::route::{Mode, OnUnknown};
 use crate::store::{Claim, ClaimRequest, Order, RequestHash, StoreError, StoreKey};
+use crate::telemetry::metrics::StoreOp;
 
 /// The first pause between two polls of a waiting duplicate; it doubles up to
 /// [`MAX_POLL_PAUSE`].

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use tracing::{debug, error, warn};
 
 use super::Finish;
-use crate::metrics::{ClaimEvent, Metrics, StoreOp};
 use crate::store::{Completion, Fence, Order, Permit, Store, StoreKey};
+use crate::telemetry::metrics::{ClaimEvent, Metrics, StoreOp};
 
 /// The right to settle one key under one fence.
 #[must_use = "a lease must be settled: complete, release or keep it"]
@@ -55,7 +55,7 @@ impl<'a> Lease<'a> {
             permit,
             lease: policy.lease,
             window: policy.window,
-            hold: policy.on_unknown == crate::route::OnUnknown::Hold,
+            hold: policy.on_unknown == crate::protocol::route::OnUnknown::Hold,
             order,
             settled: false,
             renewed: std::sync::atomic::AtomicBool::new(false),

@@ -3,7 +3,7 @@
 //!
 //! [`run`] is the one entry (the HTTP edge's keyed request task calls it). It knows the store, the route's [`Policy`] and a forwarder
 //! (a closure that performs the upstream call and classifies what came back as an
-//! [`Attempt`]); it knows nothing of HTTP. The HTTP edge ([`crate::http`]) builds the
+//! [`Attempt`]); it knows nothing of HTTP. The HTTP edge ([`crate::edge`]) builds the
 //! forwarder and turns the [`Settled`] result into a response.
 //!
 //! ```text
@@ -20,7 +20,7 @@
 //! other answer (replay, conflict, mismatch, held, a fail-closed store error) becomes
 //! forward(Unguarded), with what enforcement would have done recorded as a [`Would`].
 //!
-//! Records are sealed ([`crate::seal`]) on their way into the store and opened on their
+//! Records are sealed ([`crate::protocol::seal`]) on their way into the store and opened on their
 //! way out here, above the store contract, so every backend stores them alike and the
 //! HTTP edge only ever sees records in clear.
 //!
@@ -42,12 +42,12 @@ use tracing::{debug, error, warn, Instrument};
 
 pub use self::lease::Lease;
 pub use self::outcome::{Finish, Outcome, Would};
-use crate::boxed;
-use crate::metrics::{ClaimEvent, Metrics};
-use crate::route::{Mode, OnConflict, OnError, OnUnknown};
-use crate::seal::Keyring;
+use crate::protocol::route::{Mode, OnConflict, OnError, OnUnknown};
+use crate::protocol::seal::Keyring;
+use crate::runtime::boxed;
 use crate::store::{Claim, Claimants, Fence, Order, RequestHash, Store, StoreError, StoreKey};
-use crate::telemetry;
+use crate::telemetry::metrics::{ClaimEvent, Metrics};
+use crate::telemetry::traces;
 
 /// What the protocol needs from the gateway around it.
 pub struct Env<'a> {
@@ -98,7 +98,7 @@ pub enum Forward {
 pub enum Attempt<R> {
     /// A final answer: store `record` (encoded under the store key) for replay.
     Final {
-        /// The encoded [`crate::record::StoredResponse`].
+        /// The encoded [`crate::protocol::record::StoredResponse`].
         record: Bytes,
         /// What the client gets.
         response: R,
@@ -202,7 +202,7 @@ where
     // on spawn. Built in their boxes (see `boxed`), before a span wraps them, or the
     // wrapper copies them once more on their way in.
     let claimed = boxed::pinned(|| claim::claim(env, key, request_hash, policy, order))
-        .instrument(telemetry::claim())
+        .instrument(traces::claim())
         .await;
     if policy.mode == Mode::Shadow {
         let would = match &claimed {
@@ -273,11 +273,11 @@ where
         Attempt::Final { record, response } => {
             let sealed = env.keyring.seal(key, record);
             let completing = boxed::pinned(|| lease.complete(sealed));
-            let span = telemetry::completion();
+            let span = traces::completion();
             (completing.instrument(span).await, response)
         }
         Attempt::NotExecuted(response) => {
-            let span = telemetry::completion();
+            let span = traces::completion();
             let releasing = boxed::pinned(|| lease.release());
             (releasing.instrument(span).await, response)
         }

@@ -6,6 +6,7 @@
 //! drives is kept per runtime ([`PerRuntime`]): the upstream clients, the Redis links and
 //! the kept timers ([`Timers`]).
 
+pub mod boxed;
 mod per_runtime;
 mod timers;
 mod workers;

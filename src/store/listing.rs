@@ -190,7 +190,7 @@ fn glob_escaped(s: &str) -> String {
 }
 
 /// A record's store key read back into its route, scope and key (see
-/// [`crate::key::store_key`]); `None` for a key of another spelling (an entity's order
+/// [`crate::protocol::key::store_key`]); `None` for a key of another spelling (an entity's order
 /// record, `...:=entity:<hash>`, or anything else under the prefix).
 pub fn name_parts(prefix: &str, store_key: &str) -> Option<NameParts> {
     let rest = store_key.strip_prefix(prefix)?.strip_prefix(":{")?;
@@ -213,10 +213,10 @@ mod tests {
 
     #[test]
     fn a_store_key_reads_back_into_its_parts() {
-        let k = crate::key::store_key("dg", "pay", "-", "a:b:c");
+        let k = crate::protocol::key::store_key("dg", "pay", "-", "a:b:c");
         let n = name_parts("dg", k.as_str()).unwrap();
         assert_eq!((&*n.route, &*n.scope, &*n.key), ("pay", "-", "a:b:c"));
-        let entity = crate::key::order::entity_key("dg", "pay", "-", "abc");
+        let entity = crate::protocol::key::order::entity_key("dg", "pay", "-", "abc");
         assert_eq!(name_parts("dg", entity.as_str()), None);
         assert_eq!(name_parts("other", k.as_str()), None);
     }

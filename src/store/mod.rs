@@ -26,6 +26,7 @@
 //! every takeover and every reclaim after a release, so a worker that froze past its
 //! lease can never complete a record that somebody else now owns.
 
+pub(crate) mod coalesce;
 pub mod health;
 pub mod listing;
 mod memory;
@@ -43,7 +44,7 @@ pub use self::memory::{MemoryStore, RECORD_OVERHEAD};
 pub(crate) use self::permit::Owner;
 pub use self::permit::Permit;
 pub use self::redis::{RedisClusterStore, RedisStore};
-pub use crate::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
+pub use crate::protocol::tokens::{Claimant, Claimants, Fence, RequestHash, StoreKey};
 
 /// A request to claim a key.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +73,7 @@ pub struct ClaimRequest<'a> {
 /// entity, the highest version completed and the one in flight.
 #[derive(Debug, Clone, Copy)]
 pub struct Order<'a> {
-    /// The entity's order record (see [`crate::key::order::entity_key`]).
+    /// The entity's order record (see [`crate::protocol::key::order::entity_key`]).
     pub entity: &'a StoreKey,
     /// The version, encoded so that byte order is version order.
     pub version: &'a [u8],
@@ -97,7 +98,7 @@ pub enum Claim {
         /// Whether this is the first claim told so (the one that logs it loudly).
         first: bool,
     },
-    /// Completed with the same request: the encoded [`crate::record::StoredResponse`].
+    /// Completed with the same request: the encoded [`crate::protocol::record::StoredResponse`].
     Replay(Bytes),
     /// Another request holds an unexpired lease.
     Conflict {
@@ -168,7 +169,7 @@ pub struct RecordInfo {
     /// When the record was completed (store clock, to the millisecond).
     pub completed_at: Option<SystemTime>,
     /// On an ordered route: the version the current claim carried, in its comparable
-    /// encoding (see [`crate::key::order::show`]).
+    /// encoding (see [`crate::protocol::key::order::show`]).
     pub version: Option<Bytes>,
 }
 
@@ -177,7 +178,7 @@ pub struct RecordInfo {
 pub enum Resolution {
     /// Free the key: the next request executes.
     Retry,
-    /// Complete the key with this encoded [`crate::record::StoredResponse`].
+    /// Complete the key with this encoded [`crate::protocol::record::StoredResponse`].
     Done(Bytes),
 }
 

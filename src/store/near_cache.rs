@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::tokens::RequestHash;
+use crate::protocol::tokens::RequestHash;
 
 /// How many recent invalidations are remembered to judge racing inserts.
 pub const RECENT_INVALIDATIONS: usize = 4096;

@@ -24,12 +24,12 @@ pub(super) fn tls_connector(
     connector.set_nodelay(true);
     // The TLS layer below takes https; the URL's scheme is fixed by config anyway.
     connector.enforce_http(false);
-    let (roots, problems) = crate::tls::upstream_roots(cfg.upstream_ca.as_ref());
+    let (roots, problems) = crate::config::tls::upstream_roots(cfg.upstream_ca.as_ref());
     for p in &problems {
         tracing::warn!(problem = %p, "a platform root certificate could not be loaded");
     }
     hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(crate::tls::upstream_client_config(roots))
+        .with_tls_config(crate::config::tls::upstream_client_config(roots))
         .https_or_http()
         .enable_all_versions()
         .wrap_connector(connector)

@@ -180,7 +180,7 @@ impl Upstream {
     /// hop-by-hop headers stripped, `X-Forwarded-*` set. A gRPC call keeps its caller's
     /// `grpc-timeout`; a winner's is then bounded by the gateway ([`own_grpc_deadline`]).
     pub fn prepare(&self, mut req: Request<Body>, client_ip: &HeaderValue) -> Request<Body> {
-        let grpc = crate::grpc::is_call(req.version(), req.headers());
+        let grpc = crate::protocol::grpc::is_call(req.version(), req.headers());
         let trailers = grpc || accepts_trailers(req.headers());
         let h2 = self.h2c.as_ref().is_some_and(|h2c| h2c.every_call || grpc);
         let original_host = req.headers().get(header::HOST).cloned().or_else(|| {
@@ -210,7 +210,7 @@ impl Upstream {
             Version::HTTP_11
         };
         let headers = req.headers_mut();
-        crate::hops::request_head(headers, self.underscores);
+        crate::protocol::hop_by_hop::request_head(headers, self.underscores);
         if trailers {
             // The client takes trailers, so the gateway does: the one `TE` HTTP/2 allows,
             // which gRPC servers look for and without which an HTTP/1.1 server sends none.
@@ -223,9 +223,9 @@ impl Upstream {
         headers.remove(header::HOST);
         // The fence and the scope are the gateway's word to the upstream; a client must not
         // forge them. A winner sets its own after `prepare`.
-        headers.remove(&crate::headers::IDEMPOTENCY_FENCE);
-        headers.remove(&crate::headers::IDEMPOTENCY_SCOPE);
-        let xff = &crate::headers::X_FORWARDED_FOR;
+        headers.remove(&crate::protocol::headers::IDEMPOTENCY_FENCE);
+        headers.remove(&crate::protocol::headers::IDEMPOTENCY_SCOPE);
+        let xff = &crate::protocol::headers::X_FORWARDED_FOR;
         // Every prior hop, from every X-Forwarded-For line, then the client.
         let mut prior = headers.get_all(xff).iter().peekable();
         if prior.peek().is_none() {
@@ -242,11 +242,11 @@ impl Upstream {
             }
         }
         headers
-            .entry(crate::headers::X_FORWARDED_PROTO.clone())
+            .entry(crate::protocol::headers::X_FORWARDED_PROTO.clone())
             .or_insert(HeaderValue::from_static("http"));
         if let Some(host) = original_host {
             headers
-                .entry(crate::headers::X_FORWARDED_HOST.clone())
+                .entry(crate::protocol::headers::X_FORWARDED_HOST.clone())
                 .or_insert(host);
         }
         req
@@ -331,12 +331,12 @@ impl Upstream {
 pub fn own_grpc_deadline(headers: &mut HeaderMap, deadline: tokio::time::Instant) {
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     headers.insert(
-        crate::grpc::timeout::GRPC_TIMEOUT,
-        crate::grpc::timeout::encode(left),
+        crate::protocol::grpc::timeout::GRPC_TIMEOUT,
+        crate::protocol::grpc::timeout::encode(left),
     );
 }
 
-/// A response from hyper's client, made fit to cross ([`crate::hops::response_head`]):
+/// A response from hyper's client, made fit to cross ([`crate::protocol::hop_by_hop::response_head`]):
 /// hyper keeps a `Content-Length` beside the `Transfer-Encoding` it decoded, and a list of
 /// lengths as it came. Two different lengths are no answer.
 fn from_hyper(resp: Response<Incoming>) -> Result<Response<UpstreamBody>, UpstreamFailure> {
@@ -349,7 +349,8 @@ fn from_hyper(resp: Response<Incoming>) -> Result<Response<UpstreamBody>, Upstre
         ));
     }
     let (mut head, body) = resp.into_parts();
-    crate::hops::response_head(&mut head.headers).map_err(|e| UpstreamFailure::Broken(e.into()))?;
+    crate::protocol::hop_by_hop::response_head(&mut head.headers)
+        .map_err(|e| UpstreamFailure::Broken(e.into()))?;
     Ok(Response::from_parts(head, body))
 }
 

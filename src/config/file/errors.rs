@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::route::dialect::BuiltIn;
+use crate::protocol::route::dialect::BuiltIn;
 
 /// `errors = ...` as written: `"problem"`, `"stripe"` or a template table.
 #[derive(Debug, Clone)]

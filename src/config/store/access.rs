@@ -5,7 +5,7 @@ use std::fmt;
 use super::super::defaults::DEFAULT_TLS_INSECURE;
 use super::super::file::FileStore;
 use super::super::{invalid, ConfigError, REDIS_PASSWORD};
-use crate::tls::{self, PemFile};
+use crate::config::tls::{self, PemFile};
 
 /// How the gateway reaches Redis beyond its URLs: the TLS files for `rediss://` and a
 /// password from `DEDUPE_REDIS_PASSWORD`. Its `Debug` never shows the password.

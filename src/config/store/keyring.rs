@@ -2,7 +2,7 @@
 //! environment.
 
 use super::super::{invalid, secrets, ConfigError};
-use crate::seal::{self, Keyring, KEY_LEN};
+use crate::protocol::seal::{self, Keyring, KEY_LEN};
 
 /// Reads and checks every `encryption_keys` entry. Errors name the entry and its source,
 /// never a byte of the material.
@@ -28,7 +28,7 @@ fn material(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<u8>, String), ConfigError> {
     if let Some(path) = source.strip_prefix("file:") {
-        let bytes = secrets::file(path, crate::files::MAX_KEY_FILE)
+        let bytes = secrets::file(path, crate::config::files::MAX_KEY_FILE)
             .map_err(|why| invalid(at, format!("cannot read the key file {path:?}: {why}")))?;
         Ok((bytes, format!("the key file {path:?}")))
     } else if let Some(name) = source.strip_prefix("env:") {

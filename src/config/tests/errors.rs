@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use super::*;
-use crate::route::dialect::Envelope;
+use crate::protocol::route::dialect::Envelope;
 
 fn route(name: &str, extra: &str) -> String {
     format!(

@@ -1,7 +1,7 @@
 //! `grpc = true` routes, their status codes and h2c to the upstream.
 
 use super::*;
-use crate::route::{dialect::Envelope, StatusMeaning};
+use crate::protocol::route::{dialect::Envelope, StatusMeaning};
 
 const ROUTE: &str = r#"
 [[routes]]

@@ -87,7 +87,7 @@ fn a_scheme_needs_a_preset_or_its_own_name_and_secrets_fit_it() {
 
 #[test]
 fn a_preset_without_verify_releases_the_receivers_refusals() {
-    use crate::route::StatusMeaning;
+    use crate::protocol::route::StatusMeaning;
     let preset = |extra: &str| {
         with(&format!(
             "[[routes]]\nname = \"hooks\"\nmethods = [\"POST\"]\npath = \"/hooks\"\npreset = \"shopify\"\n{extra}"

@@ -40,7 +40,7 @@ fn with_insecure(url: &str, access: &RedisAccess) -> String {
 
 /// A client for one server.
 pub(super) fn client(url: &str, access: &RedisAccess, resp3: bool) -> RedisResult<redis::Client> {
-    crate::tls::install_crypto_provider();
+    crate::config::tls::install_crypto_provider();
     let info = with_insecure(url, access).into_connection_info()?;
     build(info, access, resp3)
 }
@@ -55,7 +55,7 @@ pub(super) fn node_client(
     access: &RedisAccess,
     resp3: bool,
 ) -> RedisResult<redis::Client> {
-    crate::tls::install_crypto_provider();
+    crate::config::tls::install_crypto_provider();
     let info = with_insecure(url, access).into_connection_info()?;
     let addr = match info.addr() {
         ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
@@ -94,7 +94,7 @@ fn build(
 
 /// A cluster client builder seeded with `urls`; the caller adds its timeouts.
 pub(super) fn cluster_builder(urls: &[String], access: &RedisAccess) -> ClusterClientBuilder {
-    crate::tls::install_crypto_provider();
+    crate::config::tls::install_crypto_provider();
     let mut builder = ClusterClient::builder(urls.iter().map(|u| with_insecure(u, access)));
     if let Some(password) = &access.password {
         builder = builder.password(password);
@@ -120,7 +120,7 @@ pub(super) fn sentinel(
     master_name: &str,
     access: &RedisAccess,
 ) -> RedisResult<SentinelClient> {
-    crate::tls::install_crypto_provider();
+    crate::config::tls::install_crypto_provider();
     let infos = urls
         .iter()
         .map(|u| u.as_str().into_connection_info())

@@ -1,6 +1,6 @@
 //! Dialling one Redis server. Over plain TCP the gateway dials itself: its own connection
 //! ([`super::own`]) unless the near-cache needs the crate's (RESP3 pushes), whose writes
-//! then coalesce (see [`crate::coalesce`]); TLS and Unix sockets are the redis crate's own
+//! then coalesce (see [`crate::store::coalesce`]); TLS and Unix sockets are the redis crate's own
 //! dial.
 
 use std::net::SocketAddr;
@@ -55,7 +55,7 @@ pub(super) async fn connect(
             driver: Some(Driver(tokio::spawn(drive).abort_handle())),
         });
     }
-    let stream = crate::coalesce::Coalesce::new(tcp);
+    let stream = crate::store::coalesce::Coalesce::new(tcp);
     let (con, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     let driver = Driver(tokio::spawn(driver).abort_handle());

@@ -1,4 +1,4 @@
-//! A connection per runtime: with connection workers (`crate::server::Workers`), each
+//! A connection per runtime: with connection workers (`crate::edge::server::Workers`), each
 //! worker runtime gets a [`Link`] of its own to the same server, its socket on that
 //! worker's reactor and its connection task on that worker's thread. A command sent from
 //! a worker is then written, answered and handed back on one thread: no wake crosses to

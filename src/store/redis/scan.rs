@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_holding_claim_past_its_lease_is_held() {
-        let key = crate::key::store_key("dg", "pay", "-", "k1");
+        let key = crate::protocol::key::store_key("dg", "pay", "-", "k1");
         let f = fields(&[
             Some("i"),
             Some("7"),

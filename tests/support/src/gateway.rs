@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dedupe_gateway::config::Config;
-use dedupe_gateway::http::Gateway;
+use dedupe_gateway::edge::server::{serve_on, Listeners};
+use dedupe_gateway::edge::Gateway;
 use dedupe_gateway::runtime::{self, Workers};
-use dedupe_gateway::server::{serve_on, Listeners};
 use dedupe_gateway::store::Store;
 use tokio::net::TcpListener;
 

@@ -28,7 +28,7 @@
 //! At most 64 KiB are taken from the queue and left unsent: a server that stops reading
 //! holds the rest back, and a command given up on while queued is never sent.
 //!
-//! Writes coalesce as [`crate::coalesce`] does for the crate's connection: the first
+//! Writes coalesce as [`crate::store::coalesce`] does for the crate's connection: the first
 //! write of a burst gives way once, so the commands of the requests that run in the same
 //! scheduler turn leave in one write and Redis wakes once for them.
 
