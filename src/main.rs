@@ -392,7 +392,7 @@ fn report(message: &str) {
 
 /// The multi-threaded runtime `run` and `drill` work on; a failure already reported.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    dedupe_gateway::runtime::multi_thread(allocator::keep_pages).map_err(|e| {
+    dedupe_gateway::runtime::multi_thread().map_err(|e| {
         report(&format!("cannot start the async runtime: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })
@@ -402,7 +402,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// already reported.
 fn connection_workers(count: Option<usize>) -> Result<dedupe_gateway::runtime::Workers, ExitCode> {
     let count = dedupe_gateway::runtime::worker_count(count);
-    dedupe_gateway::runtime::workers(count, allocator::keep_pages).map_err(|e| {
+    dedupe_gateway::runtime::workers(count).map_err(|e| {
         report(&format!("cannot start the connection workers: {e}"));
         ExitCode::from(EXIT_RUNTIME)
     })

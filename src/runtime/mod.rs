@@ -24,12 +24,10 @@ pub fn here() -> Option<tokio::runtime::Id> {
     tokio::runtime::Handle::try_current().ok().map(|h| h.id())
 }
 
-/// The runtime `run` serves on, running `on_start` first on each of its threads (the
-/// binary keeps its allocator's pages there).
-pub fn multi_thread(on_start: fn()) -> std::io::Result<tokio::runtime::Runtime> {
+/// The runtime `run` serves on.
+pub fn multi_thread() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_start(on_start)
         .build()
 }
 
@@ -44,9 +42,9 @@ pub fn worker_count(configured: Option<usize>) -> usize {
 }
 
 /// `count` connection workers (see [`Workers`]): threads that each run a single-threaded
-/// runtime for as long as the process runs, each running `on_start` first. Fewer than
+/// runtime for as long as the process runs. Fewer than
 /// two: none (connections stay on the runtime that accepts them).
-pub fn workers(count: usize, on_start: fn()) -> std::io::Result<Workers> {
+pub fn workers(count: usize) -> std::io::Result<Workers> {
     if count < 2 {
         return Ok(Workers::none());
     }
@@ -63,7 +61,6 @@ pub fn workers(count: usize, on_start: fn()) -> std::io::Result<Workers> {
             std::thread::Builder::new()
                 .name(format!("dedupe-worker-{i}"))
                 .spawn(move || {
-                    on_start();
                     runtime.block_on(stop.cancelled());
                     runtime.shutdown_timeout(WORKER_SHUTDOWN);
                 })?,
@@ -74,35 +71,42 @@ pub fn workers(count: usize, on_start: fn()) -> std::io::Result<Workers> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
     use super::{multi_thread, workers};
 
-    static STARTED: AtomicUsize = AtomicUsize::new(0);
-    static WORKERS_STARTED: AtomicUsize = AtomicUsize::new(0);
-
-    fn started() {
-        STARTED.fetch_add(1, Ordering::SeqCst);
-    }
-
     #[test]
-    fn each_connection_worker_runs_on_start_first() {
-        let workers = workers(3, || {
-            WORKERS_STARTED.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while WORKERS_STARTED.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(WORKERS_STARTED.load(Ordering::SeqCst), 3);
+    fn each_connection_worker_runs_on_a_thread_of_its_own() {
+        let workers = workers(3).unwrap();
+        assert_eq!(workers.len(), 3);
+        let names: Vec<String> = workers
+            .runtimes()
+            .iter()
+            .map(|h| {
+                h.block_on(async {
+                    tokio::spawn(async { std::thread::current().name().map(str::to_owned) })
+                        .await
+                        .unwrap()
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
         workers.stop();
+        let mut names = names;
+        names.sort();
+        assert_eq!(
+            names,
+            ["dedupe-worker-0", "dedupe-worker-1", "dedupe-worker-2"]
+        );
     }
 
     #[test]
-    fn the_multi_threaded_runtime_runs_on_start_on_its_threads() {
-        let runtime = multi_thread(started).unwrap();
+    fn fewer_than_two_workers_are_none() {
+        assert!(workers(1).unwrap().is_empty());
+        assert!(workers(0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_multi_threaded_runtime_runs_tasks() {
+        let runtime = multi_thread().unwrap();
         let sum = runtime.block_on(async {
             let tasks: Vec<_> = (0..64u64).map(|i| tokio::spawn(async move { i })).collect();
             let mut sum = 0;
@@ -112,6 +116,5 @@ mod tests {
             sum
         });
         assert_eq!(sum, (0..64).sum::<u64>());
-        assert!(STARTED.load(Ordering::SeqCst) > 0, "on_start never ran");
     }
 }

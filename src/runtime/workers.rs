@@ -119,7 +119,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn connections_are_served_on_the_workers_in_turn() {
-        let workers = super::super::workers(2, || {}).unwrap();
+        let workers = super::super::workers(2).unwrap();
         assert_eq!(workers.len(), 2);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -162,7 +162,7 @@ mod tests {
                 let _ = self.0.send(());
             }
         }
-        let workers = super::super::workers(2, || {}).unwrap();
+        let workers = super::super::workers(2).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         for handle in &workers.handles {
             let held = Dropped(tx.clone());

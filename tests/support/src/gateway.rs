@@ -79,7 +79,7 @@ impl TestGateway {
         let text = config.to_toml();
         let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let count = runtime::worker_count(config.server.workers);
-        let workers = Arc::new(runtime::workers(count, || {}).unwrap());
+        let workers = Arc::new(runtime::workers(count).unwrap());
         let store = store
             .unwrap_or_else(|| Store::from_config_on(&config.store, workers.runtimes()).unwrap());
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
