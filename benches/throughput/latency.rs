@@ -81,6 +81,11 @@ async fn paced(
         Kind::Won => Keys::Unique(format!("{tag}-{pass}")),
         Kind::Replay => Keys::Same(tag.clone()),
     };
+    if let Kind::Replay = s.kind {
+        // One request first, alone: the key's record, which every later one replays.
+        let primed = load.run(s.path, &keys("prime"), 1, limit).await;
+        assert_eq!(primed.requests(), 1, "{tag}: priming");
+    }
     let warm = load.run(s.path, &keys("warm"), 2 * conns, limit).await;
     assert_eq!(warm.requests(), 2 * conns, "{tag}: warm-up");
     let before = up.effects();
