@@ -9,6 +9,10 @@
 //! left out: these are the commands the gateway sends per request, and Redis is the part
 //! a fleet shares.
 //!
+//! First, the unit: a plain `SET key value PX window` per key (the value as long as the
+//! response), sent the same way on the redis crate's multiplexed connection; each figure
+//! after it is also given as a multiple of what that `SET` cost Redis in the same run.
+//!
 //! Two runs: `staged`, with keys as the gateway makes them (a completion of 2 KiB or more
 //! is staged, `src/store/redis/staged.rs`), and `unstaged` with keys whose hash tag does
 //! not follow the prefix, which no completion stages: the finish script then carries the
@@ -68,11 +72,17 @@ struct Phase {
 }
 
 impl Phase {
-    fn print(&self, layout: &str) {
+    fn per_request(&self) -> f64 {
+        self.cpu_us / self.requests as f64
+    }
+
+    /// Prints the phase; `unit` is a plain `SET`'s cost per request, in µs.
+    fn print(&self, layout: &str, unit: f64) {
         println!(
-            "{layout:>15} {:<8} {:>6.2} µs Redis main-thread CPU per request ({} requests)",
+            "{layout:>15} {:<8} {:>6.2} µs Redis main-thread CPU per request, {:.2} × SET PX ({} requests)",
             self.name,
-            self.cpu_us / self.requests as f64,
+            self.per_request(),
+            self.per_request() / unit,
             self.requests
         );
         for (cmd, (calls, usec)) in &self.stats {
@@ -189,6 +199,29 @@ async fn measure(
     vec![won, replay]
 }
 
+/// The unit: one `SET key value PX window` a key, `concurrency` at once, on the crate's
+/// multiplexed connection, with a value of `response_bytes`.
+async fn plain_set(keys: usize, concurrency: usize, response_bytes: usize) -> Phase {
+    let redis = RedisServer::start_with(&["--hash-max-listpack-value", "1024"]);
+    let client = redis::Client::open(redis.url()).unwrap();
+    let con = client.get_multiplexed_async_connection().await.unwrap();
+    let value = Bytes::from(vec![b'r'; response_bytes]);
+    phase("SET PX", &redis, keys, concurrency, move |i| {
+        let (mut con, value) = (con.clone(), value.clone());
+        async move {
+            let _: () = redis::cmd("SET")
+                .arg(format!("bench:{{{i}}}:k"))
+                .arg(&value[..])
+                .arg("PX")
+                .arg(3_600_000)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+        }
+    })
+    .await
+}
+
 fn main() {
     let keys = env_num("BENCH_KEYS", 20_000);
     let concurrency = env_num("BENCH_CONCURRENCY", 32).max(1);
@@ -199,11 +232,15 @@ fn main() {
         .unwrap();
     let response_bytes = env_num("BENCH_RESPONSE_BYTES", 200);
     println!("{keys} keys, {concurrency} at once, {response_bytes}-byte responses");
+    eprintln!("plain:");
+    let set = rt.block_on(plain_set(keys, concurrency, response_bytes));
+    let unit = set.per_request();
+    set.print("plain", unit);
     for (staged, name) in [(true, "staged"), (false, "unstaged")] {
         eprintln!("{name}:");
         let phases = measure(staged, keys, concurrency, response_bytes);
         for p in rt.block_on(phases) {
-            p.print(name);
+            p.print(name, unit);
         }
     }
 }

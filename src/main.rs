@@ -164,7 +164,7 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
-    let cli = match manual::command(Cli::command())
+    let cli = match manual::parser(Cli::command())
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m))
     {

@@ -544,3 +544,52 @@ fn help_never_prints_the_admin_token_from_the_environment() {
         );
     }
 }
+
+/// The `Usage:` line of a clap answer.
+fn usage_line(text: &str) -> String {
+    let line = text.lines().find(|l| l.starts_with("Usage: "));
+    line.unwrap_or_else(|| panic!("no usage line in {text}"))
+        .to_owned()
+}
+
+#[test]
+fn a_usage_line_marks_only_required_arguments_as_required() {
+    // Each command line leaves out an argument it needs, and gives optional ones, some
+    // from the environment: the usage line printed with the error is the one `--help`
+    // shows, never the optional arguments bare (`--token <TOKEN>` from DEDUPE_ADMIN_TOKEN).
+    let admin = "http://127.0.0.1:9";
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["keys", "list"], &["--admin", admin, "--format", "json"]),
+        (
+            &["keys", "resolve"],
+            &["--route", "r", "--admin", admin, "--as", "retry", "--force"],
+        ),
+        (&["check"], &["--strict", "--body", "x"]),
+        (&["drill"], &["--race", "3", "--yes"]),
+    ];
+    for (command, args) in cases {
+        let out = gateway()
+            .args(command)
+            .args(args)
+            .env("DEDUPE_ADMIN_TOKEN", "tok")
+            .env("DEDUPE_CONFIG", "config/example.toml")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{command:?}: {stderr}");
+        let usage = usage_line(&stderr);
+        let help = gateway().args(command).arg("--help").output().unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert_eq!(usage, usage_line(&help), "{command:?}");
+        for optional in [
+            "--token", "--format", "--force", "--strict", "--race", "--yes",
+        ] {
+            assert!(!usage.contains(optional), "{command:?}: {usage}");
+        }
+    }
+    let list = gateway().args(["keys", "list", "--help"]).output().unwrap();
+    assert_eq!(
+        usage_line(&String::from_utf8_lossy(&list.stdout)),
+        "Usage: dedupe-gateway keys list [OPTIONS] --state <STATE> --admin <ADMIN>"
+    );
+}

@@ -131,6 +131,75 @@ impl Load {
     }
 }
 
+impl Load {
+    /// Sends `rate` POSTs a second to `path` for `limit`, open-loop: request `i` is due at
+    /// `i / rate` seconds from the start, whenever the previous ones are answered. A
+    /// connection takes the next request due; its latency counts from when it was due if a
+    /// busy server kept every connection from sending it on time (queueing is the server's
+    /// cost), else from when it was sent (a timer waking late is not).
+    pub async fn run_paced(&mut self, path: &str, keys: &Keys, rate: f64, limit: Duration) -> Pass {
+        let requests = (rate * limit.as_secs_f64()).ceil() as usize;
+        let next = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let tasks: Vec<_> = std::mem::take(&mut self.conns)
+            .into_iter()
+            .map(|stream| {
+                let (next, keys, path, addr) =
+                    (next.clone(), keys.clone(), path.to_owned(), self.addr);
+                tokio::spawn(async move {
+                    let mut conn = Conn {
+                        stream,
+                        addr,
+                        buf: BytesMut::with_capacity(4096),
+                    };
+                    let (mut latencies, mut replayed) = (Vec::new(), 0);
+                    let mut req = Vec::with_capacity(256);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= requests {
+                            break;
+                        }
+                        let due = start + Duration::from_secs_f64(i as f64 / rate);
+                        write_request(&mut req, &addr, &path, &keys, i);
+                        let from = if Instant::now() < due {
+                            tokio::time::sleep_until(due.into()).await;
+                            Instant::now()
+                        } else {
+                            due
+                        };
+                        let answer = conn.exchange(&req).await;
+                        latencies.push(from.elapsed());
+                        assert!(
+                            (200..300).contains(&answer.status),
+                            "{path}: {}",
+                            answer.status
+                        );
+                        replayed += usize::from(answer.replayed);
+                        if answer.close {
+                            conn.reconnect().await;
+                        }
+                    }
+                    (conn.stream, latencies, replayed)
+                })
+            })
+            .collect();
+        let (mut latencies, mut replayed) = (Vec::with_capacity(requests), 0);
+        for task in tasks {
+            let (stream, l, r) = task.await.expect("a connection failed");
+            self.conns.push(stream);
+            latencies.extend(l);
+            replayed += r;
+        }
+        let elapsed = start.elapsed();
+        latencies.sort_unstable();
+        Pass {
+            elapsed,
+            latencies,
+            replayed,
+        }
+    }
+}
+
 async fn open(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr)
         .await

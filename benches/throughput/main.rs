@@ -24,12 +24,16 @@
 //! Redis scenarios on the `valkey-server` that `DEDUPE_TEST_VALKEY` names, which
 //! `scripts/test` builds). Run with `cargo bench --bench throughput`.
 //!
+//! `BENCH_RATE=N` measures latency instead: each scenario at a fixed N requests a second,
+//! open-loop, beside a direct call to the upstream (`latency.rs`).
+//!
 //! When `wrk` is installed, every scenario is also driven by `wrk -t1 --latency` in front
 //! of an nginx origin (`versus.rs`), with the CPU every process spends per request; past
 //! 100 connections, Redis's new keys and replays too, where only 2xx answers count as
 //! throughput, beside the count of every other status and of `unstored` answers.
 
 mod cpu;
+mod latency;
 mod load;
 mod plot;
 mod report;
@@ -247,6 +251,11 @@ async fn main() {
         redis: redis.as_ref().map(|r| (r.url(), redis_pid)),
         sealed: &sealed,
     };
+    if let Ok(rate) = std::env::var("BENCH_RATE") {
+        let rate = rate.trim().parse().expect("BENCH_RATE: requests a second");
+        latency::run(rate, &set, &setup).await;
+        return;
+    }
     let wrk = std::env::var("BENCH_WRK").unwrap_or_default();
     if wrk != "only" {
         generator(&set, &setup).await;

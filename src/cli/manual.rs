@@ -125,6 +125,30 @@ pub fn command(cmd: clap::Command) -> clap::Command {
     cmd.after_long_help(out)
 }
 
+/// The command as it parses: every subcommand's usage line is the one its `--help` shows.
+///
+/// Left to itself, clap writes an error's usage line from the arguments that were used,
+/// those taken from the environment included, and prints each bare, as if required:
+/// `keys list --state <STATE> --admin <ADMIN> --token <TOKEN>` for a `--token` that
+/// `DEDUPE_ADMIN_TOKEN` gave. Here each line is fixed when the command is built, from the
+/// definition alone: required arguments bare, the optional ones behind `[OPTIONS]`.
+pub fn parser(cmd: clap::Command) -> clap::Command {
+    let mut cmd = command(cmd);
+    cmd.build();
+    usage_as_help(&mut cmd);
+    cmd
+}
+
+/// Sets `cmd`'s and each subcommand's usage line to the one rendered with no argument used.
+fn usage_as_help(cmd: &mut clap::Command) {
+    let usage = cmd.render_usage().to_string();
+    let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage).to_owned();
+    *cmd = std::mem::take(cmd).override_usage(usage);
+    for sub in cmd.get_subcommands_mut() {
+        usage_as_help(sub);
+    }
+}
+
 /// The subcommands with a page of their own (`dedupe-gateway-run(1)`, ...).
 pub fn subcommands(cmd: &clap::Command) -> Vec<String> {
     cmd.get_subcommands()
