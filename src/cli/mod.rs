@@ -2,5 +2,6 @@
 //! and the manual (--help epilogue, man pages, completions).
 
 pub mod allocator;
+pub mod args;
 pub mod keys;
 pub mod manual;
