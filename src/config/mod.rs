@@ -27,6 +27,7 @@ mod errors;
 mod file;
 pub mod files;
 mod grpc;
+mod lints;
 mod parse;
 pub mod reload;
 mod routes;
@@ -239,8 +240,8 @@ impl Config {
             }
             routes.push(route);
         }
-        let mut warnings = routes::lease_warnings(&store, &routes);
-        warnings.extend(routes::lints(&server, &routes));
+        let mut warnings = lints::lease_warnings(&store, &routes);
+        warnings.extend(lints::lints(&server, &routes));
         warnings.extend(verify::lints(&routes));
         warnings.extend(admin.iter().flat_map(admin::warnings));
         if store.backend.access().is_some_and(|a| a.insecure) {
