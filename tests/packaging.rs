@@ -96,8 +96,10 @@ fn help_lists_exit_statuses_and_environment_variables() {
         .iter()
         .map(|(var, _)| *var)
         .collect();
-    // Every `env = "..."` of an argument in main.rs.
-    let main = std::fs::read_to_string("src/main.rs").unwrap();
+    // Every `env = "..."` of an argument of the binary's (main.rs and cli/).
+    let main = ["src/main.rs", "src/cli/args.rs", "src/cli/keys.rs"]
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .concat();
     vars.extend(
         main.split("env = \"")
             .skip(1)
