@@ -355,13 +355,20 @@ async fn past_the_limit_a_request_is_refused_before_its_claim() {
     })
     .await;
     assert!(claiming, "the first claim never waited on Redis");
-    let refused = http
-        .post(
-            &gw.url("/orders/second"),
-            &[("Idempotency-Key", "second")],
-            "{}",
-        )
-        .await;
+    // The second waits for a place (`server.admission_timeout`, 1 s) and gets none.
+    let second = tokio::spawn({
+        let (http, url) = (http.clone(), gw.url("/orders/second"));
+        async move {
+            http.post(&url, &[("Idempotency-Key", "second")], "{}")
+                .await
+        }
+    });
+    let waited = eventually(Duration::from_secs(9), || async {
+        gw.gateway.admission_load().waiting == 1
+    })
+    .await;
+    assert!(waited, "the second request never waited for a place");
+    let refused = second.await.unwrap();
     assert_eq!(refused.status, 503, "{refused:?}");
     assert_eq!(refused.problem_type(), OVERLOADED);
     assert_eq!(refused.headers["retry-after"], "1");
@@ -383,6 +390,47 @@ async fn past_the_limit_a_request_is_refused_before_its_claim() {
     let text = gw.gateway.metrics().encode();
     let overloaded = sample(&text, r#"dedupe_claim_events_total{event="overloaded"}"#);
     assert_eq!(overloaded, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_limit_a_request_waits_for_a_place_and_is_claimed_when_one_is_given_back() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let redis = RedisServer::start();
+    let up = Upstream::start().await;
+    let config = GatewayConfig::new(up.url())
+        .store(StoreCfg::redis(redis.url()).timeout("10s"))
+        .max_concurrent_claims(1)
+        .admission_timeout("30s")
+        .route(RouteCfg::header("orders", "/orders/*"));
+    let gw = TestGateway::start(&config).await;
+    let http = Http::new();
+    let _: () = redis.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let send = |key: &'static str| {
+        let (http, url) = (http.clone(), gw.url(&format!("/orders/{key}")));
+        tokio::spawn(async move { http.post(&url, &[("Idempotency-Key", key)], "{}").await })
+    };
+    let first = send("first");
+    let claiming = eventually(Duration::from_secs(9), || async {
+        gw.gateway.admission_load().claiming == 1
+    })
+    .await;
+    assert!(claiming, "the first claim never waited on Redis");
+    let second = send("second");
+    let waited = eventually(Duration::from_secs(9), || async {
+        gw.gateway.admission_load().waiting == 1
+    })
+    .await;
+    assert!(waited, "the second request never waited for a place");
+    // Redis answers again: the first's place goes to the second.
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(first.status, 201, "{first:?}");
+    assert_eq!(second.status, 201, "{second:?}");
+    assert_eq!(up.effects(), 2);
+    let load = gw.gateway.admission_load();
+    assert_eq!((load.claiming, load.waiting), (0, 0));
+    let text = gw.gateway.metrics().encode();
+    let overloaded = sample(&text, r#"dedupe_claim_events_total{event="overloaded"}"#);
+    assert_eq!(overloaded, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,6 +45,9 @@ pub const DEFAULT_MAX_CONCURRENT_CLAIMS: usize = 1_000;
 /// `server.max_buffered_bytes`: room for about a thousand keyed requests in flight on
 /// routes that keep the default `max_cached_body` (1 MiB each) for their answers.
 pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1024 * MIB;
+/// `server.admission_timeout`: as long as the `Retry-After` a refusal asks for, so that a
+/// request waits no longer than its retry would.
+pub const DEFAULT_ADMISSION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `store.backend`.
 pub const DEFAULT_BACKEND: Backend = Backend::Memory;
@@ -132,7 +135,7 @@ pub const DEFAULT_VERIFY_TOLERANCE: Duration = Duration::from_secs(300);
 
 /// Upper bound of every timeout and wait on the request path (`upstream_timeout`,
 /// `connect_timeout`, `header_read_timeout`, `body_read_timeout`, `shutdown_grace`,
-/// `conflict_wait`).
+/// `admission_timeout`, `conflict_wait`).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of `store.timeout`: one store operation.
 pub const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -294,6 +297,7 @@ mod tests {
             "server.max_concurrent_streams" => n(u64::from(DEFAULT_MAX_CONCURRENT_STREAMS)),
             "server.max_concurrent_claims" => n(DEFAULT_MAX_CONCURRENT_CLAIMS as u64),
             "server.max_buffered_bytes" => s(DEFAULT_MAX_BUFFERED_BYTES),
+            "server.admission_timeout" => d(DEFAULT_ADMISSION_TIMEOUT),
             "store.backend" => enum_value::<Backend>(text) == DEFAULT_BACKEND,
             "store.prefix" => text == DEFAULT_PREFIX,
             "telemetry.service_name" => text == DEFAULT_SERVICE_NAME,
@@ -365,6 +369,7 @@ mod tests {
             | "server.header_read_timeout"
             | "server.body_read_timeout"
             | "server.shutdown_grace"
+            | "server.admission_timeout"
             | "server.write_timeout"
             | "defaults.conflict_wait" => d(MAX_TIMEOUT),
             "store.timeout" => d(MAX_STORE_TIMEOUT),

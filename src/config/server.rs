@@ -6,13 +6,13 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 
 use super::defaults::{
-    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONCURRENT_CLAIMS,
-    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS, DEFAULT_UPSTREAM_HTTP2,
-    DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT, MAX_BUFFERED_BYTES,
-    MAX_CONCURRENT_CLAIMS, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_TIMEOUT,
-    MAX_WORKERS, MIN_BUFFERED_BYTES, MIN_HEADER_BYTES,
+    DEFAULT_ADMISSION_TIMEOUT, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_BODY, DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONCURRENT_CLAIMS, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UNDERSCORES_IN_HEADERS,
+    DEFAULT_UPSTREAM_HTTP2, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_WRITE_TIMEOUT, MAX_BODY_LIMIT,
+    MAX_BUFFERED_BYTES, MAX_CONCURRENT_CLAIMS, MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS,
+    MAX_HEADER_BYTES, MAX_TIMEOUT, MAX_WORKERS, MIN_BUFFERED_BYTES, MIN_HEADER_BYTES,
 };
 use super::file::{FileListenerTls, FileServer};
 use super::{invalid, parse, ConfigError};
@@ -51,6 +51,9 @@ pub struct ServerConfig {
     /// The budget of buffered bodies: keyed request bodies, and the room their answers may
     /// take while kept for the store.
     pub max_buffered_bytes: u64,
+    /// How long a keyed request waits for a place under the admission limit (zero: it is
+    /// refused at once).
+    pub admission_timeout: Duration,
     /// Connection workers; `None`: one per CPU the process may use.
     pub workers: Option<usize>,
     /// `https` upstreams: a private CA trusted besides the platform's roots.
@@ -122,6 +125,10 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
     )?;
     let (max_body, max_header_bytes) = sizes(s)?;
     let (max_concurrent_claims, max_buffered_bytes) = admission(s)?;
+    let admission_timeout = match s.admission_timeout.as_deref() {
+        Some(v) => parse::duration_allow_zero("server.admission_timeout", v, MAX_TIMEOUT)?,
+        None => DEFAULT_ADMISSION_TIMEOUT,
+    };
     let header_read_timeout = timeout(
         "server.header_read_timeout",
         &s.header_read_timeout,
@@ -156,6 +163,7 @@ pub(super) fn validate(s: &FileServer) -> Result<ServerConfig, ConfigError> {
         )?,
         max_concurrent_claims,
         max_buffered_bytes,
+        admission_timeout,
         workers: workers(s)?,
         upstream_ca: upstream_ca(s, &upstream)?,
         tls: s.tls.as_ref().map(listener_tls).transpose()?,

@@ -147,13 +147,14 @@ impl Gateway {
     }
 
     /// The admission limit now, the keyed requests it admitted that await their claim's
-    /// answer, and the bytes held in buffered bodies: what `/metrics` shows of overload.
+    /// answer, those waiting for a place, and the bytes held in buffered bodies: what `/metrics` shows of overload.
     pub fn admission_load(&self) -> crate::telemetry::metrics::AdmissionLoad {
         let ceiling = self.live().config.server.max_concurrent_claims;
-        let (limit, claiming) = self.admission.load(ceiling);
+        let load = self.admission.load(ceiling);
         crate::telemetry::metrics::AdmissionLoad {
-            limit,
-            claiming,
+            limit: load.limit,
+            claiming: load.claiming,
+            waiting: load.waiting,
             buffered_bytes: self.budget.held(),
         }
     }

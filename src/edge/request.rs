@@ -221,7 +221,7 @@ impl Gateway {
             }
         };
         // Nothing is claimed, stored or sent upstream for a request refused here.
-        let admitted = match self.admit_claim(live, route, held) {
+        let admitted = match self.admit_claim(live, route, held).await {
             Ok(admitted) => admitted,
             Err(shed) => {
                 self.shed(shed, live);

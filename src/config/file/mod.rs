@@ -83,6 +83,9 @@ pub struct FileServer {
     /// Global budget of buffered bodies (keyed request bodies and the answers kept for the
     /// store), in bytes.
     pub max_buffered_bytes: Option<String>,
+    /// How long a keyed request waits for a place under the admission limit before it is
+    /// refused (`"0s"`: not at all).
+    pub admission_timeout: Option<String>,
     /// Connection workers (threads, each its own runtime); absent: one per CPU.
     pub workers: Option<usize>,
     /// `https://` upstreams: PEM file of a private CA trusted besides the platform's roots.
@@ -455,6 +458,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
         | "body_read_timeout"
         | "write_timeout"
         | "shutdown_grace"
+        | "admission_timeout"
         | "tolerance" => "a duration like \"30s\"",
         "max_body" | "max_cached_body" | "max_header_bytes" | "max_buffered_bytes" => {
             "a size like \"1MiB\""

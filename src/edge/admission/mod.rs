@@ -7,247 +7,212 @@
 //! completion queued behind it may time out after the upstream ran. So the limit keeps
 //! the queue short rather than full.
 //!
-//! The limit follows a gradient, as in Netflix's concurrency-limits (`Gradient2Limit`) and
-//! Envoy's adaptive concurrency filter: each window of samples compares their average
-//! latency (`short`) with a long-run average (`long`), and
-//!
-//! ```text
-//! gradient = clamp(TOLERANCE × long / short, 0.5, 1)
-//! new      = limit × gradient + √limit        (√limit: room for the queue to probe)
-//! ```
-//!
-//! While the gradient is 1 (claims no slower than usual) and the window used at least
-//! half the limit (an idle gateway learns nothing about a higher one), the limit moves
-//! halfway to `new`; while claims get slower than usual it holds. It comes down only
-//! against a target: a window whose average passes half of `store.timeout` lowers it at
-//! once, in proportion to how far past it is (by half at most per window): past
-//! that, claims and completions start to time out, the very failure the limit exists to
-//! prevent. The gradient alone never cuts, because the gateway's own CPU is part of what it
-//! measures: refusals cost CPU too, and on a busy two-core machine a limit cut while the
-//! queue was mostly other requests (reading, refusing) only turned claims into refusals
-//! and retries (`tests/overload.rs`: 17% to 31% of first attempts admitted, against 45%
-//! to 70% without the cut). The limit never leaves [`MIN_LIMIT`]..=
-//! `server.max_concurrent_claims`.
-//!
-//! A sample is the time from admission to the claim's answer: the store's round trip with
-//! the gateway's own queue in front of it (its connection's queue, and its CPU).
+//! A keyed request that finds the limit reached waits for a place, first come first
+//! served, up to `server.admission_timeout` (the HAProxy `timeout queue` of this gateway),
+//! and only then is refused. Waiting costs nothing but the connection and its body (counted
+//! in the byte budget), while a refusal costs a retry: a client that retries at once (as a
+//! closed-loop load generator does) would otherwise turn the gateway's CPU into refusals,
+//! and the claims it did admit would queue behind them. The time spent waiting is not part
+//! of the claim's latency: the claim's `store.timeout` starts once it is admitted.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use self::limiter::Limiter;
 use super::budget::Held;
 use super::{Gateway, Live};
 use crate::protocol::route::Route;
 use crate::telemetry::metrics::ClaimEvent;
 
-/// The lowest the limit goes: a store that is merely slow still gets claims to measure.
-pub(super) const MIN_LIMIT: usize = 8;
-/// Where the limit starts (within the ceiling): a healthy store's claims take about a
-/// millisecond, so this carries tens of thousands of claims a second before it grows.
-const INITIAL_LIMIT: usize = 128;
-/// How much slower than the long-run average a window may be before the limit stops
-/// growing.
-const TOLERANCE: f64 = 1.5;
-/// A window closes after at least this long ...
-const WINDOW_TIME: Duration = Duration::from_millis(100);
-/// ... and at least this many samples.
-const WINDOW_SAMPLES: u32 = 16;
-/// The long-run average's memory, in windows (an exponential average).
-const LONG_WINDOWS: f64 = 50.0;
-/// The share of the way to `limit × gradient + √limit` a rising limit moves in one window.
-const SMOOTHING: f64 = 0.5;
+mod limiter;
 
-/// The limit's state: what is admitted now, and what the current window measured.
-#[derive(Debug)]
-pub(super) struct Limiter {
-    limit: f64,
-    inflight: usize,
-    window: Window,
-    /// The long-run average latency, in seconds, once a window has closed.
-    long: Option<f64>,
-}
-
-#[derive(Debug)]
-struct Window {
-    started: Instant,
-    samples: u32,
-    total: Duration,
-    /// The most admitted at once during the window.
-    peak: usize,
-}
-
-impl Window {
-    fn new(now: Instant) -> Self {
-        Self {
-            started: now,
-            samples: 0,
-            total: Duration::ZERO,
-            peak: 0,
-        }
-    }
-}
-
-/// What a closed window saw: its average latency and the most admitted at once.
-struct Measured {
-    short: f64,
-    peak: usize,
-}
-
-impl Limiter {
-    /// A limiter starting at [`INITIAL_LIMIT`], its first window opening `now`.
-    pub(super) fn new(now: Instant) -> Self {
-        Self {
-            limit: INITIAL_LIMIT as f64,
-            inflight: 0,
-            window: Window::new(now),
-            long: None,
-        }
-    }
-
-    /// The limit now, within `ceiling` (`server.max_concurrent_claims`, which a reload
-    /// may change).
-    pub(super) fn limit(&self, ceiling: usize) -> usize {
-        (self.limit.round() as usize).clamp(MIN_LIMIT.min(ceiling), ceiling)
-    }
-
-    /// How many are admitted now.
-    pub(super) fn inflight(&self) -> usize {
-        self.inflight
-    }
-
-    /// Admits one more if the limit allows.
-    pub(super) fn try_acquire(&mut self, ceiling: usize) -> bool {
-        if self.inflight >= self.limit(ceiling) {
-            return false;
-        }
-        self.inflight += 1;
-        self.window.peak = self.window.peak.max(self.inflight);
-        true
-    }
-
-    /// One admitted request's claim answered after `took` (`None`: not a measure of the
-    /// store, such as a duplicate that waited on purpose); the window closes and the limit
-    /// moves when it is due. `timeout` is `store.timeout`.
-    pub(super) fn release(
-        &mut self,
-        took: Option<Duration>,
-        now: Instant,
-        (ceiling, timeout): (usize, Duration),
-    ) {
-        self.inflight = self.inflight.saturating_sub(1);
-        if let Some(took) = took {
-            self.window.samples += 1;
-            self.window.total += took;
-        }
-        let due = now.duration_since(self.window.started) >= WINDOW_TIME
-            && self.window.samples >= WINDOW_SAMPLES;
-        if due {
-            let measured = Measured {
-                short: (self.window.total / self.window.samples).as_secs_f64(),
-                peak: self.window.peak,
-            };
-            self.window = Window::new(now);
-            self.window.peak = self.inflight;
-            self.adapt(&measured, ceiling, timeout);
-        }
-    }
-
-    /// The gradient step at a window's end.
-    fn adapt(&mut self, m: &Measured, ceiling: usize, timeout: Duration) {
-        let short = m.short.max(1e-6);
-        let mut long = match self.long {
-            None => short,
-            Some(long) => long + (short - long) / LONG_WINDOWS,
-        };
-        // After a burst the long average lags above what the store does again: let it
-        // come down faster, or the limit grows into the next burst unchecked.
-        if long / short > 2.0 {
-            long *= 0.95;
-        }
-        self.long = Some(long);
-        let gradient = (TOLERANCE * long / short).clamp(0.5, 1.0);
-        // A ceiling below the floor is the ceiling (`clamp` needs its bounds in order).
-        let floor = MIN_LIMIT.min(ceiling) as f64;
-        let ceiling = ceiling as f64;
-        let limit = self.limit.min(ceiling);
-        let target = timeout.as_secs_f64() / 2.0;
-        let new = (limit * gradient + limit.sqrt()).clamp(floor, ceiling);
-        self.limit = if short > target {
-            // Past the target, claims and completions are near their timeout: the limit
-            // comes down at once, in proportion (by half at most a window).
-            (limit * (target / short).max(0.5)).max(floor)
-        } else if new >= limit && (m.peak as f64) >= limit / 2.0 {
-            limit + (new - limit) * SMOOTHING
-        } else {
-            limit
-        };
-        debug!(
-            short_ms = short * 1e3,
-            long_ms = long * 1e3,
-            peak = m.peak,
-            gradient,
-            limit = self.limit,
-            "admission window closed"
-        );
-    }
-}
-
-/// The gateway's one admission limit, shared by every request.
+/// The gateway's one admission limit, shared by every request, and the requests waiting
+/// for a place under it.
 #[derive(Debug)]
 pub(super) struct Admission {
-    limiter: Mutex<Limiter>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    limiter: Limiter,
+    /// Waiting requests, oldest first; each is sent the moment its place was given. A
+    /// waiter that gave up has dropped its receiver, and is skipped.
+    waiters: VecDeque<oneshot::Sender<Instant>>,
+}
+
+impl State {
+    /// Gives places to waiters, oldest first, while the limit has room.
+    fn hand_over(&mut self, ceiling: usize) {
+        while !self.waiters.is_empty() && self.limiter.try_acquire(ceiling) {
+            let given = self
+                .waiters
+                .pop_front()
+                .is_some_and(|waiter| waiter.send(Instant::now()).is_ok());
+            if !given {
+                self.limiter.cancel();
+            }
+        }
+        // Waiters that gave up behind a live one leave when they reach the front.
+        while self.waiters.front().is_some_and(|w| w.is_closed()) {
+            self.waiters.pop_front();
+        }
+    }
+
+    /// How many wait now (those that gave up but are still queued excluded).
+    fn waiting(&self) -> usize {
+        self.waiters.iter().filter(|w| !w.is_closed()).count()
+    }
 }
 
 impl Default for Admission {
     fn default() -> Self {
         Self {
-            limiter: Mutex::new(Limiter::new(Instant::now())),
+            state: Mutex::new(State {
+                limiter: Limiter::new(Instant::now()),
+                waiters: VecDeque::new(),
+            }),
         }
     }
 }
 
-/// What the limit admits against: `server.max_concurrent_claims` and `store.timeout`, read
-/// from the live configuration so that a reload applies them.
+/// What the limit admits against: `server.max_concurrent_claims`, `store.timeout` and
+/// `server.admission_timeout`, read from the live configuration so that a reload applies
+/// them.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bounds {
     pub ceiling: usize,
     pub timeout: Duration,
+    /// How long a request may wait for a place (zero: not at all).
+    pub wait: Duration,
+}
+
+/// The limit, how many it admitted, and how many wait for a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Load {
+    pub limit: usize,
+    pub claiming: usize,
+    pub waiting: usize,
 }
 
 impl Admission {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Limiter> {
-        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A place for one claim, or `None` when the limit is reached. `measure_unclaimed`:
-    /// whether the time to an answer that forwards nothing (a replay, a conflict) measures
-    /// the store; not on routes whose duplicates wait on purpose.
+    /// A place for one claim now, or `None` when the limit is reached (or others wait for
+    /// one). `measure_unclaimed`: whether the time to an answer that forwards nothing (a
+    /// replay, a conflict) measures the store; not on routes whose duplicates wait on
+    /// purpose.
+    #[cfg(test)]
     pub(super) fn try_admit(
         self: &Arc<Self>,
         bounds: Bounds,
         measure_unclaimed: bool,
     ) -> Option<Permit> {
-        self.lock().try_acquire(bounds.ceiling).then(|| Permit {
-            admission: self.clone(),
-            bounds,
-            admitted: Instant::now(),
-            measure_unclaimed,
-            claimed: false,
-        })
+        let mut state = self.lock();
+        state.hand_over(bounds.ceiling);
+        let admitted = state.waiters.is_empty() && state.limiter.try_acquire(bounds.ceiling);
+        drop(state);
+        admitted.then(|| self.permit(bounds, measure_unclaimed, Instant::now()))
     }
 
-    /// The limit now, and how many are admitted.
-    pub(super) fn load(&self, ceiling: usize) -> (usize, usize) {
-        let limiter = self.lock();
-        (limiter.limit(ceiling), limiter.inflight())
+    /// A place for one claim, waiting for it up to `bounds.wait` behind those that came
+    /// first; `None` when none came in that time.
+    pub(super) async fn admit(
+        self: &Arc<Self>,
+        bounds: Bounds,
+        measure_unclaimed: bool,
+    ) -> Option<Permit> {
+        let rx = {
+            let mut state = self.lock();
+            state.hand_over(bounds.ceiling);
+            if state.waiters.is_empty() && state.limiter.try_acquire(bounds.ceiling) {
+                drop(state);
+                return Some(self.permit(bounds, measure_unclaimed, Instant::now()));
+            }
+            if bounds.wait.is_zero() {
+                return None;
+            }
+            let (tx, rx) = oneshot::channel();
+            state.waiters.push_back(tx);
+            rx
+        };
+        let mut waiting = Waiting {
+            admission: self,
+            ceiling: bounds.ceiling,
+            rx: Some(rx),
+        };
+        let given = match tokio::time::timeout(bounds.wait, waiting.rx.as_mut()?).await {
+            Ok(given) => {
+                waiting.rx = None;
+                given.ok()
+            }
+            Err(_) => waiting.settle(),
+        };
+        given.map(|at| self.permit(bounds, measure_unclaimed, at))
+    }
+
+    fn permit(self: &Arc<Self>, bounds: Bounds, measure_unclaimed: bool, at: Instant) -> Permit {
+        Permit {
+            admission: self.clone(),
+            bounds,
+            admitted: at,
+            measure_unclaimed,
+            claimed: false,
+        }
+    }
+
+    /// The limit now, how many are admitted, and how many wait.
+    pub(super) fn load(&self, ceiling: usize) -> Load {
+        let state = self.lock();
+        Load {
+            limit: state.limiter.limit(ceiling),
+            claiming: state.limiter.inflight(),
+            waiting: state.waiting(),
+        }
     }
 }
 
-/// One admitted claim's place: given back, with its latency, when dropped.
+/// A request waiting for a place. Places are given under the lock, so a look under it
+/// sees every place given so far, and a receiver dropped under it gets none after: a wait
+/// that runs out, or a request dropped while it waits (its client gone), takes what was
+/// given, or gives it back.
+struct Waiting<'a> {
+    admission: &'a Arc<Admission>,
+    ceiling: usize,
+    rx: Option<oneshot::Receiver<Instant>>,
+}
+
+impl Waiting<'_> {
+    /// When the place was given, if it was; no place can come after.
+    fn settle(&mut self) -> Option<Instant> {
+        let mut rx = self.rx.take()?;
+        let _state = self.admission.lock();
+        let given = rx.try_recv().ok();
+        drop(rx);
+        given
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.settle().is_some() {
+            let mut state = self.admission.lock();
+            state.limiter.cancel();
+            state.hand_over(self.ceiling);
+        }
+    }
+}
+
+/// One admitted claim's place: given back, with its latency, when dropped (to the oldest
+/// waiter, if any).
 pub(super) struct Permit {
     admission: Arc<Admission>,
     bounds: Bounds,
@@ -275,7 +240,9 @@ impl Drop for Permit {
         let took =
             (self.claimed || self.measure_unclaimed).then(|| now.duration_since(self.admitted));
         let bounds = (self.bounds.ceiling, self.bounds.timeout);
-        self.admission.lock().release(took, now, bounds);
+        let mut state = self.admission.lock();
+        state.limiter.release(took, now, bounds);
+        state.hand_over(self.bounds.ceiling);
     }
 }
 
@@ -301,8 +268,9 @@ impl Gateway {
     /// Admits a keyed request whose body is read (and counted in `held`) to its claim, or
     /// says why not. The one check before the claim: requests whose clients left (past
     /// `server.max_connections` of them, no new claim is made), the room its answer may
-    /// take in the byte budget, and the admission limit.
-    pub(super) fn admit_claim(
+    /// take in the byte budget, and the admission limit (waiting for a place up to
+    /// `server.admission_timeout`).
+    pub(super) async fn admit_claim(
         &self,
         live: &Live,
         route: &Route,
@@ -324,10 +292,12 @@ impl Gateway {
         let bounds = Bounds {
             ceiling: server.max_concurrent_claims,
             timeout: live.config.store.timeout,
+            wait: server.admission_timeout,
         };
         let permit = self
             .admission
-            .try_admit(bounds, !route.on_conflict.waits())
+            .admit(bounds, !route.on_conflict.waits())
+            .await
             .ok_or(Shed::Limit)?;
         Ok(Admitted { permit, held })
     }
@@ -337,7 +307,11 @@ impl Gateway {
     pub(super) fn shed(&self, shed: Shed, live: &Live) {
         self.metrics.event(ClaimEvent::Overloaded);
         let server = &live.config.server;
-        let (limit, claiming) = self.admission.load(server.max_concurrent_claims);
+        let Load {
+            limit,
+            claiming,
+            waiting,
+        } = self.admission.load(server.max_concurrent_claims);
         let second = self.started.elapsed().as_secs() + 1;
         let last = self.shed_logged.load(Ordering::Relaxed);
         let due = last < second
@@ -346,7 +320,9 @@ impl Gateway {
                 .compare_exchange(last, second, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok();
         let why = match shed {
-            Shed::Limit => "the admission limit is reached",
+            Shed::Limit => {
+                "no place under the admission limit came within server.admission_timeout"
+            }
             Shed::Memory => "buffered bodies fill server.max_buffered_bytes",
             Shed::Detached => "too many requests whose clients left are still running",
         };
@@ -355,11 +331,15 @@ impl Gateway {
             warn!(
                 limit,
                 claiming,
+                waiting,
                 buffered,
                 "{why}: refusing keyed requests before their claim (503 overloaded)"
             );
         } else {
-            debug!(limit, claiming, buffered, "{why}: refused before the claim");
+            debug!(
+                limit,
+                claiming, waiting, buffered, "{why}: refused before the claim"
+            );
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The limit on tokio's paused clock: time moves only when a test advances it, so each
 //! sample's latency is exactly what the test says.
 
+use super::limiter::{INITIAL_LIMIT, MIN_LIMIT, WINDOW_SAMPLES, WINDOW_TIME};
 use super::*;
 
 const CEILING: usize = 1_000;
@@ -10,7 +11,14 @@ fn bounds(ceiling: usize) -> Bounds {
     Bounds {
         ceiling,
         timeout: STORE_TIMEOUT,
+        wait: Duration::ZERO,
     }
+}
+
+/// The limit and how many it admitted.
+fn limit_and_claiming(admission: &Admission, ceiling: usize) -> (usize, usize) {
+    let load = admission.load(ceiling);
+    (load.limit, load.claiming)
 }
 
 /// One window: `n` claims admitted together, each answered after `latency`; then, a
@@ -35,7 +43,7 @@ async fn window(admission: &Arc<Admission>, n: usize, latency: Duration) -> usiz
 }
 
 fn limit(admission: &Admission) -> usize {
-    admission.load(CEILING).0
+    admission.load(CEILING).limit
 }
 
 #[tokio::test(start_paused = true)]
@@ -45,9 +53,12 @@ async fn past_the_limit_a_claim_is_refused_until_a_place_is_given_back() {
         .map(|_| admission.try_admit(bounds(CEILING), true).unwrap())
         .collect();
     assert!(admission.try_admit(bounds(CEILING), true).is_none());
-    assert_eq!(admission.load(CEILING), (INITIAL_LIMIT, INITIAL_LIMIT));
+    assert_eq!(
+        limit_and_claiming(&admission, CEILING),
+        (INITIAL_LIMIT, INITIAL_LIMIT)
+    );
     drop(permits);
-    assert_eq!(admission.load(CEILING).1, 0);
+    assert_eq!(admission.load(CEILING).claiming, 0);
     assert!(admission.try_admit(bounds(CEILING), true).is_some());
 }
 
@@ -67,7 +78,7 @@ async fn a_ceiling_below_the_floor_holds_through_every_window() {
         }
         tokio::time::advance(WINDOW_TIME).await;
         admission.try_admit(bounds(2), true).unwrap().claimed();
-        assert_eq!(admission.load(2), (2, 0));
+        assert_eq!(limit_and_claiming(&admission, 2), (2, 0));
     }
 }
 
@@ -78,7 +89,7 @@ async fn a_lower_ceiling_bounds_the_limit_at_once() {
         .map(|_| admission.try_admit(bounds(3), true).unwrap())
         .collect();
     assert!(admission.try_admit(bounds(3), true).is_none());
-    assert_eq!(admission.load(3), (3, 3));
+    assert_eq!(limit_and_claiming(&admission, 3), (3, 3));
     drop(held);
 }
 
@@ -190,7 +201,7 @@ async fn places_given_back_without_a_measure_move_nothing() {
         tokio::time::advance(Duration::from_secs(1)).await;
         permits.into_iter().for_each(Permit::unmeasured);
     }
-    assert_eq!(admission.load(CEILING), (INITIAL_LIMIT, 0));
+    assert_eq!(limit_and_claiming(&admission, CEILING), (INITIAL_LIMIT, 0));
     // A duplicate that waited on purpose, on a route that waits: not a measure either.
     let waited = admission.try_admit(bounds(CEILING), false).unwrap();
     tokio::time::advance(Duration::from_secs(5)).await;
@@ -198,5 +209,102 @@ async fn places_given_back_without_a_measure_move_nothing() {
     // A claim won after its answer: measured, whatever the route.
     let won = admission.try_admit(bounds(CEILING), false).unwrap();
     won.claimed();
-    assert_eq!(admission.lock().window.samples, 1);
+    assert_eq!(admission.lock().limiter.window.samples, 1);
+}
+
+fn waiting(ceiling: usize, wait: Duration) -> Bounds {
+    Bounds {
+        wait,
+        ..bounds(ceiling)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gets_the_first_place_given_back_in_the_order_they_came() {
+    let admission = Arc::new(Admission::default());
+    let held: Vec<Permit> = (0..2)
+        .map(|_| admission.try_admit(bounds(2), true).unwrap())
+        .collect();
+    let wait = Duration::from_secs(1);
+    let first = tokio::spawn({
+        let a = admission.clone();
+        async move { a.admit(waiting(2, wait), true).await.is_some() }
+    });
+    tokio::task::yield_now().await;
+    let second = tokio::spawn({
+        let a = admission.clone();
+        async move { a.admit(waiting(2, wait), true).await.is_some() }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(admission.load(2).waiting, 2);
+    // A newcomer does not pass those waiting, even once a place is free.
+    let mut held = held.into_iter();
+    drop(held.next());
+    assert!(admission.try_admit(bounds(2), true).is_none());
+    assert!(first.await.unwrap());
+    // The first waiter's place went back when its task ended: the second has it.
+    assert!(second.await.unwrap());
+    let load = admission.load(2);
+    assert_eq!((load.claiming, load.waiting), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_runs_out_of_time_is_refused_and_leaves_no_place_taken() {
+    let admission = Arc::new(Admission::default());
+    let held = admission.try_admit(bounds(1), true).unwrap();
+    let wait = Duration::from_millis(300);
+    let refused = admission.admit(waiting(1, wait), true).await;
+    assert!(refused.is_none());
+    assert_eq!(admission.load(1).waiting, 0);
+    drop(held);
+    assert_eq!(admission.load(1).claiming, 0);
+    // The place is free for the next, who waits for nothing.
+    assert!(admission.admit(waiting(1, wait), true).await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_wait_a_request_past_the_limit_is_refused_at_once() {
+    let admission = Arc::new(Admission::default());
+    let _held = admission.try_admit(bounds(1), true).unwrap();
+    let started = Instant::now();
+    assert!(admission.admit(bounds(1), true).await.is_none());
+    assert_eq!(Instant::now(), started);
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_spent_waiting_is_not_measured_as_the_claims_latency() {
+    let admission = Arc::new(Admission::default());
+    let held = admission.try_admit(bounds(1), true).unwrap();
+    let waiter = tokio::spawn({
+        let a = admission.clone();
+        async move { a.admit(waiting(1, Duration::from_secs(5)), true).await }
+    });
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    held.unmeasured();
+    let permit = waiter.await.unwrap().unwrap();
+    tokio::time::advance(Duration::from_millis(3)).await;
+    permit.claimed();
+    let state = admission.lock();
+    assert_eq!(state.limiter.window.samples, 1);
+    assert_eq!(state.limiter.window.total, Duration::from_millis(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_dropped_after_its_place_was_given_gives_it_back() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let admission = Arc::new(Admission::default());
+    let held = admission.try_admit(bounds(1), true).unwrap();
+    let mut waiter = Box::pin(admission.admit(waiting(1, Duration::from_secs(5)), true));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(waiter.as_mut().poll(&mut cx), Poll::Pending));
+    assert_eq!(admission.load(1).waiting, 1);
+    // The place goes to the waiter, whose client leaves before it runs again.
+    held.unmeasured();
+    assert_eq!(admission.load(1).claiming, 1);
+    drop(waiter);
+    let load = admission.load(1);
+    assert_eq!((load.claiming, load.waiting), (0, 0));
+    assert!(admission.try_admit(bounds(1), true).is_some());
 }

@@ -1,5 +1,5 @@
 //! What `/metrics` shows of overload: the adaptive admission limit, the keyed requests it
-//! admitted whose claim is not answered yet, and the bytes buffered bodies hold. Set at
+//! admitted whose claim is not answered yet, those waiting for a place, and the bytes buffered bodies hold. Set at
 //! each scrape from the gateway's own counts.
 
 use std::sync::atomic::AtomicI64;
@@ -15,14 +15,18 @@ pub struct AdmissionLoad {
     pub limit: usize,
     /// Keyed requests admitted whose claim is not answered yet.
     pub claiming: usize,
+    /// Keyed requests waiting for a place under the limit.
+    pub waiting: usize,
     /// Bytes held by buffered bodies.
     pub buffered_bytes: u64,
 }
 
-/// `dedupe_admission_limit`, `dedupe_admission_claiming`, `dedupe_buffered_bytes`.
+/// `dedupe_admission_limit`, `dedupe_admission_claiming`, `dedupe_admission_waiting`,
+/// `dedupe_buffered_bytes`.
 pub(super) struct AdmissionGauges {
     limit: Gauge<i64, AtomicI64>,
     claiming: Gauge<i64, AtomicI64>,
+    waiting: Gauge<i64, AtomicI64>,
     buffered_bytes: Gauge<i64, AtomicI64>,
 }
 
@@ -39,6 +43,11 @@ impl AdmissionGauges {
                 "Keyed requests admitted whose claim is not answered yet",
                 Gauge::default(),
             ),
+            waiting: reg.add(
+                "admission_waiting",
+                "Keyed requests waiting for a place under the admission limit (at most server.admission_timeout each)",
+                Gauge::default(),
+            ),
             buffered_bytes: reg.add(
                 "buffered_bytes",
                 "Bytes keyed requests hold in buffered bodies and room for their answers (at most server.max_buffered_bytes)",
@@ -51,6 +60,7 @@ impl AdmissionGauges {
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.limit.set(gauge(load.limit as u64));
         self.claiming.set(gauge(load.claiming as u64));
+        self.waiting.set(gauge(load.waiting as u64));
         self.buffered_bytes.set(gauge(load.buffered_bytes));
     }
 }

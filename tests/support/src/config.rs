@@ -57,6 +57,8 @@ struct Server {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_buffered_bytes: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    admission_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_ca_file: Option<String>,
@@ -122,6 +124,7 @@ impl GatewayConfig {
                 max_connections: None,
                 max_concurrent_claims: None,
                 max_buffered_bytes: None,
+                admission_timeout: None,
                 workers: None,
                 upstream_ca_file: None,
                 underscores_in_headers: None,
@@ -207,6 +210,12 @@ impl GatewayConfig {
     /// `server.max_buffered_bytes`: the budget of buffered bodies.
     pub fn max_buffered_bytes(mut self, size: &str) -> Self {
         self.server.max_buffered_bytes = Some(size.to_owned());
+        self
+    }
+
+    /// `server.admission_timeout`: how long a keyed request waits for a place.
+    pub fn admission_timeout(mut self, wait: &str) -> Self {
+        self.server.admission_timeout = Some(wait.to_owned());
         self
     }
 

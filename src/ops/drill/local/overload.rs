@@ -42,6 +42,8 @@ impl Rig<'_> {
     pub(super) async fn overload(&self, route: &Route, i: usize) -> Result<Verdict, String> {
         let mut cfg = self.config.clone();
         cfg.server.max_concurrent_claims = OVERLOAD_LIMIT;
+        // Refused at once past the limit, not queued: the drill is about refusals.
+        cfg.server.admission_timeout = Duration::ZERO;
         let gateway = Gateway::new(cfg, self.store.clone());
         let (addr, stop, served) = start_gateway(gateway.clone())
             .await
