@@ -19,7 +19,9 @@
 //! pass, printing the gateway's pid, to attach a profiler), `BENCH_COMPARE` (the path of
 //! another build's `dedupe-gateway`, run beside this one: `*@compare` rows), `BENCH_FLOOR`
 //! (the path of a built `examples/floor_proxy`, measured beside nginx in the wrk rounds:
-//! the `floor` row), `BENCH_WRK`
+//! the `floor` row), `BENCH_PEER` (the path of a built `idempotent-proxy-server`, the
+//! nearest open-source peer, run on the same Redis in the wrk rounds: `peer-won` and
+//! `peer-replay` rows), `BENCH_WRK`
 //! (`off`: no wrk rounds; `only`: wrk rounds alone), `BENCH_STORE_SERVER` (`valkey`: the
 //! Redis scenarios on the `valkey-server` that `DEDUPE_TEST_VALKEY` names, which
 //! `scripts/test` builds). Run with `cargo bench --bench throughput`.

@@ -19,8 +19,9 @@ pub const NGINX_KEYED: &str = "nginx-keyed";
 /// where it runs; every other row, that one included, with nginx (row 0).
 pub fn baseline(scenarios: &[Scenario], i: usize) -> usize {
     let keyed = scenarios.iter().position(|s| s.name == NGINX_KEYED);
-    match (scenarios[i].gateway, scenarios[i].kind, keyed) {
-        (Some(_), Kind::Won, Some(k)) => k,
+    let proxy = scenarios[i].gateway.is_some() || scenarios[i].name.starts_with("peer");
+    match (proxy, scenarios[i].kind, keyed) {
+        (true, Kind::Won, Some(k)) => k,
         _ => 0,
     }
 }
@@ -98,6 +99,17 @@ impl Scenario {
         Self {
             kind: Kind::Won,
             ..Self::plain(NGINX_KEYED, nginx.addr, Some(nginx.pid()))
+        }
+    }
+
+    /// The peer (`BENCH_PEER`) on the gateway's Redis: its path `/URL_ORIGIN`, which it
+    /// forwards to the origin.
+    pub fn peer(name: &str, peer: &GatewayChild, kind: Kind, redis: Option<(u32, u16)>) -> Self {
+        Self {
+            path: "/URL_ORIGIN",
+            kind,
+            store_pid: redis,
+            ..Self::plain(name, peer.addr, Some(peer.pid()))
         }
     }
 

@@ -185,6 +185,9 @@ pub struct Spawned {
     _dir: tempfile::TempDir,
 }
 
+/// The path the peer forwards to on the origin (the path the gateway's rows use).
+const PEER_ORIGIN_PATH: &str = "/v1/payments/x";
+
 /// The gateway as a child process.
 pub type GatewayChild = Spawned;
 /// The floor proxy as a child process.
@@ -211,6 +214,25 @@ impl Spawned {
     pub fn floor(binary: &Path, upstream: SocketAddr) -> Self {
         Self::spawn(binary, "floor.log", |command, addr, _| {
             command.arg(addr.to_string()).arg(upstream.to_string());
+        })
+    }
+
+    /// Starts the peer, idempotent-proxy's `idempotent-proxy-server` (`BENCH_PEER`), on
+    /// the Redis at `redis_url`, forwarding its path `/URL_ORIGIN` to `upstream`: it locks
+    /// a key with `SET NX PX` for `REQUEST_TIMEOUT` (30 s here, so that a replay's stored
+    /// answer outlives a run), forwards, stores the answer for as long, and answers a
+    /// duplicate by polling for it. It reads a `.env` from its working directory (empty
+    /// here: every setting is in its environment).
+    pub fn peer(binary: &Path, upstream: SocketAddr, redis_url: &str) -> Self {
+        Self::spawn(binary, "peer.log", |command, addr, dir| {
+            std::fs::write(dir.join(".env"), "").unwrap();
+            command
+                .current_dir(dir)
+                .env("SERVER_ADDR", addr.to_string())
+                .env("REDIS_URL", redis_url)
+                .env("URL_ORIGIN", format!("http://{upstream}{PEER_ORIGIN_PATH}"))
+                .env("REQUEST_TIMEOUT", "30000")
+                .env("LOG_LEVEL", "warn");
         })
     }
 

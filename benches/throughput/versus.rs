@@ -49,7 +49,10 @@ fn runs_at(s: &Scenario, i: usize, conns: usize) -> bool {
     let name = s.name.trim_end_matches("@compare");
     conns <= 100
         || i == 0
-        || matches!(name, "floor" | "nginx-keyed" | "redis-won" | "redis-replay")
+        || matches!(
+            name,
+            "floor" | "nginx-keyed" | "redis-won" | "redis-replay" | "peer-won" | "peer-replay"
+        )
         || name.starts_with("passthrough")
 }
 
@@ -86,6 +89,18 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
     if let Some(f) = &floor {
         scenarios.insert(1, Scenario::plain("floor", f.addr, Some(f.pid())));
     }
+    // `BENCH_PEER`: idempotent-proxy on the same Redis, new keys and a replay, beside the
+    // gateway's Redis rows in every round and at every count.
+    let _peer = match (std::env::var_os("BENCH_PEER"), &setup.redis) {
+        (Some(bin), Some((url, pid))) => {
+            let p = FloorChild::peer(std::path::Path::new(&bin), origin.addr, url);
+            for (name, kind) in [("peer-won", Kind::Won), ("peer-replay", Kind::Replay)] {
+                scenarios.push(Scenario::peer(name, &p, kind, *pid));
+            }
+            Some(p)
+        }
+        _ => None,
+    };
     // New keys make wrk build every request in Lua: nginx is sent the same, as their baseline.
     if scenarios.iter().any(|s| s.kind == Kind::Won) {
         scenarios.insert(1, Scenario::nginx_keyed(&nginx));

@@ -267,9 +267,9 @@ pub(super) struct Admitted {
 impl Gateway {
     /// Admits a keyed request whose body is read (and counted in `held`) to its claim, or
     /// says why not. The one check before the claim: requests whose clients left (past
-    /// `server.max_connections` of them, no new claim is made), the room its answer may
-    /// take in the byte budget, and the admission limit (waiting for a place up to
-    /// `server.admission_timeout`).
+    /// `server.max_connections` of them, no new claim is made), the admission limit
+    /// (waiting for a place up to `server.admission_timeout`), and the room its answer may
+    /// take in the byte budget.
     pub(super) async fn admit_claim(
         &self,
         live: &Live,
@@ -279,15 +279,6 @@ impl Gateway {
         let server = &live.config.server;
         if self.detached() >= server.max_connections {
             return Err(Shed::Detached);
-        }
-        // A streamed answer is kept for the store (and for joiners) up to this much.
-        let answer_room = if route.store_body || route.grpc {
-            route.max_cached_body
-        } else {
-            0
-        };
-        if !held.grow(answer_room, server.max_buffered_bytes) {
-            return Err(Shed::Memory);
         }
         let bounds = Bounds {
             ceiling: server.max_concurrent_claims,
@@ -299,6 +290,17 @@ impl Gateway {
             .admit(bounds, !route.on_conflict.waits())
             .await
             .ok_or(Shed::Limit)?;
+        // A streamed answer is kept for the store (and for joiners) up to this much: room
+        // taken once admitted, so that requests waiting for a place hold only their bodies.
+        let answer_room = if route.store_body || route.grpc {
+            route.max_cached_body
+        } else {
+            0
+        };
+        if !held.grow(answer_room, server.max_buffered_bytes) {
+            permit.unmeasured();
+            return Err(Shed::Memory);
+        }
         Ok(Admitted { permit, held })
     }
 
