@@ -199,8 +199,9 @@ pub fn build(
     }
     if let Ok(only) = std::env::var("BENCH_ONLY") {
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
-        let base = scenarios[0].name.clone();
-        scenarios.retain(|s| s.name == base || only.contains(&s.name.trim_end_matches("@compare")));
+        // The baselines (nginx, `direct`) stay: every ratio is taken against them.
+        scenarios
+            .retain(|s| s.gateway.is_none() || only.contains(&s.name.trim_end_matches("@compare")));
     }
     (gateways, scenarios)
 }
