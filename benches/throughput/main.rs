@@ -32,7 +32,10 @@
 //! When `wrk` is installed, every scenario is also driven by `wrk -t1 --latency` in front
 //! of an nginx origin (`versus.rs`), with the CPU every process spends per request; past
 //! 100 connections, Redis's new keys and replays too, where only 2xx answers count as
-//! throughput, beside the count of every other status and of `unstored` answers.
+//! throughput, beside the count of every other status and of `unstored` answers. There,
+//! too, `passthrough-tls` streams to the origin's TLS listener beside `nginx-tls` (nginx
+//! proxying to the same listener, its ratio's baseline). `passthrough-traced` is the
+//! passthrough with traces on (`telemetry.otlp_endpoint`, `sample_ratio = 0`).
 
 mod cpu;
 mod latency;

@@ -18,6 +18,12 @@ pub const NGINX_KEYED: &str = "nginx-keyed";
 /// same kind of requests. A gateway's new keys are compared with [`Scenario::nginx_keyed`]
 /// where it runs; every other row, that one included, with nginx (row 0).
 pub fn baseline(scenarios: &[Scenario], i: usize) -> usize {
+    let tls = scenarios.iter().position(|s| s.name == NGINX_TLS);
+    if let (Some(t), true) = (tls, scenarios[i].gateway.is_some()) {
+        if scenarios[i].name.contains("-tls") {
+            return t;
+        }
+    }
     let keyed = scenarios.iter().position(|s| s.name == NGINX_KEYED);
     let proxy = scenarios[i].gateway.is_some() || scenarios[i].name.starts_with("peer");
     match (proxy, scenarios[i].kind, keyed) {
@@ -25,6 +31,36 @@ pub fn baseline(scenarios: &[Scenario], i: usize) -> usize {
         _ => 0,
     }
 }
+
+/// nginx `proxy_pass` to the origin's TLS listener: the `*-tls` rows' baseline.
+pub const NGINX_TLS: &str = "nginx-tls";
+
+/// Whether `BENCH_ONLY` (when set) names scenario `name`.
+pub fn wanted(name: &str) -> bool {
+    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|o| o.trim() == name))
+}
+
+/// The gateway in front of the origin's TLS listener (`https://localhost:PORT`, its CA in
+/// `server.upstream_ca_file`), streaming requests no route matches: `passthrough-tls`.
+pub fn tls_passthrough(
+    bin: &std::path::Path,
+    tls_origin: SocketAddr,
+    ca: &std::path::Path,
+    idx: usize,
+) -> (GatewayChild, Scenario) {
+    let config = GatewayConfig::new(format!("https://localhost:{}", tls_origin.port()))
+        .upstream_ca_file(ca)
+        .max_body("64KiB")
+        .upstream_timeout("5s")
+        .store(StoreCfg::memory());
+    let gw = GatewayChild::gateway(bin, config);
+    let s = Scenario::on(&gw, "passthrough-tls".into(), "/other", Kind::Plain, idx);
+    (gw, s)
+}
+
+/// The collector of the traced rows: nothing listens there, and nothing is sent to it
+/// (`sample_ratio = 0`).
+const UNSAMPLED_COLLECTOR: &str = "http://127.0.0.1:9";
 
 /// The gateway under test, in front of `upstream`, on `store`.
 fn config(upstream: SocketAddr, store: StoreCfg) -> GatewayConfig {
@@ -170,6 +206,17 @@ pub fn build(
                     let gw = GatewayChild::gateway(bin, config(upstream, store.clone()));
                     let name = format!("passthrough{suffix}");
                     scenarios.push(Scenario::on(&gw, name, "/other", Kind::Plain, first));
+                    gateways.push(gw);
+                    // The same with traces on (`telemetry.otlp_endpoint`, `sample_ratio = 0`):
+                    // every request goes through the tracing layer, none is exported, so the
+                    // row measures what turning traces on costs the request path.
+                    let traced = config(upstream, store.clone())
+                        .telemetry(UNSAMPLED_COLLECTOR, None)
+                        .telemetry_sample_ratio(0.0);
+                    let gw = GatewayChild::gateway(bin, traced);
+                    let name = format!("passthrough-traced{suffix}");
+                    let idx = gateways.len();
+                    scenarios.push(Scenario::on(&gw, name, "/other", Kind::Plain, idx));
                     gateways.push(gw);
                 }
                 let gw = GatewayChild::gateway(bin, config(upstream, store));

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dedupe_test_support::tls::CertFiles;
 use dedupe_test_support::GatewayConfig;
 
 /// A free loopback port (the tiny race until the child binds it is harmless here).
@@ -50,6 +51,8 @@ fn nginx_binary() -> Option<PathBuf> {
 /// request to a file, as the gateway logs one per request.
 pub struct Nginx {
     pub addr: SocketAddr,
+    /// The origin's TLS listener, when it has one.
+    pub tls_addr: Option<SocketAddr>,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -91,19 +94,69 @@ impl Nginx {
     }
 
     /// The origin `wrk`'s scenarios end at: every request answered `201` with a small JSON
-    /// body, as the counting upstream answers, and no log.
-    pub fn origin() -> Option<Self> {
-        Self::serve(|_, addr| {
+    /// body, as the counting upstream answers, and no log; with `tls`, the same on a second
+    /// listener over TLS (the `*-tls` rows' origin, in the same process so that its CPU is
+    /// counted alike).
+    pub fn origin(tls: Option<&CertFiles>) -> Option<Self> {
+        let tls_addr = tls.map(|_| free_addr());
+        let mut origin = Self::serve(|_, addr| {
+            let answer = "location / {
+            default_type application/json;
+            return 201 '{\"effect\":1}';
+        }";
+            let tls_server = match (tls, tls_addr) {
+                (Some(files), Some(tls_addr)) => format!(
+                    "server {{
+        listen {tls_addr} ssl backlog=4096 reuseport;
+        ssl_certificate {};
+        ssl_certificate_key {};
+        {answer}
+    }}",
+                    files.cert.display(),
+                    files.key.display()
+                ),
+                _ => String::new(),
+            };
             format!(
                 "access_log off;
     keepalive_requests 1000000;
     server {{
         listen {addr} backlog=4096 reuseport;
+        {answer}
+    }}
+    {tls_server}"
+            )
+        })?;
+        origin.tls_addr = tls_addr;
+        Some(origin)
+    }
+
+    /// `proxy_pass` over TLS to the origin's TLS listener `upstream`, verifying its
+    /// certificate against `ca` (as the gateway does), sessions and connections kept.
+    pub fn proxy_tls(upstream: SocketAddr, ca: &Path) -> Option<Self> {
+        Self::serve(|d, addr| {
+            format!(
+                "access_log {d}/access.log;
+    upstream app {{
+        server {upstream};
+        keepalive 1024;
+        keepalive_requests 1000000;
+    }}
+    keepalive_requests 1000000;
+    server {{
+        listen {addr} backlog=4096 reuseport;
         location / {{
-            default_type application/json;
-            return 201 '{{\"effect\":1}}';
+            proxy_pass https://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_ssl_server_name on;
+            proxy_ssl_name localhost;
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {};
+            proxy_ssl_session_reuse on;
         }}
-    }}"
+    }}",
+                ca.display()
             )
         })
     }
@@ -150,6 +203,7 @@ http {{
         wait_listening(addr, &mut child, &log);
         Some(Self {
             addr,
+            tls_addr: None,
             child,
             _dir: dir,
         })

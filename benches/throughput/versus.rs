@@ -16,6 +16,7 @@ use crate::cpu::{self, RedisWork};
 use crate::load::{Keys, Load};
 use crate::scenarios::{self, Kind, Scenario, Setup};
 use crate::servers::{FloorChild, Nginx};
+use dedupe_test_support::tls::TestCa;
 use crate::wrk::{self, WrkKeys};
 use crate::{plot, versus_table, Settings};
 
@@ -51,7 +52,13 @@ fn runs_at(s: &Scenario, i: usize, conns: usize) -> bool {
         || i == 0
         || matches!(
             name,
-            "floor" | "nginx-keyed" | "redis-won" | "redis-replay" | "peer-won" | "peer-replay"
+            "floor"
+                | "nginx-keyed"
+                | "nginx-tls"
+                | "redis-won"
+                | "redis-replay"
+                | "peer-won"
+                | "peer-replay"
         )
         || name.starts_with("passthrough")
 }
@@ -77,12 +84,31 @@ impl WrkSample {
 
 /// Runs the rounds, prints the table and writes it, with its plot, under `target/bench/`.
 pub async fn run(set: &Settings, setup: &Setup<'_>) {
-    let Some(origin) = Nginx::origin() else {
+    // The `*-tls` rows: the origin's second listener speaks TLS with a certificate of a
+    // private CA, which nginx and the gateway both verify.
+    let ca = TestCa::new("bench");
+    let origin_cert = ca.issue("origin");
+    let Some(origin) = Nginx::origin(Some(&origin_cert)) else {
         println!("note: nginx is not installed; no wrk rounds (apt-get install nginx-light)");
         return;
     };
     let nginx = Nginx::proxy(origin.addr, 1024, true).expect("nginx starts");
-    let (_gateways, mut scenarios) = scenarios::build(origin.addr, Some(&nginx), false, setup);
+    let (mut gateways, mut scenarios) =
+        scenarios::build(origin.addr, Some(&nginx), false, setup);
+    let tls_origin = origin.tls_addr.expect("the origin's TLS listener");
+    let nginx_tls = Nginx::proxy_tls(tls_origin, &ca.ca_file).expect("nginx starts");
+    if scenarios::wanted("passthrough-tls") {
+        scenarios.push(Scenario::plain(
+            scenarios::NGINX_TLS,
+            nginx_tls.addr,
+            Some(nginx_tls.pid()),
+        ));
+        let (bin, _) = &setup.binaries[0];
+        let (gw, s) = scenarios::tls_passthrough(bin, tls_origin, &ca.ca_file, gateways.len());
+        scenarios.push(s);
+        gateways.push(gw);
+    }
+    let _gateways = gateways;
     // `BENCH_FLOOR`: the floor proxy beside nginx, in every round and at every count.
     let floor = std::env::var_os("BENCH_FLOOR")
         .map(|bin| FloorChild::floor(std::path::Path::new(&bin), origin.addr));

@@ -442,7 +442,7 @@ mod tests {
             "every DEFAULT_* constant has its row in docs/configuration.md"
         );
         assert_eq!(
-            bounds, 24,
+            bounds, 25,
             "every bounded field has its bound in docs/configuration.md"
         );
     }
