@@ -404,7 +404,7 @@ async fn past_the_limit_a_request_waits_for_a_place_and_is_claimed_when_one_is_g
         .route(RouteCfg::header("orders", "/orders/*"));
     let gw = TestGateway::start(&config).await;
     let http = Http::new();
-    let _: () = redis.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let _: () = redis.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]);
     let send = |key: &'static str| {
         let (http, url) = (http.clone(), gw.url(&format!("/orders/{key}")));
         tokio::spawn(async move { http.post(&url, &[("Idempotency-Key", key)], "{}").await })

@@ -16,9 +16,9 @@ use crate::cpu::{self, RedisWork};
 use crate::load::{Keys, Load};
 use crate::scenarios::{self, Kind, Scenario, Setup};
 use crate::servers::{FloorChild, Nginx};
-use dedupe_test_support::tls::TestCa;
 use crate::wrk::{self, WrkKeys};
 use crate::{plot, versus_table, Settings};
+use dedupe_test_support::tls::TestCa;
 
 /// One scenario's `wrk` run in one round; CPU in microseconds per request.
 pub struct WrkSample {
@@ -93,8 +93,7 @@ pub async fn run(set: &Settings, setup: &Setup<'_>) {
         return;
     };
     let nginx = Nginx::proxy(origin.addr, 1024, true).expect("nginx starts");
-    let (mut gateways, mut scenarios) =
-        scenarios::build(origin.addr, Some(&nginx), false, setup);
+    let (mut gateways, mut scenarios) = scenarios::build(origin.addr, Some(&nginx), false, setup);
     let tls_origin = origin.tls_addr.expect("the origin's TLS listener");
     let nginx_tls = Nginx::proxy_tls(tls_origin, &ca.ca_file).expect("nginx starts");
     if scenarios::wanted("passthrough-tls") {

@@ -45,17 +45,25 @@ struct State {
     /// Waiting requests, oldest first; each is sent the moment its place was given. A
     /// waiter that gave up has dropped its receiver, and is skipped.
     waiters: VecDeque<oneshot::Sender<Instant>>,
+    /// How many of `waiters` still wait (those that gave up are still queued until they
+    /// reach the front).
+    waiting: usize,
+    /// `server.max_concurrent_claims` as the last request to arrive read it: a reload
+    /// applies to places handed over from then on.
+    ceiling: usize,
 }
 
 impl State {
     /// Gives places to waiters, oldest first, while the limit has room.
-    fn hand_over(&mut self, ceiling: usize) {
-        while !self.waiters.is_empty() && self.limiter.try_acquire(ceiling) {
+    fn hand_over(&mut self) {
+        while !self.waiters.is_empty() && self.limiter.try_acquire(self.ceiling) {
             let given = self
                 .waiters
                 .pop_front()
                 .is_some_and(|waiter| waiter.send(Instant::now()).is_ok());
-            if !given {
+            if given {
+                self.waiting -= 1;
+            } else {
                 self.limiter.cancel();
             }
         }
@@ -65,9 +73,10 @@ impl State {
         }
     }
 
-    /// How many wait now (those that gave up but are still queued excluded).
-    fn waiting(&self) -> usize {
-        self.waiters.iter().filter(|w| !w.is_closed()).count()
+    /// Reads the ceiling a request brings, then gives waiters the places it allows.
+    fn arrive(&mut self, ceiling: usize) {
+        self.ceiling = ceiling;
+        self.hand_over();
     }
 }
 
@@ -77,6 +86,8 @@ impl Default for Admission {
             state: Mutex::new(State {
                 limiter: Limiter::new(Instant::now()),
                 waiters: VecDeque::new(),
+                waiting: 0,
+                ceiling: usize::MAX,
             }),
         }
     }
@@ -117,7 +128,7 @@ impl Admission {
         measure_unclaimed: bool,
     ) -> Option<Permit> {
         let mut state = self.lock();
-        state.hand_over(bounds.ceiling);
+        state.arrive(bounds.ceiling);
         let admitted = state.waiters.is_empty() && state.limiter.try_acquire(bounds.ceiling);
         drop(state);
         admitted.then(|| self.permit(bounds, measure_unclaimed, Instant::now()))
@@ -132,7 +143,7 @@ impl Admission {
     ) -> Option<Permit> {
         let rx = {
             let mut state = self.lock();
-            state.hand_over(bounds.ceiling);
+            state.arrive(bounds.ceiling);
             if state.waiters.is_empty() && state.limiter.try_acquire(bounds.ceiling) {
                 drop(state);
                 return Some(self.permit(bounds, measure_unclaimed, Instant::now()));
@@ -142,11 +153,11 @@ impl Admission {
             }
             let (tx, rx) = oneshot::channel();
             state.waiters.push_back(tx);
+            state.waiting += 1;
             rx
         };
         let mut waiting = Waiting {
             admission: self,
-            ceiling: bounds.ceiling,
             rx: Some(rx),
         };
         let given = match tokio::time::timeout(bounds.wait, waiting.rx.as_mut()?).await {
@@ -171,11 +182,12 @@ impl Admission {
 
     /// The limit now, how many are admitted, and how many wait.
     pub(super) fn load(&self, ceiling: usize) -> Load {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.arrive(ceiling);
         Load {
             limit: state.limiter.limit(ceiling),
             claiming: state.limiter.inflight(),
-            waiting: state.waiting(),
+            waiting: state.waiting,
         }
     }
 }
@@ -186,7 +198,6 @@ impl Admission {
 /// given, or gives it back.
 struct Waiting<'a> {
     admission: &'a Arc<Admission>,
-    ceiling: usize,
     rx: Option<oneshot::Receiver<Instant>>,
 }
 
@@ -194,9 +205,12 @@ impl Waiting<'_> {
     /// When the place was given, if it was; no place can come after.
     fn settle(&mut self) -> Option<Instant> {
         let mut rx = self.rx.take()?;
-        let _state = self.admission.lock();
+        let mut state = self.admission.lock();
         let given = rx.try_recv().ok();
         drop(rx);
+        if given.is_none() {
+            state.waiting -= 1;
+        }
         given
     }
 }
@@ -206,7 +220,7 @@ impl Drop for Waiting<'_> {
         if self.settle().is_some() {
             let mut state = self.admission.lock();
             state.limiter.cancel();
-            state.hand_over(self.ceiling);
+            state.hand_over();
         }
     }
 }
@@ -242,7 +256,7 @@ impl Drop for Permit {
         let bounds = (self.bounds.ceiling, self.bounds.timeout);
         let mut state = self.admission.lock();
         state.limiter.release(took, now, bounds);
-        state.hand_over(self.bounds.ceiling);
+        state.hand_over();
     }
 }
 

@@ -219,33 +219,86 @@ fn waiting(ceiling: usize, wait: Duration) -> Bounds {
     }
 }
 
+/// A waiter that holds the place it gets until told to let go, and says when it got one.
+fn hold_when_admitted(
+    admission: &Arc<Admission>,
+    bounds: Bounds,
+) -> (
+    oneshot::Receiver<()>,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<bool>,
+) {
+    let (admitted_tx, admitted_rx) = oneshot::channel();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let a = admission.clone();
+    let task = tokio::spawn(async move {
+        let Some(permit) = a.admit(bounds, true).await else {
+            return false;
+        };
+        let _ = admitted_tx.send(());
+        let _ = release_rx.await;
+        permit.unmeasured();
+        true
+    });
+    (admitted_rx, release_tx, task)
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_waiter_gets_the_first_place_given_back_in_the_order_they_came() {
+async fn waiters_get_places_in_the_order_they_came_and_a_newcomer_passes_none() {
     let admission = Arc::new(Admission::default());
-    let held: Vec<Permit> = (0..2)
-        .map(|_| admission.try_admit(bounds(2), true).unwrap())
-        .collect();
-    let wait = Duration::from_secs(1);
-    let first = tokio::spawn({
-        let a = admission.clone();
-        async move { a.admit(waiting(2, wait), true).await.is_some() }
-    });
+    let held = admission.try_admit(bounds(1), true).unwrap();
+    let wait = waiting(1, Duration::from_secs(5));
+    let (mut first, let_first_go, first_task) = hold_when_admitted(&admission, wait);
     tokio::task::yield_now().await;
-    let second = tokio::spawn({
-        let a = admission.clone();
-        async move { a.admit(waiting(2, wait), true).await.is_some() }
-    });
+    let (mut second, let_second_go, second_task) = hold_when_admitted(&admission, wait);
     tokio::task::yield_now().await;
-    assert_eq!(admission.load(2).waiting, 2);
-    // A newcomer does not pass those waiting, even once a place is free.
-    let mut held = held.into_iter();
-    drop(held.next());
+    assert_eq!(admission.load(1).waiting, 2);
+    // One place comes back: the first waiter has it, the second still waits.
+    held.unmeasured();
+    tokio::task::yield_now().await;
+    assert!(first.try_recv().is_ok(), "the first waiter has no place");
+    assert!(
+        second.try_recv().is_err(),
+        "the second waiter passed the first"
+    );
+    assert_eq!(admission.load(1).waiting, 1);
+    // A reload raises the ceiling to 2: the place it makes goes to the waiter, not to a
+    // newcomer.
     assert!(admission.try_admit(bounds(2), true).is_none());
-    assert!(first.await.unwrap());
-    // The first waiter's place went back when its task ended: the second has it.
-    assert!(second.await.unwrap());
+    tokio::task::yield_now().await;
+    assert!(second.try_recv().is_ok(), "the second waiter has no place");
     let load = admission.load(2);
-    assert_eq!((load.claiming, load.waiting), (1, 0));
+    assert_eq!((load.claiming, load.waiting), (2, 0));
+    let_first_go.send(()).unwrap();
+    let_second_go.send(()).unwrap();
+    assert!(first_task.await.unwrap() && second_task.await.unwrap());
+    assert_eq!(admission.load(2).claiming, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lower_ceiling_applies_to_places_handed_over_after_a_reload() {
+    let admission = Arc::new(Admission::default());
+    let held: Vec<Permit> = (0..4)
+        .map(|_| admission.try_admit(bounds(4), true).unwrap())
+        .collect();
+    let wait = waiting(4, Duration::from_secs(5));
+    let (mut waiter, let_go, task) = hold_when_admitted(&admission, wait);
+    tokio::task::yield_now().await;
+    // The ceiling comes down to 2 (read by the next request to arrive, or a scrape).
+    assert_eq!(admission.load(2).waiting, 1);
+    let mut held = held.into_iter();
+    // 4, 3 and then 2 admitted: no place for the waiter until fewer than 2 are.
+    for _ in 0..2 {
+        held.next().unwrap().unmeasured();
+        tokio::task::yield_now().await;
+        assert!(waiter.try_recv().is_err(), "a place past the new ceiling");
+    }
+    held.next().unwrap().unmeasured();
+    tokio::task::yield_now().await;
+    assert!(waiter.try_recv().is_ok(), "no place within the new ceiling");
+    let_go.send(()).unwrap();
+    assert!(task.await.unwrap());
+    drop(held);
 }
 
 #[tokio::test(start_paused = true)]
