@@ -26,8 +26,8 @@ async fn stop(gw: &mut GatewayProcess) {
 /// Every attribute a span of the gateway carries, with its type: OpenTelemetry's semantic
 /// conventions for HTTP spans (`http.request.method` and `url.path` strings,
 /// `http.response.status_code` an int: a query like `>= 500` reads it only as one), the
-/// gateway's own `dedupe.*` (the fence a number, the rest text), and what
-/// `tracing-opentelemetry` adds to every span (`busy_ns`, `idle_ns`: ints).
+/// gateway's own `dedupe.*` (the fence a number, the rest text). `tracing-opentelemetry`'s
+/// `busy_ns` and `idle_ns` are off (`with_tracked_inactivity(false)`).
 const ATTRIBUTE_TYPES: &[(&str, &str)] = &[
     ("http.request.method", "string"),
     ("url.path", "string"),
@@ -38,8 +38,6 @@ const ATTRIBUTE_TYPES: &[(&str, &str)] = &[
     ("dedupe.fence", "int"),
     ("dedupe.key", "string"),
     ("dedupe.scope", "string"),
-    ("busy_ns", "int"),
-    ("idle_ns", "int"),
 ];
 
 /// Every attribute of every span is one [`ATTRIBUTE_TYPES`] names (a new one is given its
