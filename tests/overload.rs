@@ -12,9 +12,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use dedupe_gateway::telemetry::metrics::AdmissionLoad;
 use dedupe_test_support::{
-    eventually, GatewayConfig, GatewayProcess, Http, RedisServer, RouteCfg, StoreCfg, TestGateway,
-    Upstream,
+    eventually, GatewayConfig, GatewayProcess, Http, RedisServer, Reply, RouteCfg, StoreCfg,
+    TestGateway, Upstream,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -331,6 +332,20 @@ async fn with_redis_paused_for_less_than_a_lease_completions_land_and_each_key_r
     assert_eq!(unstored, 0.0, "{load:?}");
 }
 
+/// A POST to `/orders/{key}` with its key, sent on a task of its own.
+fn send(http: &Http, gw: &TestGateway, key: &'static str) -> tokio::task::JoinHandle<Reply> {
+    let (http, url) = (http.clone(), gw.url(&format!("/orders/{key}")));
+    tokio::spawn(async move { http.post(&url, &[("Idempotency-Key", key)], "{}").await })
+}
+
+/// Whether the in-process gateway's admission comes to `holds` within a few seconds.
+async fn admission_comes_to(gw: &TestGateway, holds: impl Fn(AdmissionLoad) -> bool) -> bool {
+    eventually(Duration::from_secs(9), || async {
+        holds(gw.gateway.admission_load())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_limit_a_request_is_refused_before_its_claim() {
     let _serial = ONE_AT_A_TIME.lock().await;
@@ -346,27 +361,12 @@ async fn past_the_limit_a_request_is_refused_before_its_claim() {
     let http = Http::new();
     // The one place is taken by a claim Redis holds unanswered for a while.
     let _: () = redis.cmd(&["CLIENT", "PAUSE", "10000", "WRITE"]);
-    let first = tokio::spawn({
-        let (http, url) = (http.clone(), gw.url("/orders/first"));
-        async move { http.post(&url, &[("Idempotency-Key", "first")], "{}").await }
-    });
-    let claiming = eventually(Duration::from_secs(9), || async {
-        gw.gateway.admission_load().claiming == 1
-    })
-    .await;
+    let first = send(&http, &gw, "first");
+    let claiming = admission_comes_to(&gw, |load| load.claiming == 1).await;
     assert!(claiming, "the first claim never waited on Redis");
     // The second waits for a place (`server.admission_timeout`, 1 s) and gets none.
-    let second = tokio::spawn({
-        let (http, url) = (http.clone(), gw.url("/orders/second"));
-        async move {
-            http.post(&url, &[("Idempotency-Key", "second")], "{}")
-                .await
-        }
-    });
-    let waited = eventually(Duration::from_secs(9), || async {
-        gw.gateway.admission_load().waiting == 1
-    })
-    .await;
+    let second = send(&http, &gw, "second");
+    let waited = admission_comes_to(&gw, |load| load.waiting == 1).await;
     assert!(waited, "the second request never waited for a place");
     let refused = second.await.unwrap();
     assert_eq!(refused.status, 503, "{refused:?}");
@@ -405,21 +405,11 @@ async fn past_the_limit_a_request_waits_for_a_place_and_is_claimed_when_one_is_g
     let gw = TestGateway::start(&config).await;
     let http = Http::new();
     let _: () = redis.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]);
-    let send = |key: &'static str| {
-        let (http, url) = (http.clone(), gw.url(&format!("/orders/{key}")));
-        tokio::spawn(async move { http.post(&url, &[("Idempotency-Key", key)], "{}").await })
-    };
-    let first = send("first");
-    let claiming = eventually(Duration::from_secs(9), || async {
-        gw.gateway.admission_load().claiming == 1
-    })
-    .await;
+    let first = send(&http, &gw, "first");
+    let claiming = admission_comes_to(&gw, |load| load.claiming == 1).await;
     assert!(claiming, "the first claim never waited on Redis");
-    let second = send("second");
-    let waited = eventually(Duration::from_secs(9), || async {
-        gw.gateway.admission_load().waiting == 1
-    })
-    .await;
+    let second = send(&http, &gw, "second");
+    let waited = admission_comes_to(&gw, |load| load.waiting == 1).await;
     assert!(waited, "the second request never waited for a place");
     // Redis answers again: the first's place goes to the second.
     let (first, second) = (first.await.unwrap(), second.await.unwrap());
