@@ -147,7 +147,8 @@ impl Gateway {
     }
 
     /// The admission limit now, the keyed requests it admitted that await their claim's
-    /// answer, those waiting for a place, and the bytes held in buffered bodies: what `/metrics` shows of overload.
+    /// answer, those waiting for a place, and the bytes held in buffered bodies: what
+    /// `/metrics` shows of overload.
     pub fn admission_load(&self) -> crate::telemetry::metrics::AdmissionLoad {
         let ceiling = self.live().config.server.max_concurrent_claims;
         let load = self.admission.load(ceiling);
