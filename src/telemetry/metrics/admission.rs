@@ -1,6 +1,6 @@
-//! What `/metrics` shows of overload: the adaptive admission limit, the keyed requests it
-//! admitted whose claim is not answered yet, those waiting for a place, and the bytes buffered bodies hold. Set at
-//! each scrape from the gateway's own counts.
+//! What `/metrics` shows of overload: the adaptive admission limit, the keyed requests it admitted
+//! whose claim is not answered yet, those waiting for a place, and the bytes buffered bodies hold.
+//! Set at each scrape from the gateway's own counts.
 
 use std::sync::atomic::AtomicI64;
 
